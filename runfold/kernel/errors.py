@@ -1,0 +1,263 @@
+"""The error taxonomy: every error runfold raises on purpose is a `RunfoldError`.
+
+Each class has a stable `code` (a snake_case string, part of the public API) and an HTTP-like
+`status`. Messages name what was wrong; they never contain a hook token (tokens are bearer secrets).
+
+- `Rejection`: `decide` refused a command. Subclasses say why.
+- `HistoryError`: a history breaks a law of `project_run` (corruption is loud, never guessed over).
+- `EventDecodeError`: bytes that do not decode into an event.
+- Store errors: `SequenceConflict`, `TokenConflict`, `CorruptEvent`, `StoreUnavailable`,
+  `StoreClosed`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+__all__ = [
+    "CorruptEvent",
+    "EntityConflict",
+    "EntityNotFound",
+    "EventDecodeError",
+    "HistoryError",
+    "HistoryLimitExceeded",
+    "HookNotFound",
+    "InvalidAttributes",
+    "InvalidCommand",
+    "NonDeterministic",
+    "Rejection",
+    "RunExpired",
+    "RunNotFound",
+    "RunNotSupported",
+    "RunfoldError",
+    "SequenceConflict",
+    "StepNotFound",
+    "StoreClosed",
+    "StoreError",
+    "StoreUnavailable",
+    "TerminalState",
+    "TokenConflict",
+    "TooEarly",
+    "WaitNotFound",
+]
+
+
+class RunfoldError(Exception):
+    """Base of every error runfold raises on purpose."""
+
+    code: str = "runfold_error"
+    status: int = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+# --- rejections: decide refused a command -------------------------------------------------------
+
+
+class Rejection(RunfoldError):
+    """A command refused by `decide`. Nothing was written."""
+
+    code = "rejected"
+    status = 400
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class RunNotFound(Rejection):
+    """The command needs a run that has no history."""
+
+    code = "run_not_found"
+    status = 404
+
+
+class EntityNotFound(Rejection):
+    """The command names a step, wait or hook the run does not have (or no longer exposes)."""
+
+    code = "entity_not_found"
+    status = 404
+
+
+class StepNotFound(EntityNotFound):
+    code = "step_not_found"
+
+
+class WaitNotFound(EntityNotFound):
+    code = "wait_not_found"
+
+
+class HookNotFound(EntityNotFound):
+    code = "hook_not_found"
+
+
+class EntityConflict(Rejection):
+    """Duplicate creation, a lost lazy-start race, a reused write or delivery id."""
+
+    code = "entity_conflict"
+    status = 409
+
+
+class NonDeterministic(EntityConflict):
+    """The same id was issued again with a different definition."""
+
+    code = "non_deterministic"
+
+
+class TerminalState(Rejection):
+    """The run, step or wait is in a state that no longer accepts this command."""
+
+    code = "terminal_state"
+    status = 409
+
+
+class RunExpired(Rejection):
+    """The run has ended; the command would have acted on it while it was live."""
+
+    code = "run_expired"
+    status = 410
+
+
+class TooEarly(Rejection):
+    """A step's retry is not due yet; try again at `retry_after`."""
+
+    code = "too_early"
+    status = 425
+
+    def __init__(self, message: str, *, run_id: str | None = None, retry_after: datetime) -> None:
+        super().__init__(message, run_id=run_id)
+        self.retry_after = retry_after
+
+
+class InvalidCommand(Rejection):
+    """The command itself is malformed: ids, sizes, limits, times."""
+
+    code = "invalid_command"
+    status = 400
+
+
+class InvalidAttributes(InvalidCommand):
+    """Attribute keys or values break a rule (length, reserved prefix, count)."""
+
+    code = "invalid_attributes"
+
+
+class RunNotSupported(Rejection):
+    """The run was stamped by a newer kernel spec than this one understands."""
+
+    code = "run_not_supported"
+    status = 409
+
+
+class HistoryLimitExceeded(Rejection):
+    """The decision would take the run past `Limits.max_events_per_run`."""
+
+    code = "history_limit_exceeded"
+    status = 413
+
+
+# --- history and wire-format errors -------------------------------------------------------------
+
+
+class HistoryError(RunfoldError):
+    """A history breaks a law of `project_run`; names the run, the sequence and the reason."""
+
+    code = "invalid_history"
+    status = 500
+
+    def __init__(self, run_id: str | None, sequence: int, reason: str) -> None:
+        super().__init__(f"invalid history for run {run_id!r} at sequence {sequence}: {reason}")
+        self.run_id = run_id
+        self.sequence = sequence
+        self.reason = reason
+
+
+class EventDecodeError(RunfoldError):
+    """Bytes that do not decode into an event of the named type and schema version."""
+
+    code = "event_decode_error"
+    status = 500
+
+    def __init__(self, event_type: str, schema_version: int, reason: str) -> None:
+        super().__init__(f"cannot decode {event_type!r} (schema {schema_version}): {reason}")
+        self.event_type = event_type
+        self.schema_version = schema_version
+        self.reason = reason
+
+
+# --- store errors -------------------------------------------------------------------------------
+
+
+class StoreError(RunfoldError):
+    """Base of the errors a store raises."""
+
+    code = "store_error"
+    status = 500
+
+
+class SequenceConflict(StoreError):
+    """The run's head was not `expected`; nothing was written. `actual` is the true head."""
+
+    code = "sequence_conflict"
+    status = 409
+
+    def __init__(self, run_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"run {run_id!r}: expected head at sequence {expected}, but it is at {actual}"
+        )
+        self.run_id = run_id
+        self.expected = expected
+        self.actual = actual
+
+
+class TokenConflict(StoreError):
+    """A hook token is already held by another live or retained hook; nothing was written.
+
+    The token itself is kept on the instance for the handler but never put in the message.
+    """
+
+    code = "token_conflict"
+    status = 409
+
+    def __init__(self, token: str, holder_run_id: str, holder_hook_id: str) -> None:
+        super().__init__(
+            f"hook token is already held by hook {holder_hook_id!r} of run {holder_run_id!r}"
+        )
+        self.token = token
+        self.holder_run_id = holder_run_id
+        self.holder_hook_id = holder_hook_id
+
+
+class CorruptEvent(StoreError):
+    """A stored row does not decode; raised for that run only."""
+
+    code = "corrupt_event"
+    status = 500
+
+    def __init__(self, run_id: str, sequence: int, reason: str) -> None:
+        super().__init__(f"run {run_id!r}: stored event {sequence} is corrupt: {reason}")
+        self.run_id = run_id
+        self.sequence = sequence
+        self.reason = reason
+
+
+class StoreUnavailable(StoreError):
+    """Transient: connection lost, database locked past its timeout. Safe to retry."""
+
+    code = "store_unavailable"
+    status = 503
+
+
+class StoreClosed(StoreError):
+    """The store was closed; open a new one."""
+
+    code = "store_closed"
+    status = 503

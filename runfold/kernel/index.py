@@ -1,0 +1,125 @@
+"""The records stores speak (`STORES.md`) and `run_index`, the kernel's projection of a run's
+index rows. A store writes `run_index(snapshot_after_append)` in the append's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Generic, Literal, TypeAlias, TypeVar
+
+import attrs
+
+from runfold.kernel.snapshot import LIVE_RUN_STATUSES, RunStatus, Snapshot
+
+__all__ = [
+    "HookClaim",
+    "HookHolder",
+    "Page",
+    "RunIndex",
+    "RunSummary",
+    "Wakeup",
+    "WakeupKind",
+    "run_index",
+]
+
+WakeupKind: TypeAlias = Literal["wait", "retry", "deadline"]
+T = TypeVar("T")
+
+
+@attrs.frozen(kw_only=True)
+class RunSummary:
+    """The listing row of a run."""
+
+    run_id: str
+    workflow_name: str
+    status: RunStatus
+    parent_run_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    last_sequence: int
+    attributes: Mapping[str, str]
+
+
+@attrs.frozen(kw_only=True)
+class HookClaim:
+    """A hook token a run holds. `retained_until=None`: held while the run is live."""
+
+    token: str = attrs.field(repr=False)
+    hook_id: str
+    retained_until: datetime | None
+
+
+@attrs.frozen(kw_only=True)
+class HookHolder:
+    """Who holds a hook token (what `EventStore.find_hook` returns)."""
+
+    run_id: str
+    hook_id: str
+    retained_until: datetime | None
+
+
+@attrs.frozen(kw_only=True)
+class Wakeup:
+    """Something of a live run due at `due_at`: a wait, a delayed step retry, or the deadline.
+
+    `subject_id` is the wait id, the step id, or the run id for a deadline.
+    """
+
+    run_id: str
+    kind: WakeupKind
+    subject_id: str
+    due_at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class Page(Generic[T]):
+    """One page of a listing; pass `cursor` back to get the next one."""
+
+    items: tuple[T, ...]
+    cursor: str | None
+    has_more: bool
+
+
+@attrs.frozen(kw_only=True)
+class RunIndex:
+    """Every index row of one run: replaced as a whole on each append."""
+
+    summary: RunSummary
+    hooks: tuple[HookClaim, ...]
+    wakeups: tuple[Wakeup, ...]
+
+
+def run_index(snapshot: Snapshot) -> RunIndex:
+    """The index rows of a run, derived from its snapshot alone.
+
+    While the run is live its active hooks hold their tokens (`retained_until=None`); once it
+    ended, only active hooks with `retain_token_until` keep holding theirs until then. Wakeups
+    exist only while the run is live. Cost: O(open work), never O(history).
+    """
+    summary = RunSummary(
+        run_id=snapshot.run_id,
+        workflow_name=snapshot.workflow_name,
+        status=snapshot.status,
+        parent_run_id=snapshot.parent_run_id,
+        created_at=snapshot.created_at,
+        updated_at=snapshot.updated_at,
+        completed_at=snapshot.completed_at,
+        last_sequence=snapshot.last_sequence,
+        attributes=snapshot.attributes,
+    )
+    live = snapshot.status in LIVE_RUN_STATUSES
+    claims = []
+    for hook_id in sorted(snapshot.active_hook_ids):
+        hook = snapshot.hooks.raw(hook_id)
+        if live:
+            claims.append(HookClaim(token=hook.token, hook_id=hook_id, retained_until=None))
+        elif hook.retain_token_until is not None:
+            claims.append(
+                HookClaim(token=hook.token, hook_id=hook_id, retained_until=hook.retain_token_until)
+            )
+    wakeups = tuple(
+        Wakeup(run_id=snapshot.run_id, kind=w.kind, subject_id=w.subject_id, due_at=w.due_at)
+        for w in snapshot.wakeups()
+    )
+    return RunIndex(summary=summary, hooks=tuple(claims), wakeups=wakeups)

@@ -1,0 +1,34 @@
+"""`SPEC_VERSION` and the `Limits` every decision is checked against."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import attrs
+
+__all__ = ["SPEC_VERSION", "Limits"]
+
+SPEC_VERSION = 1
+"""The kernel spec this runfold implements; a run stamped with a higher one is refused."""
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """Bounds `decide` enforces. Defaults follow `RULES.md`."""
+
+    max_id_length: int = 256
+    """Longest identifier (run, step, wait, hook, write, progress, child ids), in characters."""
+    max_token_length: int = 1024
+    """Longest hook token, in characters."""
+    max_payload_bytes: int = 2 * 1024 * 1024
+    """Largest single payload (`bytes` field or text field in UTF-8)."""
+    max_events_per_run: int = 25_000
+    """Most events a run may hold; a terminal command may always add one more."""
+    max_attributes: int = 64
+    """Most attribute keys a run may hold after a merge."""
+    max_attribute_key_length: int = 256
+    """Longest attribute key, in characters."""
+    max_attribute_value_bytes: int = 256
+    """Longest attribute value, in UTF-8 bytes."""
+    max_token_retention: timedelta = timedelta(days=30)
+    """Furthest a hook may retain its token past `now`."""

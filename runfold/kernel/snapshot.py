@@ -1,0 +1,910 @@
+"""The snapshot of a run and the reducer that builds it: `project_run` and `apply`.
+
+The reducer folds with mutable private records and publishes frozen views: a step, wait or hook is
+kept as a small slotted record and turned into its frozen `StepState`/`WaitState`/`HookState` when
+read through the snapshot's mappings. `apply` copies a record only when an event touches it, and
+the entity mappings are persistent (`_pmap.PView`), so catching a cached snapshot up costs time in
+proportion to the new events, not to the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+from runfold.kernel._pmap import PView
+from runfold.kernel.errors import HistoryError, RunNotSupported
+from runfold.kernel.events import (
+    AttributeChange,
+    AttributesSet,
+    CancelRequested,
+    ChildLinked,
+    Envelope,
+    Event,
+    HookConflict,
+    HookCreated,
+    HookDisposed,
+    HookReceived,
+    LogRecorded,
+    ProgressRecorded,
+    RetryPolicy,
+    RunCancelled,
+    RunCompleted,
+    RunCreated,
+    RunFailed,
+    RunStarted,
+    RunTimedOut,
+    StepCancelled,
+    StepCompleted,
+    StepCreated,
+    StepFailed,
+    StepRetrying,
+    StepStarted,
+    WaitCompleted,
+    WaitCreated,
+)
+from runfold.kernel.limits import SPEC_VERSION, Limits
+
+__all__ = [
+    "LIVE_RUN_STATUSES",
+    "TERMINAL_RUN_STATUSES",
+    "Cancellation",
+    "Delivery",
+    "HookState",
+    "HookStatus",
+    "RunStatus",
+    "Snapshot",
+    "StepState",
+    "StepStatus",
+    "WaitState",
+    "WaitStatus",
+    "WakeupDue",
+    "apply",
+    "project_run",
+]
+
+RunStatus: TypeAlias = Literal[
+    "pending", "running", "cancelling", "completed", "failed", "cancelled", "timed_out"
+]
+StepStatus: TypeAlias = Literal["pending", "running", "completed", "failed", "cancelled"]
+WaitStatus: TypeAlias = Literal["waiting", "completed", "cancelled"]
+HookStatus: TypeAlias = Literal["active", "disposed", "cancelled"]
+
+TERMINAL_RUN_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out"})
+LIVE_RUN_STATUSES: frozenset[str] = frozenset({"pending", "running", "cancelling"})
+_LIVE_STEP = frozenset({"pending", "running"})
+_DEFAULT_LIMITS = Limits()
+
+
+# --- public, frozen states ----------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class StepState:
+    step_id: str
+    step_name: str
+    status: StepStatus
+    input: bytes
+    retry: RetryPolicy | None
+    attempt: int
+    output: bytes | None
+    error: bytes | None
+    retry_after: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    updated_at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class WaitState:
+    wait_id: str
+    status: WaitStatus
+    resume_at: datetime
+    created_at: datetime
+    completed_at: datetime | None
+
+
+@attrs.frozen(kw_only=True)
+class Delivery:
+    """One payload a hook received, at the sequence of its `hook_received` event."""
+
+    sequence: int
+    delivery_id: str | None
+    payload: bytes
+    received_at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class HookState:
+    hook_id: str
+    token: str = attrs.field(repr=False)
+    status: HookStatus
+    metadata: bytes | None
+    is_webhook: bool
+    retain_token_until: datetime | None
+    created_at: datetime
+    deliveries: tuple[Delivery, ...]
+
+
+@attrs.frozen(kw_only=True)
+class Cancellation:
+    """The cancellation request of a run: why, when, and at which sequence."""
+
+    reason: str | None
+    requested_at: datetime
+    sequence: int
+
+
+@attrs.frozen(kw_only=True)
+class WakeupDue:
+    """Something of a live run that becomes due at a time (exported by `run_index`)."""
+
+    kind: Literal["wait", "retry", "deadline"]
+    subject_id: str
+    due_at: datetime
+
+
+# --- private, mutable records (owned by one fold until published) -------------------------------
+
+
+class _Record:
+    __slots__ = ()
+    public: Any
+
+    def clone(self) -> Any:
+        copy = object.__new__(type(self))
+        for name in self.__slots__:
+            value = getattr(self, name)
+            setattr(copy, name, value.copy() if type(value) is list else value)
+        return copy
+
+    def freeze(self) -> Any:
+        values = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            values[name] = tuple(value) if type(value) is list else value
+        return self.public(**values)
+
+
+class _Step(_Record):
+    __slots__ = (
+        "step_id",
+        "step_name",
+        "status",
+        "input",
+        "retry",
+        "attempt",
+        "output",
+        "error",
+        "retry_after",
+        "created_at",
+        "started_at",
+        "completed_at",
+        "updated_at",
+    )
+    public = StepState
+    status: StepStatus
+    attempt: int
+    retry: RetryPolicy | None
+    retry_after: datetime | None
+    started_at: datetime | None
+    output: bytes | None
+    error: bytes | None
+    completed_at: datetime | None
+    updated_at: datetime
+
+    def __init__(self, ev: StepCreated, at: datetime) -> None:
+        self.step_id = ev.step_id
+        self.step_name = ev.step_name
+        self.status = "pending"
+        self.input = ev.input
+        self.retry = ev.retry
+        self.attempt = 0
+        self.output = None
+        self.error = None
+        self.retry_after = None
+        self.created_at = at
+        self.started_at = None
+        self.completed_at = None
+        self.updated_at = at
+
+
+class _Wait(_Record):
+    __slots__ = ("wait_id", "status", "resume_at", "created_at", "completed_at")
+    public = WaitState
+    status: WaitStatus
+    completed_at: datetime | None
+
+    def __init__(self, ev: WaitCreated, at: datetime) -> None:
+        self.wait_id = ev.wait_id
+        self.status = "waiting"
+        self.resume_at = ev.resume_at
+        self.created_at = at
+        self.completed_at = None
+
+
+class _Hook(_Record):
+    __slots__ = (
+        "hook_id",
+        "token",
+        "status",
+        "metadata",
+        "is_webhook",
+        "retain_token_until",
+        "created_at",
+        "deliveries",
+    )
+    public = HookState
+    status: HookStatus
+    deliveries: list[Delivery]
+
+    def __init__(self, ev: HookCreated, at: datetime) -> None:
+        self.hook_id = ev.hook_id
+        self.token = ev.token
+        self.status = "active"
+        self.metadata = ev.metadata
+        self.is_webhook = ev.is_webhook
+        self.retain_token_until = ev.retain_token_until
+        self.created_at = at
+        self.deliveries = []
+
+
+def _public_record(record: _Record) -> Any:
+    return record.freeze()
+
+
+def _empty_records() -> PView[Any, Any]:
+    return PView({}, _public_record)
+
+
+def _empty_values() -> PView[Any, Any]:
+    return PView({})
+
+
+# --- the snapshot -------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True, eq=True, hash=False)
+class Snapshot:
+    """Where a run stands after its last event. Immutable; derive newer ones with `apply`.
+
+    `steps`, `waits`, `hooks` map ids to frozen states; `progress` and `children` map ids to the
+    recording event; `attribute_write_ids` maps each attribute write id to its sequence.
+    """
+
+    run_id: str
+    status: RunStatus
+    workflow_name: str
+    workflow_version: str | None
+    deployment_id: str | None
+    input: bytes
+    output: bytes | None
+    error: bytes | None
+    error_code: str | None
+    context: bytes | None
+    attributes: Mapping[str, str]
+    parent_run_id: str | None
+    deadline: datetime | None
+    spec_version: int
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    updated_at: datetime
+    last_sequence: int
+    cancellation: Cancellation | None
+    steps: PView[Any, StepState]
+    waits: PView[Any, WaitState]
+    hooks: PView[Any, HookState]
+    progress: PView[ProgressRecorded, ProgressRecorded]
+    children: PView[ChildLinked, ChildLinked]
+    attribute_write_ids: PView[int, int]
+    log_count: int
+    # Derivable bookkeeping that keeps index upkeep O(open work) instead of O(run):
+    live_step_ids: frozenset[str] = attrs.field(repr=False, eq=False)
+    retrying_step_ids: frozenset[str] = attrs.field(repr=False, eq=False)
+    waiting_wait_ids: frozenset[str] = attrs.field(repr=False, eq=False)
+    active_hook_ids: frozenset[str] = attrs.field(repr=False, eq=False)
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the run completed, failed, was cancelled or timed out."""
+        return self.status in TERMINAL_RUN_STATUSES
+
+    @property
+    def is_live(self) -> bool:
+        """True while the run is pending, running or cancelling."""
+        return self.status in LIVE_RUN_STATUSES
+
+    @property
+    def is_suspended(self) -> bool:
+        """Running or cancelling with an open wait, an active hook or a scheduled retry."""
+        return self.status in ("running", "cancelling") and bool(
+            self.waiting_wait_ids or self.active_hook_ids or self.retrying_step_ids
+        )
+
+    def open_waits(self) -> tuple[WaitState, ...]:
+        """Waits still waiting, in creation order."""
+        return tuple(self.waits[w] for w in self.waits if w in self.waiting_wait_ids)
+
+    def active_hooks(self) -> tuple[HookState, ...]:
+        """Hooks in the `active` state, in creation order."""
+        return tuple(self.hooks[h] for h in self.hooks if h in self.active_hook_ids)
+
+    def due_retries(self, now: datetime) -> tuple[StepState, ...]:
+        """Pending steps whose `retry_after` is at or before `now`, earliest first."""
+        due = []
+        for step_id in self.retrying_step_ids:
+            record = self.steps.raw(step_id)
+            if record is not None and record.retry_after <= now:
+                due.append(record.freeze())
+        return tuple(sorted(due, key=lambda s: (s.retry_after, s.step_id)))
+
+    def wakeups(self) -> tuple[WakeupDue, ...]:
+        """What becomes due while the run is live: waits, delayed retries, the deadline."""
+        if self.status not in LIVE_RUN_STATUSES:
+            return ()
+        found: list[WakeupDue] = []
+        for wait_id in self.waiting_wait_ids:
+            found.append(WakeupDue(kind="wait", subject_id=wait_id, due_at=self.waits.raw(wait_id).resume_at))  # type: ignore[union-attr]
+        for step_id in self.retrying_step_ids:
+            found.append(WakeupDue(kind="retry", subject_id=step_id, due_at=self.steps.raw(step_id).retry_after))  # type: ignore[union-attr]
+        if self.deadline is not None:
+            found.append(WakeupDue(kind="deadline", subject_id=self.run_id, due_at=self.deadline))
+        found.sort(key=lambda w: (w.due_at, w.kind, w.subject_id))
+        return tuple(found)
+
+
+# --- the reducer --------------------------------------------------------------------------------
+
+
+class _Builder:
+    """The mutable state of one fold. Records in the `*_new` dicts belong to this fold."""
+
+    __slots__ = (
+        "active_hooks",
+        "attributes",
+        "attributes_owned",
+        "cancellation",
+        "children",
+        "children_new",
+        "completed_at",
+        "context",
+        "created_at",
+        "deadline",
+        "deployment_id",
+        "error",
+        "error_code",
+        "hooks",
+        "hooks_new",
+        "input",
+        "limits",
+        "live_steps",
+        "log_count",
+        "output",
+        "parent_run_id",
+        "progress",
+        "progress_new",
+        "retrying",
+        "run_id",
+        "seq",
+        "spec_version",
+        "started_at",
+        "status",
+        "steps",
+        "steps_new",
+        "updated_at",
+        "waiting",
+        "waits",
+        "waits_new",
+        "workflow_name",
+        "workflow_version",
+        "write_ids",
+        "write_ids_new",
+    )
+
+    status: str
+    output: bytes | None
+    error: bytes | None
+    error_code: str | None
+    started_at: datetime | None
+    completed_at: datetime | None
+    cancellation: Cancellation | None
+    attributes: dict[str, str] | Mapping[str, str]
+    steps: PView[Any, Any]
+    waits: PView[Any, Any]
+    hooks: PView[Any, Any]
+    progress: PView[Any, Any]
+    children: PView[Any, Any]
+    write_ids: PView[Any, Any]
+    steps_new: dict[str, _Step]
+    waits_new: dict[str, _Wait]
+    hooks_new: dict[str, _Hook]
+    progress_new: dict[str, ProgressRecorded]
+    children_new: dict[str, ChildLinked]
+    write_ids_new: dict[str, int]
+
+    def fail(self, reason: str) -> HistoryError:
+        return HistoryError(self.run_id, self.seq, reason)
+
+    def require_live(self, what: str) -> None:
+        if self.status not in LIVE_RUN_STATUSES:
+            raise self.fail(f"{what} after the run ended ({self.status})")
+
+    def step(self, step_id: str) -> _Step:
+        record = self.steps_new.get(step_id)
+        if record is None:
+            base = self.steps.raw(step_id)
+            if base is None:
+                raise self.fail(f"event for unknown step {step_id!r}")
+            record = self.steps_new[step_id] = base.clone()
+        return record
+
+    def wait(self, wait_id: str) -> _Wait:
+        record = self.waits_new.get(wait_id)
+        if record is None:
+            base = self.waits.raw(wait_id)
+            if base is None:
+                raise self.fail(f"event for unknown wait {wait_id!r}")
+            record = self.waits_new[wait_id] = base.clone()
+        return record
+
+    def hook(self, hook_id: str) -> _Hook:
+        record = self.hooks_new.get(hook_id)
+        if record is None:
+            base = self.hooks.raw(hook_id)
+            if base is None:
+                raise self.fail(f"event for unknown hook {hook_id!r}")
+            record = self.hooks_new[hook_id] = base.clone()
+        return record
+
+    def has_step(self, step_id: str) -> bool:
+        return step_id in self.steps_new or self.steps.raw(step_id) is not None
+
+    def own_attributes(self) -> dict[str, str]:
+        if not self.attributes_owned:
+            self.attributes = dict(self.attributes)
+            self.attributes_owned = True
+        return self.attributes  # type: ignore[return-value]
+
+    def freeze(self) -> Snapshot:
+        return Snapshot(
+            run_id=self.run_id,
+            status=self.status,  # type: ignore[arg-type]
+            workflow_name=self.workflow_name,
+            workflow_version=self.workflow_version,
+            deployment_id=self.deployment_id,
+            input=self.input,
+            output=self.output,
+            error=self.error,
+            error_code=self.error_code,
+            context=self.context,
+            attributes=MappingProxyType(self.attributes)
+            if self.attributes_owned
+            else self.attributes,
+            parent_run_id=self.parent_run_id,
+            deadline=self.deadline,
+            spec_version=self.spec_version,
+            created_at=self.created_at,
+            started_at=self.started_at,
+            completed_at=self.completed_at,
+            updated_at=self.updated_at,
+            last_sequence=self.seq,
+            cancellation=self.cancellation,
+            steps=self.steps.derive(self.steps_new),
+            waits=self.waits.derive(self.waits_new),
+            hooks=self.hooks.derive(self.hooks_new),
+            progress=self.progress.derive(self.progress_new),
+            children=self.children.derive(self.children_new),
+            attribute_write_ids=self.write_ids.derive(self.write_ids_new),
+            log_count=self.log_count,
+            live_step_ids=frozenset(self.live_steps),
+            retrying_step_ids=frozenset(self.retrying),
+            waiting_wait_ids=frozenset(self.waiting),
+            active_hook_ids=frozenset(self.active_hooks),
+        )
+
+
+def _start_builder(first: Envelope, limits: Limits) -> _Builder:
+    ev = first.event
+    if first.sequence != 1:
+        raise HistoryError(first.run_id, first.sequence, "history does not start at sequence 1")
+    if type(ev) is not RunCreated:
+        raise HistoryError(first.run_id, 1, f"history starts with {ev.event_type}, not run_created")
+    if ev.spec_version > SPEC_VERSION:
+        raise RunNotSupported(
+            f"run {first.run_id!r} requires spec version {ev.spec_version}, "
+            f"runfold supports {SPEC_VERSION}",
+            run_id=first.run_id,
+        )
+    b = _Builder()
+    b.limits = limits
+    b.run_id = first.run_id
+    b.seq = 1
+    b.status = "pending"
+    b.workflow_name = ev.workflow_name
+    b.workflow_version = ev.workflow_version
+    b.deployment_id = ev.deployment_id
+    b.input = ev.input
+    b.context = ev.context
+    b.parent_run_id = ev.parent_run_id
+    b.deadline = ev.deadline
+    b.spec_version = ev.spec_version
+    b.output = b.error = b.error_code = None
+    b.created_at = b.updated_at = first.recorded_at
+    b.started_at = b.completed_at = None
+    b.cancellation = None
+    b.attributes = {}
+    b.attributes_owned = True
+    _merge_attributes(b, tuple(AttributeChange(key=k, value=v) for k, v in ev.attributes.items()))
+    _check_attributes(b)
+    b.log_count = 0
+    b.steps, b.waits, b.hooks = _empty_records(), _empty_records(), _empty_records()
+    b.progress, b.children, b.write_ids = _empty_values(), _empty_values(), _empty_values()
+    b.steps_new, b.waits_new, b.hooks_new = {}, {}, {}
+    b.progress_new, b.children_new, b.write_ids_new = {}, {}, {}
+    b.live_steps, b.retrying, b.waiting, b.active_hooks = set(), set(), set(), set()
+    return b
+
+
+def _resume_builder(snapshot: Snapshot, limits: Limits) -> _Builder:
+    b = _Builder()
+    b.limits = limits
+    b.run_id = snapshot.run_id
+    b.seq = snapshot.last_sequence
+    b.status = snapshot.status
+    b.workflow_name = snapshot.workflow_name
+    b.workflow_version = snapshot.workflow_version
+    b.deployment_id = snapshot.deployment_id
+    b.input = snapshot.input
+    b.context = snapshot.context
+    b.parent_run_id = snapshot.parent_run_id
+    b.deadline = snapshot.deadline
+    b.spec_version = snapshot.spec_version
+    b.output, b.error, b.error_code = snapshot.output, snapshot.error, snapshot.error_code
+    b.created_at, b.updated_at = snapshot.created_at, snapshot.updated_at
+    b.started_at, b.completed_at = snapshot.started_at, snapshot.completed_at
+    b.cancellation = snapshot.cancellation
+    b.attributes = snapshot.attributes
+    b.attributes_owned = False
+    b.log_count = snapshot.log_count
+    b.steps, b.waits, b.hooks = snapshot.steps, snapshot.waits, snapshot.hooks
+    b.progress, b.children = snapshot.progress, snapshot.children
+    b.write_ids = snapshot.attribute_write_ids
+    b.steps_new, b.waits_new, b.hooks_new = {}, {}, {}
+    b.progress_new, b.children_new, b.write_ids_new = {}, {}, {}
+    b.live_steps = set(snapshot.live_step_ids)
+    b.retrying = set(snapshot.retrying_step_ids)
+    b.waiting = set(snapshot.waiting_wait_ids)
+    b.active_hooks = set(snapshot.active_hook_ids)
+    return b
+
+
+def _fold(b: _Builder, envelopes: Iterable[Envelope]) -> Snapshot:
+    run_id = b.run_id
+    seq = b.seq
+    handlers = _HANDLERS
+    for env in envelopes:
+        seq += 1
+        b.seq = seq
+        if env.sequence != seq:
+            raise b.fail(f"expected sequence {seq}, found {env.sequence} (gap or repeat)")
+        if env.run_id != run_id:
+            raise b.fail(f"envelope of run {env.run_id!r} in the history of {run_id!r}")
+        event = env.event
+        handler = handlers.get(type(event))
+        if handler is None:
+            raise b.fail(f"not an event: {type(event).__name__}")
+        handler(b, event, env.recorded_at)
+        b.updated_at = env.recorded_at
+    return b.freeze()
+
+
+def project_run(history: Sequence[Envelope], *, limits: Limits = _DEFAULT_LIMITS) -> Snapshot:
+    """Fold a run's whole history into its snapshot.
+
+    Raises `HistoryError(run_id, sequence, reason)` for a history that breaks a law of
+    `EVENTS.md` (gap, repeat, foreign run id, event before `run_created`, impossible transition),
+    and `RunNotSupported` for a run stamped by a newer kernel spec.
+    """
+    if not history:
+        raise HistoryError(None, 0, "empty history")
+    first = history[0]
+    b = _start_builder(first, limits)
+    return _fold(b, history[1:] if len(history) > 1 else ())
+
+
+def apply(
+    snapshot: Snapshot, envelopes: Iterable[Envelope], *, limits: Limits = _DEFAULT_LIMITS
+) -> Snapshot:
+    """Catch `snapshot` up with the events that follow it, in time proportional to those events.
+
+    `apply(project_run(h[:k]), h[k:]) == project_run(h)`. The input snapshot is never changed.
+    """
+    b = _resume_builder(snapshot, limits)
+    return _fold(b, envelopes)
+
+
+# --- event handlers (one per event type) --------------------------------------------------------
+
+
+def _merge_attributes(b: _Builder, changes: tuple[AttributeChange, ...]) -> None:
+    attributes = b.own_attributes()
+    for change in changes:
+        if change.value is None:
+            attributes.pop(change.key, None)
+        else:
+            attributes[change.key] = change.value
+
+
+def _check_attributes(b: _Builder) -> None:
+    limits = b.limits
+    if len(b.attributes) > limits.max_attributes:
+        raise b.fail(f"run holds {len(b.attributes)} attributes, over the limit")
+    for key, value in b.attributes.items():
+        if not key or len(key) > limits.max_attribute_key_length:
+            raise b.fail(f"attribute key {key!r} breaks the key length limit")
+        if len(value.encode()) > limits.max_attribute_value_bytes:
+            raise b.fail(f"attribute {key!r} value breaks the value size limit")
+
+
+def _on_run_created(b: _Builder, ev: Any, at: datetime) -> None:
+    raise b.fail("run_created after the first event")
+
+
+def _on_run_started(b: _Builder, ev: Any, at: datetime) -> None:
+    if b.status != "pending":
+        raise b.fail(f"run_started while {b.status}")
+    b.status = "running"
+    b.started_at = at
+
+
+def _on_run_completed(b: _Builder, ev: RunCompleted, at: datetime) -> None:
+    if b.status not in ("pending", "running"):
+        raise b.fail(f"run_completed while {b.status}")
+    b.status = "completed"
+    b.output = ev.output
+    b.completed_at = at
+
+
+def _on_run_failed(b: _Builder, ev: RunFailed, at: datetime) -> None:
+    b.require_live("run_failed")
+    b.status = "failed"
+    b.error = ev.error
+    b.error_code = ev.error_code
+    b.completed_at = at
+
+
+def _on_cancel_requested(b: _Builder, ev: CancelRequested, at: datetime) -> None:
+    if b.status not in ("pending", "running"):
+        raise b.fail(f"cancel_requested while {b.status}")
+    b.status = "cancelling"
+    b.cancellation = Cancellation(reason=ev.reason, requested_at=at, sequence=b.seq)
+    for step_id in b.live_steps:
+        step = b.step(step_id)
+        step.status = "cancelled"
+        step.completed_at = step.updated_at = at
+    for wait_id in b.waiting:
+        wait = b.wait(wait_id)
+        wait.status = "cancelled"
+        wait.completed_at = at
+    for hook_id in b.active_hooks:
+        b.hook(hook_id).status = "cancelled"
+    b.live_steps.clear()
+    b.retrying.clear()
+    b.waiting.clear()
+    b.active_hooks.clear()
+
+
+def _on_run_cancelled(b: _Builder, ev: RunCancelled, at: datetime) -> None:
+    b.require_live("run_cancelled")
+    b.status = "cancelled"
+    b.completed_at = at
+
+
+def _on_run_timed_out(b: _Builder, ev: RunTimedOut, at: datetime) -> None:
+    b.require_live("run_timed_out")
+    b.status = "timed_out"
+    b.completed_at = at
+
+
+def _on_attributes_set(b: _Builder, ev: AttributesSet, at: datetime) -> None:
+    b.require_live("attributes_set")
+    if ev.write_id is not None:
+        if ev.write_id in b.write_ids_new or ev.write_id in b.write_ids:
+            raise b.fail(f"attribute write id {ev.write_id!r} repeats")
+        b.write_ids_new[ev.write_id] = b.seq
+    if not ev.allow_reserved:
+        for change in ev.changes:
+            if change.key.startswith("$"):
+                raise b.fail(f"attribute key {change.key!r} uses the reserved prefix")
+    _merge_attributes(b, ev.changes)
+    _check_attributes(b)
+
+
+def _on_progress_recorded(b: _Builder, ev: ProgressRecorded, at: datetime) -> None:
+    b.require_live("progress_recorded")
+    if ev.progress_id in b.progress_new or ev.progress_id in b.progress:
+        raise b.fail(f"progress id {ev.progress_id!r} repeats")
+    b.progress_new[ev.progress_id] = ev
+
+
+def _on_child_linked(b: _Builder, ev: ChildLinked, at: datetime) -> None:
+    b.require_live("child_linked")
+    if ev.reference_id in b.children_new or ev.reference_id in b.children:
+        raise b.fail(f"child reference id {ev.reference_id!r} repeats")
+    b.children_new[ev.reference_id] = ev
+
+
+def _on_log_recorded(b: _Builder, ev: LogRecorded, at: datetime) -> None:
+    b.require_live("log_recorded")
+    b.log_count += 1
+
+
+def _on_step_created(b: _Builder, ev: StepCreated, at: datetime) -> None:
+    if b.status not in LIVE_RUN_STATUSES:
+        raise b.fail(f"step_created after the run ended ({b.status})")
+    step_id = ev.step_id
+    if step_id in b.steps_new or b.steps.raw(step_id) is not None:
+        raise b.fail(f"step {step_id!r} created twice")
+    b.steps_new[step_id] = _Step(ev, at)
+    b.live_steps.add(step_id)
+
+
+def _on_step_started(b: _Builder, ev: StepStarted, at: datetime) -> None:
+    if b.status not in LIVE_RUN_STATUSES:
+        raise b.fail(f"step_started after the run ended ({b.status})")
+    step = b.steps_new.get(ev.step_id) or b.step(ev.step_id)
+    if step.status not in _LIVE_STEP:
+        raise b.fail(f"step_started on step {ev.step_id!r} in state {step.status}")
+    if ev.attempt != step.attempt + 1:
+        raise b.fail(
+            f"step {ev.step_id!r} started with attempt {ev.attempt}, expected {step.attempt + 1}"
+        )
+    step.status = "running"
+    step.attempt = ev.attempt
+    if step.started_at is None:
+        step.started_at = at
+    if step.retry_after is not None:
+        step.retry_after = None
+        b.retrying.discard(ev.step_id)
+    step.updated_at = at
+
+
+def _finish_step(b: _Builder, step_id: str, kind: str, at: datetime) -> _Step:
+    step = b.steps_new.get(step_id) or b.step(step_id)
+    status = step.status
+    if status not in _LIVE_STEP:
+        raise b.fail(f"{kind} on step {step_id!r} in state {status}")
+    if b.status not in LIVE_RUN_STATUSES and status != "running":
+        raise b.fail(f"{kind} on {status} step {step_id!r} after the run ended")
+    b.live_steps.discard(step_id)
+    if step.retry_after is not None:
+        b.retrying.discard(step_id)
+    step.completed_at = step.updated_at = at
+    return step
+
+
+def _on_step_completed(b: _Builder, ev: StepCompleted, at: datetime) -> None:
+    step = _finish_step(b, ev.step_id, "step_completed", at)
+    step.status = "completed"
+    step.output = ev.output
+
+
+def _on_step_failed(b: _Builder, ev: StepFailed, at: datetime) -> None:
+    step = _finish_step(b, ev.step_id, "step_failed", at)
+    step.status = "failed"
+    step.error = ev.error
+
+
+def _on_step_cancelled(b: _Builder, ev: StepCancelled, at: datetime) -> None:
+    b.require_live("step_cancelled")
+    step = _finish_step(b, ev.step_id, "step_cancelled", at)
+    step.status = "cancelled"
+
+
+def _on_step_retrying(b: _Builder, ev: StepRetrying, at: datetime) -> None:
+    b.require_live("step_retrying")
+    step = b.step(ev.step_id)
+    if step.status != "running":
+        raise b.fail(f"step_retrying on step {ev.step_id!r} in state {step.status}")
+    if step.retry is not None and step.attempt >= step.retry.max_attempts:
+        raise b.fail(f"step_retrying on step {ev.step_id!r} past its retry budget")
+    step.status = "pending"
+    step.error = ev.error
+    step.retry_after = ev.retry_after
+    step.updated_at = at
+    if ev.retry_after is not None:
+        b.retrying.add(ev.step_id)
+
+
+def _on_wait_created(b: _Builder, ev: WaitCreated, at: datetime) -> None:
+    b.require_live("wait_created")
+    if ev.wait_id in b.waits_new or b.waits.raw(ev.wait_id) is not None:
+        raise b.fail(f"wait {ev.wait_id!r} created twice")
+    b.waits_new[ev.wait_id] = _Wait(ev, at)
+    b.waiting.add(ev.wait_id)
+
+
+def _on_wait_completed(b: _Builder, ev: WaitCompleted, at: datetime) -> None:
+    b.require_live("wait_completed")
+    wait = b.wait(ev.wait_id)
+    if wait.status != "waiting":
+        raise b.fail(f"wait_completed on wait {ev.wait_id!r} in state {wait.status}")
+    wait.status = "completed"
+    wait.completed_at = at
+    b.waiting.discard(ev.wait_id)
+
+
+def _hook_record(b: _Builder, hook_id: str) -> _Hook:
+    found = b.hooks_new.get(hook_id) or b.hooks.raw(hook_id)
+    assert found is not None
+    return found  # type: ignore[no-any-return]
+
+
+def _on_hook_created(b: _Builder, ev: HookCreated, at: datetime) -> None:
+    b.require_live("hook_created")
+    if ev.hook_id in b.hooks_new or b.hooks.raw(ev.hook_id) is not None:
+        raise b.fail(f"hook {ev.hook_id!r} created twice")
+    for hook_id in b.active_hooks:
+        if _hook_record(b, hook_id).token == ev.token:
+            raise b.fail(f"hook {ev.hook_id!r} reuses the token of active hook {hook_id!r}")
+    b.hooks_new[ev.hook_id] = _Hook(ev, at)
+    b.active_hooks.add(ev.hook_id)
+
+
+def _on_hook_received(b: _Builder, ev: HookReceived, at: datetime) -> None:
+    b.require_live("hook_received")
+    hook = b.hook(ev.hook_id)
+    if hook.status != "active":
+        raise b.fail(f"hook_received on hook {ev.hook_id!r} in state {hook.status}")
+    hook.deliveries.append(
+        Delivery(sequence=b.seq, delivery_id=ev.delivery_id, payload=ev.payload, received_at=at)
+    )
+
+
+def _on_hook_disposed(b: _Builder, ev: HookDisposed, at: datetime) -> None:
+    hook = b.hook(ev.hook_id)
+    if hook.status != "active":
+        raise b.fail(f"hook_disposed on hook {ev.hook_id!r} in state {hook.status}")
+    if b.status not in LIVE_RUN_STATUSES and hook.retain_token_until is None:
+        raise b.fail(f"hook_disposed on hook {ev.hook_id!r} whose token left with the run")
+    hook.status = "disposed"
+    b.active_hooks.discard(ev.hook_id)
+
+
+def _on_hook_conflict(b: _Builder, ev: HookConflict, at: datetime) -> None:
+    b.require_live("hook_conflict")
+    if ev.hook_id in b.hooks_new or b.hooks.raw(ev.hook_id) is not None:
+        raise b.fail(f"hook_conflict for existing hook {ev.hook_id!r}")
+
+
+_HANDLERS: dict[type[Event], Any] = {
+    RunCreated: _on_run_created,
+    RunStarted: _on_run_started,
+    RunCompleted: _on_run_completed,
+    RunFailed: _on_run_failed,
+    CancelRequested: _on_cancel_requested,
+    RunCancelled: _on_run_cancelled,
+    RunTimedOut: _on_run_timed_out,
+    AttributesSet: _on_attributes_set,
+    ProgressRecorded: _on_progress_recorded,
+    ChildLinked: _on_child_linked,
+    LogRecorded: _on_log_recorded,
+    StepCreated: _on_step_created,
+    StepStarted: _on_step_started,
+    StepCompleted: _on_step_completed,
+    StepFailed: _on_step_failed,
+    StepRetrying: _on_step_retrying,
+    StepCancelled: _on_step_cancelled,
+    WaitCreated: _on_wait_created,
+    WaitCompleted: _on_wait_completed,
+    HookCreated: _on_hook_created,
+    HookReceived: _on_hook_received,
+    HookDisposed: _on_hook_disposed,
+    HookConflict: _on_hook_conflict,
+}
