@@ -116,7 +116,7 @@ class PView(Mapping[str, V], Generic[R, V]):
         with self._lock:
             data = self._data
             if data is not None:
-                undo = {key: data.get(key, _ABSENT_MARK) for key in changes}  # type: ignore[misc]
+                undo = {key: data.get(key, _ABSENT_MARK) for key in changes}
                 data.update(changes)
                 newer = PView(data, self._public, self._lock)
                 self._undo = undo

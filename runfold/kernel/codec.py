@@ -9,7 +9,7 @@ its type, one version at a time, before it is structured.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
 import cattrs
@@ -52,7 +52,7 @@ __all__ = [
 Upcaster: TypeAlias = Callable[[dict[str, Any]], dict[str, Any]]
 """Turns the unstructured payload of schema version N into that of version N + 1."""
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -117,7 +117,7 @@ def _make_converter() -> cattrs.Converter:
     for kind in (str, bytes, int, bool):
         converter.register_structure_hook(kind, _exact(kind))
     converter.register_structure_hook(float, _float_from_wire)
-    converter.register_unstructure_hook(Writer, _writer_to_wire)  # type: ignore[arg-type]
+    converter.register_unstructure_hook(Writer, _writer_to_wire)
     converter.register_structure_hook(Writer, _writer_from_wire)
     converter.register_unstructure_hook_factory(_is_str_mapping, lambda _: dict)
     return converter
@@ -182,7 +182,11 @@ class EventCodec:
         try:
             event: Event = structure(data, cls)
         except Exception as exc:  # cattrs wraps field errors in ExceptionGroups
-            reason = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
+            reason = (
+                "; ".join(cattrs.transform_error(exc))
+                if isinstance(exc, cattrs.BaseValidationError)
+                else str(exc)
+            )
             raise EventDecodeError(event_type, schema_version, reason) from None
         return event
 

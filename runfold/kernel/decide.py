@@ -121,7 +121,9 @@ class _Check:
         except UnicodeEncodeError:
             raise self.bad(f"{what} is not valid unicode (lone surrogate)") from None
         if size > self.limits.max_payload_bytes:
-            raise self.bad(f"{what} is {size} bytes, over the {self.limits.max_payload_bytes} limit")
+            raise self.bad(
+                f"{what} is {size} bytes, over the {self.limits.max_payload_bytes} limit"
+            )
 
     def ident(self, value: object, what: str, *, optional: bool = False) -> None:
         if value is None and optional:
@@ -205,10 +207,14 @@ class _Check:
         seen: set[str] = set()
         for change in changes:
             if not isinstance(change, AttributeChange):
-                raise InvalidAttributes("attribute changes must be AttributeChange", run_id=self.run_id)
+                raise InvalidAttributes(
+                    "attribute changes must be AttributeChange", run_id=self.run_id
+                )
             key, value = change.key, change.value
             if not isinstance(key, str) or not key:
-                raise InvalidAttributes("attribute key must be a non-empty string", run_id=self.run_id)
+                raise InvalidAttributes(
+                    "attribute key must be a non-empty string", run_id=self.run_id
+                )
             if len(key) > limits.max_attribute_key_length:
                 raise InvalidAttributes(
                     f"attribute key {key[:32]!r}… length {len(key)} exceeds limit "
@@ -246,7 +252,9 @@ class _Check:
                 f"attribute {what} is not valid unicode", run_id=self.run_id
             ) from None
 
-    def attribute_count(self, current: Mapping[str, str], changes: tuple[AttributeChange, ...]) -> None:
+    def attribute_count(
+        self, current: Mapping[str, str], changes: tuple[AttributeChange, ...]
+    ) -> None:
         keys = set(current)
         for change in changes:
             if change.value is None:
@@ -379,20 +387,29 @@ def _validate_receive_hook(c: _Check, cmd: ReceiveHook) -> None:
     c.ident(cmd.delivery_id, "delivery_id", optional=True)
 
 
+def _validate_fail_run(c: _Check, cmd: FailRun) -> None:
+    c.payload(cmd.error, "error")
+    c.ident(cmd.error_code, "error_code", optional=True)
+
+
+def _validate_time_out(c: _Check, cmd: TimeOutRun) -> None:
+    c.time(cmd.deadline, "deadline")
+    c.text(cmd.reason, "reason", optional=True)
+
+
+def _validate_create_wait(c: _Check, cmd: CreateWait) -> None:
+    c.ident(cmd.wait_id, "wait_id")
+    c.time(cmd.resume_at, "resume_at")
+
+
 _VALIDATORS: dict[type[Command], Callable[[_Check, Any], None]] = {
     CreateRun: _validate_create_run,
     StartRun: _validate_start_run,
     CompleteRun: lambda c, cmd: c.payload(cmd.output, "output"),
-    FailRun: lambda c, cmd: (
-        c.payload(cmd.error, "error"),
-        c.ident(cmd.error_code, "error_code", optional=True),
-    ),
+    FailRun: _validate_fail_run,
     RequestCancel: lambda c, cmd: c.text(cmd.reason, "reason", optional=True),
     CancelRun: lambda c, cmd: c.text(cmd.reason, "reason", optional=True),
-    TimeOutRun: lambda c, cmd: (
-        c.time(cmd.deadline, "deadline"),
-        c.text(cmd.reason, "reason", optional=True),
-    ),
+    TimeOutRun: _validate_time_out,
     SetAttributes: _validate_set_attributes,
     RecordProgress: _validate_progress,
     LinkChild: _validate_child,
@@ -403,7 +420,7 @@ _VALIDATORS: dict[type[Command], Callable[[_Check, Any], None]] = {
     FailStep: _validate_step_outcome,
     RetryStep: _validate_step_outcome,
     CancelStep: _validate_step_outcome,
-    CreateWait: lambda c, cmd: (c.ident(cmd.wait_id, "wait_id"), c.time(cmd.resume_at, "resume_at")),
+    CreateWait: _validate_create_wait,
     CompleteWait: lambda c, cmd: c.ident(cmd.wait_id, "wait_id"),
     CreateHook: _validate_create_hook,
     ReceiveHook: _validate_receive_hook,
@@ -567,7 +584,9 @@ def _record_progress(ctx: _Ctx, cmd: RecordProgress) -> _Events:
         message=cmd.message,
         details=cmd.details,
     )
-    return _once(ctx, snap, snap.progress.raw(cmd.progress_id), event, f"progress {cmd.progress_id!r}")
+    return _once(
+        ctx, snap, snap.progress.raw(cmd.progress_id), event, f"progress {cmd.progress_id!r}"
+    )
 
 
 def _link_child(ctx: _Ctx, cmd: LinkChild) -> _Events:
@@ -579,7 +598,9 @@ def _link_child(ctx: _Ctx, cmd: LinkChild) -> _Events:
         child_run_id=cmd.child_run_id,
         metadata=cmd.metadata,
     )
-    return _once(ctx, snap, snap.children.raw(cmd.reference_id), event, f"child {cmd.reference_id!r}")
+    return _once(
+        ctx, snap, snap.children.raw(cmd.reference_id), event, f"child {cmd.reference_id!r}"
+    )
 
 
 def _once(ctx: _Ctx, snap: Snapshot, recorded: Event | None, event: Event, what: str) -> _Events:
@@ -770,7 +791,9 @@ def _complete_wait(ctx: _Ctx, cmd: CompleteWait) -> _Events:
     snap = ctx.run()
     record = snap.waits.raw(cmd.wait_id)
     if record is None:
-        raise WaitNotFound(f"wait {cmd.wait_id!r} not found in run {snap.run_id!r}", run_id=snap.run_id)
+        raise WaitNotFound(
+            f"wait {cmd.wait_id!r} not found in run {snap.run_id!r}", run_id=snap.run_id
+        )
     if record.status == "completed":
         raise EntityConflict(
             f"wait {cmd.wait_id!r} of run {snap.run_id!r} already completed", run_id=snap.run_id
@@ -796,9 +819,7 @@ def _create_hook(ctx: _Ctx, cmd: CreateHook) -> _Events:
         and cmd.retain_token_until > ctx.now + ctx.limits.max_token_retention
     ):
         days = ctx.limits.max_token_retention / timedelta(days=1)
-        raise InvalidCommand(
-            f"hook token retention cannot exceed {days:g} days", run_id=ctx.run_id
-        )
+        raise InvalidCommand(f"hook token retention cannot exceed {days:g} days", run_id=ctx.run_id)
     snap = ctx.live_run("create new entities on")
     if snap.hooks.raw(cmd.hook_id) is not None:
         raise EntityConflict(

@@ -112,6 +112,8 @@ def run_index(snapshot: Snapshot) -> RunIndex:
     claims = []
     for hook_id in sorted(snapshot.active_hook_ids):
         hook = snapshot.hooks.raw(hook_id)
+        if hook is None:
+            continue
         if live:
             claims.append(HookClaim(token=hook.token, hook_id=hook_id, retained_until=None))
         elif hook.retain_token_until is not None:

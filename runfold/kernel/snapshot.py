@@ -158,13 +158,15 @@ class _Record:
 
     def clone(self) -> Any:
         copy = object.__new__(type(self))
+        name: str
         for name in self.__slots__:
             value = getattr(self, name)
             setattr(copy, name, value.copy() if type(value) is list else value)
         return copy
 
     def freeze(self) -> Any:
-        values = {}
+        values: dict[str, Any] = {}
+        name: str
         for name in self.__slots__:
             value = getattr(self, name)
             values[name] = tuple(value) if type(value) is list else value
@@ -173,18 +175,18 @@ class _Record:
 
 class _Step(_Record):
     __slots__ = (
+        "attempt",
+        "completed_at",
+        "created_at",
+        "error",
+        "input",
+        "output",
+        "retry",
+        "retry_after",
+        "started_at",
+        "status",
         "step_id",
         "step_name",
-        "status",
-        "input",
-        "retry",
-        "attempt",
-        "output",
-        "error",
-        "retry_after",
-        "created_at",
-        "started_at",
-        "completed_at",
         "updated_at",
     )
     public = StepState
@@ -215,7 +217,7 @@ class _Step(_Record):
 
 
 class _Wait(_Record):
-    __slots__ = ("wait_id", "status", "resume_at", "created_at", "completed_at")
+    __slots__ = ("completed_at", "created_at", "resume_at", "status", "wait_id")
     public = WaitState
     status: WaitStatus
     completed_at: datetime | None
@@ -230,14 +232,14 @@ class _Wait(_Record):
 
 class _Hook(_Record):
     __slots__ = (
-        "hook_id",
-        "token",
-        "status",
-        "metadata",
-        "is_webhook",
-        "retain_token_until",
         "created_at",
         "deliveries",
+        "hook_id",
+        "is_webhook",
+        "metadata",
+        "retain_token_until",
+        "status",
+        "token",
     )
     public = HookState
     status: HookStatus
@@ -254,7 +256,7 @@ class _Hook(_Record):
         self.deliveries = []
 
 
-def _public_record(record: _Record) -> Any:
+def _public_record(record: Any) -> Any:
     return record.freeze()
 
 
@@ -297,9 +299,9 @@ class Snapshot:
     updated_at: datetime
     last_sequence: int
     cancellation: Cancellation | None
-    steps: PView[Any, StepState]
-    waits: PView[Any, WaitState]
-    hooks: PView[Any, HookState]
+    steps: PView[_Step, StepState]
+    waits: PView[_Wait, WaitState]
+    hooks: PView[_Hook, HookState]
     progress: PView[ProgressRecorded, ProgressRecorded]
     children: PView[ChildLinked, ChildLinked]
     attribute_write_ids: PView[int, int]
@@ -340,7 +342,7 @@ class Snapshot:
         due = []
         for step_id in self.retrying_step_ids:
             record = self.steps.raw(step_id)
-            if record is not None and record.retry_after <= now:
+            if record is not None and record.retry_after is not None and record.retry_after <= now:
                 due.append(record.freeze())
         return tuple(sorted(due, key=lambda s: (s.retry_after, s.step_id)))
 
@@ -350,9 +352,13 @@ class Snapshot:
             return ()
         found: list[WakeupDue] = []
         for wait_id in self.waiting_wait_ids:
-            found.append(WakeupDue(kind="wait", subject_id=wait_id, due_at=self.waits.raw(wait_id).resume_at))  # type: ignore[union-attr]
+            wait = self.waits.raw(wait_id)
+            if wait is not None:
+                found.append(WakeupDue(kind="wait", subject_id=wait_id, due_at=wait.resume_at))
         for step_id in self.retrying_step_ids:
-            found.append(WakeupDue(kind="retry", subject_id=step_id, due_at=self.steps.raw(step_id).retry_after))  # type: ignore[union-attr]
+            step = self.steps.raw(step_id)
+            if step is not None and step.retry_after is not None:
+                found.append(WakeupDue(kind="retry", subject_id=step_id, due_at=step.retry_after))
         if self.deadline is not None:
             found.append(WakeupDue(kind="deadline", subject_id=self.run_id, due_at=self.deadline))
         found.sort(key=lambda w: (w.due_at, w.kind, w.subject_id))
@@ -407,26 +413,45 @@ class _Builder:
         "write_ids_new",
     )
 
+    limits: Limits
+    run_id: str
+    seq: int
     status: str
+    workflow_name: str
+    workflow_version: str | None
+    deployment_id: str | None
+    input: bytes
     output: bytes | None
     error: bytes | None
     error_code: str | None
+    context: bytes | None
+    parent_run_id: str | None
+    deadline: datetime | None
+    spec_version: int
+    created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
+    updated_at: datetime
     cancellation: Cancellation | None
-    attributes: dict[str, str] | Mapping[str, str]
-    steps: PView[Any, Any]
-    waits: PView[Any, Any]
-    hooks: PView[Any, Any]
-    progress: PView[Any, Any]
-    children: PView[Any, Any]
-    write_ids: PView[Any, Any]
+    attributes: Mapping[str, str]
+    attributes_owned: bool
+    log_count: int
+    steps: PView[_Step, StepState]
+    waits: PView[_Wait, WaitState]
+    hooks: PView[_Hook, HookState]
+    progress: PView[ProgressRecorded, ProgressRecorded]
+    children: PView[ChildLinked, ChildLinked]
+    write_ids: PView[int, int]
     steps_new: dict[str, _Step]
     waits_new: dict[str, _Wait]
     hooks_new: dict[str, _Hook]
     progress_new: dict[str, ProgressRecorded]
     children_new: dict[str, ChildLinked]
     write_ids_new: dict[str, int]
+    live_steps: set[str]
+    retrying: set[str]
+    waiting: set[str]
+    active_hooks: set[str]
 
     def fail(self, reason: str) -> HistoryError:
         return HistoryError(self.run_id, self.seq, reason)
@@ -466,10 +491,10 @@ class _Builder:
         return step_id in self.steps_new or self.steps.raw(step_id) is not None
 
     def own_attributes(self) -> dict[str, str]:
-        if not self.attributes_owned:
+        if not isinstance(self.attributes, dict):
             self.attributes = dict(self.attributes)
             self.attributes_owned = True
-        return self.attributes  # type: ignore[return-value]
+        return self.attributes
 
     def freeze(self) -> Snapshot:
         return Snapshot(
@@ -843,7 +868,7 @@ def _on_wait_completed(b: _Builder, ev: WaitCompleted, at: datetime) -> None:
 def _hook_record(b: _Builder, hook_id: str) -> _Hook:
     found = b.hooks_new.get(hook_id) or b.hooks.raw(hook_id)
     assert found is not None
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def _on_hook_created(b: _Builder, ev: HookCreated, at: datetime) -> None:

@@ -1,0 +1,244 @@
+"""`CommandHandler`: load → decide → append, retried on conflict, over any `EventStore`.
+
+The handler is where the pure kernel meets a store. Every rule lives in `decide`; the store only
+makes "check the head, then append" atomic; the handler retries the whole cycle on a
+`SequenceConflict` (someone else appended first) and re-decides on a `TokenConflict` (another run
+holds the hook token), so every rule holds on every store, concurrency included.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import attrs
+
+from runfold.kernel import (
+    Command,
+    Envelope,
+    HookHolder,
+    HookNotFound,
+    Limits,
+    ReceiveHook,
+    RunNotFound,
+    SequenceConflict,
+    Snapshot,
+    StartStep,
+    StepCreated,
+    TokenConflict,
+    apply,
+    decide,
+    project_run,
+    run_index,
+)
+from runfold.stores.protocol import EventStore
+
+__all__ = ["CommandHandler", "Outcome", "new_run_id", "utc_now"]
+
+
+def utc_now() -> datetime:
+    """The default clock: the current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+@attrs.frozen(kw_only=True)
+class Outcome:
+    """What `CommandHandler.execute` did.
+
+    `snapshot` is the run after the command; `appended` the envelopes it wrote (empty for a
+    no-op); `missed` the envelopes other writers appended after the caller's `known_sequence`
+    and before this decision; `created_step` is True when a lazy `StartStep` created the step,
+    i.e. this caller won the race and should run the step body.
+    """
+
+    snapshot: Snapshot
+    appended: tuple[Envelope, ...]
+    missed: tuple[Envelope, ...]
+    created_step: bool = False
+
+
+class CommandHandler:
+    """Executes commands against runs kept in `store`.
+
+    Snapshots are cached (LRU, `cache_size` runs) and caught up with `store.read(after=…)` before
+    every decision, so a command costs O(new events), not O(history). `clock` supplies `now` and
+    every appended event's `recorded_at`.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        limits: Limits | None = None,
+        cache_size: int = 1024,
+        max_attempts: int = 16,
+    ) -> None:
+        if cache_size < 0 or max_attempts < 1:
+            raise ValueError("cache_size must be >= 0 and max_attempts >= 1")
+        self.store = store
+        self.clock = clock
+        self.limits = limits if limits is not None else Limits()
+        self._cache: OrderedDict[str, Snapshot] = OrderedDict()
+        self._cache_size = cache_size
+        self._max_attempts = max_attempts
+
+    # --- the cycle ----------------------------------------------------------------------------
+
+    async def execute(
+        self, run_id: str, command: Command, *, known_sequence: int | None = None
+    ) -> Outcome:
+        """Decide `command` on the run's freshest snapshot and append the result atomically.
+
+        Raises the `Rejection` `decide` raised; the last `SequenceConflict` if the run kept moving
+        under it for `max_attempts` tries; `StoreUnavailable`/`StoreClosed` from the store.
+        """
+        token_holder: HookHolder | None = None
+        conflict: SequenceConflict | None = None
+        for _ in range(self._max_attempts):
+            before = await self._load(run_id)
+            now = self.clock()
+            decision = decide(
+                before,
+                command,
+                now=now,
+                limits=self.limits,
+                token_holder=token_holder,
+                run_id=run_id,
+            )
+            missed = await self._missed(run_id, before, known_sequence)
+            if not decision.events:
+                assert before is not None  # only an existing run can make a command a no-op
+                return Outcome(snapshot=before, appended=(), missed=missed)
+            head = before.last_sequence if before is not None else 0
+            envelopes = [
+                Envelope(run_id=run_id, sequence=head + offset, event=event, recorded_at=now)
+                for offset, event in enumerate(decision.events, start=1)
+            ]
+            after = (
+                apply(before, envelopes, limits=self.limits)
+                if before is not None
+                else project_run(envelopes, limits=self.limits)
+            )
+            try:
+                appended = await self.store.append_if_sequence(
+                    run_id, head, decision.events, index=run_index(after), recorded_at=now
+                )
+            except SequenceConflict as exc:
+                conflict = exc
+                token_holder = None
+                if exc.actual < head:  # the run shrank (retention): forget what we knew
+                    self._cache.pop(run_id, None)
+                continue
+            except TokenConflict as exc:
+                token_holder = HookHolder(
+                    run_id=exc.holder_run_id, hook_id=exc.holder_hook_id, retained_until=None
+                )
+                continue
+            self._remember(after)
+            created_step = isinstance(command, StartStep) and isinstance(
+                decision.events[0], StepCreated
+            )
+            return Outcome(
+                snapshot=after, appended=tuple(appended), missed=missed, created_step=created_step
+            )
+        assert conflict is not None
+        raise conflict
+
+    async def deliver(self, token: str, payload: bytes, delivery_id: str | None = None) -> Outcome:
+        """Deliver `payload` to the live hook holding `token` (a `ReceiveHook` on its run).
+
+        Raises `HookNotFound` when no live hook holds the token (the message never quotes it).
+        """
+        holder = await self.store.find_hook(token, now=self.clock())
+        if holder is None:
+            raise HookNotFound("no live hook holds the given token")
+        return await self.execute(
+            holder.run_id,
+            ReceiveHook(hook_id=holder.hook_id, payload=payload, delivery_id=delivery_id),
+        )
+
+    async def snapshot(self, run_id: str) -> Snapshot:
+        """The run's current snapshot; `RunNotFound` if it has no history."""
+        found = await self._load(run_id)
+        if found is None:
+            raise RunNotFound(f"run {run_id!r} not found", run_id=run_id)
+        return found
+
+    async def history(self, run_id: str) -> list[Envelope]:
+        """The run's whole history, oldest first (empty for an unknown run)."""
+        return await self.store.read(run_id)
+
+    # --- cache --------------------------------------------------------------------------------
+
+    async def _load(self, run_id: str) -> Snapshot | None:
+        cached = self._cache.get(run_id)
+        if cached is None:
+            history = await self.store.read(run_id)
+            if not history:
+                return None
+            snapshot = project_run(history, limits=self.limits)
+        else:
+            newer = await self.store.read(run_id, after=cached.last_sequence)
+            if not newer:
+                self._cache.move_to_end(run_id)
+                return cached
+            snapshot = apply(cached, newer, limits=self.limits)
+        self._remember(snapshot)
+        return snapshot
+
+    def _remember(self, snapshot: Snapshot) -> None:
+        if self._cache_size == 0:
+            return
+        cached = self._cache.get(snapshot.run_id)
+        if cached is not None and cached.last_sequence > snapshot.last_sequence:
+            return  # a slower task must not replace a fresher snapshot
+        self._cache[snapshot.run_id] = snapshot
+        self._cache.move_to_end(snapshot.run_id)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    async def _missed(
+        self, run_id: str, before: Snapshot | None, known_sequence: int | None
+    ) -> tuple[Envelope, ...]:
+        if known_sequence is None or before is None or before.last_sequence <= known_sequence:
+            return ()
+        return tuple(
+            await self.store.read(
+                run_id, after=known_sequence, limit=before.last_sequence - known_sequence
+            )
+        )
+
+
+# --- run ids ------------------------------------------------------------------------------------
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_id_lock = threading.Lock()
+_last_id = [0, 0]  # [milliseconds, random part] of the last id made in this process
+
+
+def new_run_id(prefix: str = "run_") -> str:
+    """A new run id: `prefix` + a 26-character ULID (48-bit milliseconds, 80 random bits).
+
+    Ids sort by creation time; within one millisecond of one process they still increase
+    (the random part is incremented), and across processes 80 random bits make a collision
+    negligible.
+    """
+    with _id_lock:
+        millis = time.time_ns() // 1_000_000
+        if millis <= _last_id[0]:
+            millis = _last_id[0]
+            randomness = (_last_id[1] + 1) % (1 << 80)
+        else:
+            randomness = int.from_bytes(os.urandom(10), "big")
+        _last_id[0], _last_id[1] = millis, randomness
+    value = (millis << 80) | randomness
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return prefix + "".join(reversed(chars))

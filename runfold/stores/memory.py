@@ -1,0 +1,346 @@
+"""`MemoryStore`: dicts and lists under an `asyncio.Lock`.
+
+It is the oracle the conformance kit compares other stores with, so it favours the obvious over
+the fast: queries scan, events are kept encoded exactly as a database row would keep them (so a
+codec bug shows here too), and every method is one critical section.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from collections.abc import Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Self
+
+import attrs
+
+from runfold.kernel import (
+    TERMINAL_RUN_STATUSES,
+    CorruptEvent,
+    Envelope,
+    Event,
+    EventDecodeError,
+    HookClaim,
+    HookHolder,
+    Page,
+    RunIndex,
+    RunStatus,
+    RunSummary,
+    SequenceConflict,
+    StoreClosed,
+    TokenConflict,
+    Wakeup,
+    correlation_id,
+    decode_event,
+    encode_event,
+)
+from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
+
+__all__ = ["MemoryStore"]
+
+
+@attrs.frozen
+class _Row:
+    """One stored event, as a database row holds it."""
+
+    run_id: str
+    sequence: int
+    type: str
+    schema_version: int
+    correlation_id: str | None
+    payload: bytes
+    recorded_at: datetime
+    position: int
+
+
+def _claim_is_live(claim: HookClaim, now: datetime) -> bool:
+    return claim.retained_until is None or claim.retained_until > now
+
+
+class MemoryStore:
+    """An `EventStore` in process memory: for tests, examples, and as the conformance oracle."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self._rows: dict[str, list[_Row]] = {}
+        self._feed: list[_Row] = []
+        self._next_position = 1
+        self._indexes: dict[str, RunIndex] = {}
+        self._tokens: dict[str, tuple[str, HookClaim]] = {}
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the memory store is closed")
+
+    # --- append -------------------------------------------------------------------------------
+
+    async def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        *,
+        index: RunIndex,
+        recorded_at: datetime,
+    ) -> list[Envelope]:
+        if not events:
+            raise ValueError("append_if_sequence needs at least one event")
+        if index.summary.run_id != run_id:
+            raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        encoded = [encode_event(event) for event in events]  # fails before anything is written
+        async with self._lock:
+            self._check_open()
+            rows = self._rows.get(run_id, [])
+            if expected_sequence != len(rows):
+                raise SequenceConflict(run_id, expected_sequence, len(rows))
+            for claim in index.hooks:
+                held = self._tokens.get(claim.token)
+                if held is not None and held[0] != run_id and _claim_is_live(held[1], recorded_at):
+                    raise TokenConflict(claim.token, held[0], held[1].hook_id)
+            new_rows = []
+            for offset, (event, (event_type, version, payload)) in enumerate(
+                zip(events, encoded, strict=True), start=1
+            ):
+                new_rows.append(
+                    _Row(
+                        run_id=run_id,
+                        sequence=expected_sequence + offset,
+                        type=event_type,
+                        schema_version=version,
+                        correlation_id=correlation_id(event),
+                        payload=payload,
+                        recorded_at=recorded_at,
+                        position=self._next_position + offset - 1,
+                    )
+                )
+            self._next_position += len(new_rows)
+            self._rows[run_id] = rows + new_rows
+            self._feed.extend(new_rows)
+            self._replace_index(run_id, index)
+        return [
+            Envelope(
+                run_id=run_id,
+                sequence=row.sequence,
+                event=event,
+                recorded_at=recorded_at,
+                position=row.position,
+            )
+            for row, event in zip(new_rows, events, strict=True)
+        ]
+
+    def _replace_index(self, run_id: str, index: RunIndex | None) -> None:
+        previous = self._indexes.pop(run_id, None)
+        if previous is not None:
+            for claim in previous.hooks:
+                held = self._tokens.get(claim.token)
+                if held is not None and held[0] == run_id:
+                    del self._tokens[claim.token]
+        if index is not None:
+            self._indexes[run_id] = index
+            for claim in index.hooks:
+                self._tokens[claim.token] = (run_id, claim)
+
+    # --- reads --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _envelope(row: _Row) -> Envelope:
+        try:
+            event = decode_event(row.type, row.schema_version, row.payload)
+        except EventDecodeError as exc:
+            raise CorruptEvent(row.run_id, row.sequence, exc.reason) from None
+        return Envelope(
+            run_id=row.run_id,
+            sequence=row.sequence,
+            event=event,
+            recorded_at=row.recorded_at,
+            position=row.position,
+        )
+
+    @staticmethod
+    def _select(
+        rows: Sequence[_Row], after: int, limit: int | None, descending: bool
+    ) -> list[_Row]:
+        if descending:
+            chosen = [r for r in reversed(rows) if after <= 0 or r.sequence < after]
+        else:
+            chosen = [r for r in rows if r.sequence > after]
+        return chosen if limit is None else chosen[: max(limit, 0)]
+
+    async def read(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    ) -> list[Envelope]:
+        async with self._lock:
+            self._check_open()
+            rows = self._select(self._rows.get(run_id, ()), after, limit, descending)
+        return [self._envelope(row) for row in rows]
+
+    async def head(self, run_id: str) -> int:
+        async with self._lock:
+            self._check_open()
+            return len(self._rows.get(run_id, ()))
+
+    async def read_by_correlation(
+        self,
+        run_id: str,
+        correlation_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[Envelope]:
+        async with self._lock:
+            self._check_open()
+            matching = [r for r in self._rows.get(run_id, ()) if r.correlation_id == correlation_id]
+            rows = self._select(matching, after, limit, descending)
+        return [self._envelope(row) for row in rows]
+
+    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+        async with self._lock:
+            self._check_open()
+            positions = [row.position for row in self._feed]
+            start = bisect.bisect_right(positions, after_position)
+            rows = self._feed[start : start + max(limit, 0)]
+        return [self._envelope(row) for row in rows]
+
+    # --- index queries ------------------------------------------------------------------------
+
+    async def list_runs(
+        self,
+        *,
+        workflow_name: str | None = None,
+        status: RunStatus | None = None,
+        parent_run_id: str | None = None,
+        created_before: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = 20,
+    ) -> Page[RunSummary]:
+        bound: tuple[int, str] | None = None
+        if cursor is not None:
+            micros, run_id = decode_cursor(cursor, 2)
+            bound = (int(micros), run_id)
+        async with self._lock:
+            self._check_open()
+            summaries = [index.summary for index in self._indexes.values()]
+        chosen = sorted(
+            (
+                s
+                for s in summaries
+                if (workflow_name is None or s.workflow_name == workflow_name)
+                and (status is None or s.status == status)
+                and (parent_run_id is None or s.parent_run_id == parent_run_id)
+                and (created_before is None or s.created_at < created_before)
+                and (bound is None or (time_key(s.created_at), s.run_id) < bound)
+            ),
+            key=lambda s: (time_key(s.created_at), s.run_id),
+            reverse=True,
+        )
+        items = tuple(chosen[: max(limit, 0)])
+        has_more = len(chosen) > len(items)
+        next_cursor = (
+            encode_cursor(time_key(items[-1].created_at), items[-1].run_id)
+            if has_more and items
+            else None
+        )
+        return Page(items=items, cursor=next_cursor, has_more=has_more)
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+        async with self._lock:
+            self._check_open()
+            found = {rid: self._indexes[rid].summary for rid in run_ids if rid in self._indexes}
+        return [found.get(rid) for rid in run_ids]
+
+    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+        async with self._lock:
+            self._check_open()
+            held = self._tokens.get(token)
+        if held is None or not _claim_is_live(held[1], now):
+            return None
+        run_id, claim = held
+        return HookHolder(run_id=run_id, hook_id=claim.hook_id, retained_until=claim.retained_until)
+
+    async def list_hooks(
+        self,
+        *,
+        run_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        now: datetime,
+    ) -> Page[HookHolder]:
+        bound = tuple(decode_cursor(cursor, 2)) if cursor is not None else None
+        async with self._lock:
+            self._check_open()
+            held = list(self._tokens.values())
+        chosen = sorted(
+            (
+                HookHolder(run_id=rid, hook_id=c.hook_id, retained_until=c.retained_until)
+                for rid, c in held
+                if _claim_is_live(c, now)
+                and (run_id is None or rid == run_id)
+                and (bound is None or (rid, c.hook_id) > bound)
+            ),
+            key=lambda h: (h.run_id, h.hook_id),
+        )
+        items = tuple(chosen[: max(limit, 0)])
+        has_more = len(chosen) > len(items)
+        next_cursor = (
+            encode_cursor(items[-1].run_id, items[-1].hook_id) if has_more and items else None
+        )
+        return Page(items=items, cursor=next_cursor, has_more=has_more)
+
+    def _wakeups(self) -> list[Wakeup]:
+        found = [w for index in self._indexes.values() for w in index.wakeups]
+        found.sort(key=lambda w: (w.due_at, w.run_id, w.kind, w.subject_id))
+        return found
+
+    async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
+        async with self._lock:
+            self._check_open()
+            due = [w for w in self._wakeups() if w.due_at <= now]
+        return due[: max(limit, 0)]
+
+    async def next_wakeup(self) -> Wakeup | None:
+        async with self._lock:
+            self._check_open()
+            found = self._wakeups()
+        return found[0] if found else None
+
+    # --- retention ----------------------------------------------------------------------------
+
+    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+        async with self._lock:
+            self._check_open()
+            ended = sorted(
+                (
+                    index.summary
+                    for index in self._indexes.values()
+                    if index.summary.status in TERMINAL_RUN_STATUSES
+                    and index.summary.completed_at is not None
+                    and index.summary.completed_at < terminal_before
+                    and all(_claim_is_live(c, terminal_before) is False for c in index.hooks)
+                ),
+                key=lambda s: (s.completed_at, s.run_id),
+            )[: max(limit, 0)]
+            doomed = {s.run_id for s in ended}
+            for run_id in doomed:
+                del self._rows[run_id]
+                self._replace_index(run_id, None)
+            if doomed:
+                self._feed = [row for row in self._feed if row.run_id not in doomed]
+        return len(doomed)
