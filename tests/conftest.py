@@ -1,0 +1,77 @@
+"""Shared fixtures: every store-facing test runs against every backend through `store`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from runfold import CommandHandler, EventStore, MemoryStore
+
+# "ci" (the default) is quick and derandomized so CI is repeatable; "deep" is for `make test-deep`.
+settings.register_profile(
+    "ci",
+    max_examples=100,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "deep",
+    max_examples=3000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+"""The time every test clock starts at."""
+
+
+class Clock:
+    """A hand-driven clock for the handler: tests move time explicitly."""
+
+    def __init__(self, start: datetime = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta = timedelta(seconds=1)) -> datetime:
+        self.now += delta
+        return self.now
+
+
+BACKENDS = ["memory"]
+"""Store backends the suite runs against; each new store adds its name here and a branch in
+`_open`."""
+
+
+async def _open(backend: str, tmp_path: object) -> EventStore:
+    if backend == "memory":
+        return MemoryStore()
+    raise AssertionError(f"unknown backend {backend}")
+
+
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: object) -> AsyncIterator[EventStore]:
+    """A fresh, empty store of each backend."""
+    opened = await _open(request.param, tmp_path)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def handler(store: EventStore, clock: Clock) -> CommandHandler:
+    """A command handler over `store` with the hand-driven `clock`."""
+    return CommandHandler(store, clock=clock)
