@@ -12,9 +12,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
+import attrs
 import cattrs
 import cbor2
 
+from runfold.kernel._fast import compile_decoder
 from runfold.kernel.errors import EventDecodeError
 from runfold.kernel.events import (
     EVENT_TYPES,
@@ -109,7 +111,7 @@ def _is_str_mapping(kind: Any) -> bool:
 
 
 def _make_converter() -> cattrs.Converter:
-    converter = cattrs.Converter()
+    converter = cattrs.Converter(detailed_validation=False)
     converter.register_unstructure_hook(datetime, _time_to_wire)
     converter.register_structure_hook(datetime, _time_from_wire)
     converter.register_unstructure_hook(timedelta, lambda d: d // _MICROSECOND)
@@ -137,10 +139,12 @@ class EventCodec:
         self._unstructure = {
             cls: self._converter.get_unstructure_hook(cls) for cls in self._types.values()
         }
-        self._structure = {
-            name: (cls, self._converter.get_structure_hook(cls))
-            for name, cls in self._types.items()
-        }
+        self._structure = {name: (cls, self._decoder_for(cls)) for name, cls in self._types.items()}
+
+    def _decoder_for(self, cls: type[Event]) -> Callable[[dict[str, Any]], Event]:
+        fields = attrs.fields(cls)  # type: ignore[arg-type]
+        post = {f.name: f.converter for f in fields if callable(f.converter)}
+        return compile_decoder(cls, self._converter.get_structure_hook, post)
 
     def register_upcaster(self, event_type: str, from_version: int, upcaster: Upcaster) -> None:
         """Register how to lift `event_type` payloads from `from_version` to `from_version + 1`."""
@@ -180,14 +184,11 @@ class EventCodec:
         if schema_version != cls.schema_version:
             data = self._upcast(event_type, schema_version, cls.schema_version, data)
         try:
-            event: Event = structure(data, cls)
-        except Exception as exc:  # cattrs wraps field errors in ExceptionGroups
-            reason = (
-                "; ".join(cattrs.transform_error(exc))
-                if isinstance(exc, cattrs.BaseValidationError)
-                else str(exc)
-            )
-            raise EventDecodeError(event_type, schema_version, reason) from None
+            event: Event = structure(data)
+        except KeyError as exc:
+            raise EventDecodeError(event_type, schema_version, f"missing field {exc}") from None
+        except Exception as exc:  # a field hook (cattrs) refused a value
+            raise EventDecodeError(event_type, schema_version, str(exc) or repr(exc)) from None
         return event
 
     def _upcast(

@@ -954,6 +954,8 @@ def decide(
     try:
         if not isinstance(now, datetime) or now.utcoffset() is None:
             raise InvalidCommand("now must be a timezone-aware datetime", run_id=run_id)
+        if snapshot is None and run_id is not None:
+            ctx.check.ident(run_id, "run_id")  # an existing run's id was checked when created
         _validate(ctx.check, command)
         events = _RULES[type(command)](ctx, command)
     except Rejection:

@@ -14,6 +14,8 @@ from typing import ClassVar, Literal, TypeAlias
 
 import attrs
 
+from runfold.kernel._fast import frozen_factory
+
 __all__ = [
     "EVENT_TYPES",
     "AttributeChange",
@@ -47,6 +49,7 @@ __all__ = [
     "WaitCreated",
     "WorkflowWriter",
     "Writer",
+    "make_envelope",
 ]
 
 LogLevel: TypeAlias = Literal["info", "warning", "error"]
@@ -332,3 +335,8 @@ class Envelope:
     event: Event
     recorded_at: datetime
     position: int | None = None
+
+
+make_envelope = frozen_factory(Envelope)
+"""`make_envelope(run_id, sequence, event, recorded_at, position)`: a positional constructor
+for `Envelope` about twice as fast as `Envelope(...)`; stores use it when decoding rows."""
