@@ -1,0 +1,45 @@
+"""Every Python example in the README and docs/ runs, and the error reference is complete."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from runfold.kernel import errors
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def _examples() -> list[tuple[str, str]]:
+    found = []
+    for document in DOCUMENTS:
+        for number, match in enumerate(_BLOCK.finditer(document.read_text()), start=1):
+            found.append((f"{document.relative_to(ROOT)}#{number}", match.group(1)))
+    return found
+
+
+EXAMPLES = _examples()
+
+
+def test_docs_have_examples() -> None:
+    assert len(EXAMPLES) >= 4
+
+
+@pytest.mark.parametrize(("where", "source"), EXAMPLES, ids=[w for w, _ in EXAMPLES])
+def test_example_runs(where: str, source: str) -> None:
+    exec(compile(source, where, "exec"), {"__name__": "__docs__"})
+
+
+def test_error_reference_lists_every_error_class() -> None:
+    reference = (ROOT / "docs" / "errors.md").read_text()
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        row = re.search(rf"^\| `{name}` \| `(\w+)` \| `(\w+)` \| (\d+) \|", reference, re.M)
+        assert row is not None, f"{name} is missing from docs/errors.md"
+        assert row.group(1) == cls.__mro__[1].__name__, name
+        assert row.group(2) == cls.code, name
+        assert int(row.group(3)) == cls.status, name
