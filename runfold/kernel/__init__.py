@@ -61,6 +61,7 @@ from runfold.kernel.errors import (
     StepNotFound,
     StoreClosed,
     StoreError,
+    StoreOpenError,
     StoreUnavailable,
     TerminalState,
     TokenConflict,
@@ -100,6 +101,7 @@ from runfold.kernel.events import (
     WaitCreated,
     WorkflowWriter,
     Writer,
+    make_envelope,
 )
 from runfold.kernel.index import (
     HookClaim,
@@ -220,6 +222,7 @@ __all__ = [
     "StepWriter",
     "StoreClosed",
     "StoreError",
+    "StoreOpenError",
     "StoreUnavailable",
     "TerminalState",
     "TimeOutRun",
@@ -243,6 +246,7 @@ __all__ = [
     "default_codec",
     "encode_event",
     "errors",
+    "make_envelope",
     "project_run",
     "run_index",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "StepNotFound",
     "StoreClosed",
     "StoreError",
+    "StoreOpenError",
     "StoreUnavailable",
     "TerminalState",
     "TokenConflict",
@@ -254,6 +255,14 @@ class StoreUnavailable(StoreError):
 
     code = "store_unavailable"
     status = 503
+
+
+class StoreOpenError(StoreError):
+    """A store cannot be opened: not a runfold database, written by a newer runfold, or not
+    writable. Not transient: retrying will not help."""
+
+    code = "store_open_error"
+    status = 500
 
 
 class StoreClosed(StoreError):

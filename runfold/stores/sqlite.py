@@ -1,0 +1,670 @@
+"""`SQLiteStore`: the embedded default, on aiosqlite.
+
+One file (or `:memory:`), WAL, `busy_timeout`, `foreign_keys=ON`, `synchronous=FULL` by default.
+
+- **Schema**: created and migrated by the store (a `runfold_schema` table, forward-only numbered
+  migrations). A file written by a newer runfold is refused at open.
+- **Append**: one `BEGIN IMMEDIATE … COMMIT` that checks the head, inserts the batch, assigns
+  global-feed positions and replaces the run's index rows; the `(run_id, sequence)` primary key is
+  the backstop. aiosqlite makes a thread hop per call, so the whole transaction runs as one
+  function on its connection thread (one hop per transaction). Appends that arrive while a
+  transaction is running are combined into the next one (group commit), each inside its own
+  SAVEPOINT so it keeps its own all-or-nothing outcome and its own conflict.
+- **Feed**: SQLite has one writer at a time, so positions taken inside the write transaction
+  commit in order: a tailing reader can never see a lower position appear later.
+- **Times** are stored as integer microseconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar
+
+import aiosqlite
+
+from runfold.kernel import (
+    CorruptEvent,
+    Envelope,
+    Event,
+    EventDecodeError,
+    HookHolder,
+    Page,
+    RunIndex,
+    RunStatus,
+    RunSummary,
+    SequenceConflict,
+    StoreClosed,
+    StoreOpenError,
+    StoreUnavailable,
+    TokenConflict,
+    Wakeup,
+    correlation_id,
+    default_codec,
+    encode_event,
+    make_envelope,
+)
+from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+Synchronous = Literal["FULL", "NORMAL"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TERMINAL = ("completed", "failed", "cancelled", "timed_out")
+
+# Forward-only: migration N takes a database at version N-1 to version N. Never edit one that
+# shipped; add the next.
+_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE events (
+        run_id TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        correlation_id TEXT,
+        payload BLOB NOT NULL,
+        recorded_at INTEGER NOT NULL,
+        position INTEGER NOT NULL,
+        PRIMARY KEY (run_id, sequence)
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX events_position ON events (position);
+    CREATE INDEX events_correlation ON events (run_id, correlation_id, sequence)
+        WHERE correlation_id IS NOT NULL;
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        workflow_name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        parent_run_id TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        completed_at INTEGER,
+        last_sequence INTEGER NOT NULL,
+        attributes TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX runs_newest ON runs (created_at, run_id);
+    CREATE INDEX runs_workflow ON runs (workflow_name, created_at, run_id);
+    CREATE INDEX runs_status ON runs (status, created_at, run_id);
+    CREATE INDEX runs_parent ON runs (parent_run_id, created_at, run_id)
+        WHERE parent_run_id IS NOT NULL;
+    CREATE INDEX runs_ended ON runs (completed_at) WHERE completed_at IS NOT NULL;
+    CREATE TABLE hooks (
+        token TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        hook_id TEXT NOT NULL,
+        retained_until INTEGER
+    ) WITHOUT ROWID;
+    CREATE INDEX hooks_run ON hooks (run_id, hook_id);
+    CREATE TABLE wakeups (
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        subject_id TEXT NOT NULL,
+        due_at INTEGER NOT NULL,
+        PRIMARY KEY (run_id, kind, subject_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX wakeups_due ON wakeups (due_at, run_id, kind, subject_id);
+    """,
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+def _from_key(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def _optional_time(micros: int | None) -> datetime | None:
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+
+
+class _Append:
+    """One queued append and the future its caller awaits."""
+
+    __slots__ = ("events", "expected", "future", "index", "recorded_at", "rows", "run_id")
+
+    def __init__(
+        self,
+        run_id: str,
+        expected: int,
+        events: Sequence[Event],
+        index: RunIndex,
+        recorded_at: datetime,
+        future: asyncio.Future[list[Envelope]],
+    ) -> None:
+        self.run_id = run_id
+        self.expected = expected
+        self.events = events
+        self.index = index
+        self.recorded_at = recorded_at
+        self.future = future
+        # Encode here, on the event loop, so a bad event fails before any SQL runs.
+        self.rows = [(*encode_event(event), correlation_id(event)) for event in events]
+
+
+class SQLiteStore:
+    """An `EventStore` in one SQLite file. Open with `await SQLiteStore.open(path)`."""
+
+    def __init__(self, db: aiosqlite.Connection, path: str) -> None:
+        """Use `SQLiteStore.open`; this wraps a connection it has already prepared."""
+        self._db = db
+        self._path = path
+        self._closed = False
+        self._queue: list[_Append] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout: float = 5.0,
+    ) -> SQLiteStore:
+        """Open (creating or migrating) the store at `path`, or `":memory:"`.
+
+        `synchronous="FULL"` (the default) makes every acknowledged append survive power loss;
+        `"NORMAL"` is faster in WAL mode and survives a crash of the process, but the last
+        transactions before a power loss may be lost. `busy_timeout` is how long an append waits
+        for another process's write lock before `StoreUnavailable`.
+
+        Raises `StoreOpenError` for a file that is not a runfold database, was written by a newer
+        runfold, or cannot be written.
+        """
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
+        location = str(path)
+        try:
+            db = await aiosqlite.connect(location, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreOpenError(f"cannot open SQLite store {location!r}: {exc}") from None
+        try:
+            await _on_thread(db, _prepare, int(busy_timeout * 1000), synchronous)
+        except StoreOpenError:
+            await db.close()
+            raise
+        except sqlite3.Error as exc:
+            await db.close()
+            raise StoreOpenError(f"cannot use SQLite store {location!r}: {exc}") from None
+        return cls(db, location)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            await asyncio.shield(self._writer)
+        await self._db.close()
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(connection, *args)` on the connection thread, translating driver errors."""
+        if self._closed:
+            raise StoreClosed(f"the SQLite store {self._path!r} is closed")
+        try:
+            return await _on_thread(self._db, fn, *args)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"SQLite store {self._path!r}: {exc}") from None
+        except ValueError as exc:  # aiosqlite: "Connection closed"
+            raise StoreClosed(f"the SQLite store {self._path!r} is closed: {exc}") from None
+
+    # --- append (group commit) ----------------------------------------------------------------
+
+    async def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        *,
+        index: RunIndex,
+        recorded_at: datetime,
+    ) -> list[Envelope]:
+        if not events:
+            raise ValueError("append_if_sequence needs at least one event")
+        if index.summary.run_id != run_id:
+            raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        if self._closed:
+            raise StoreClosed(f"the SQLite store {self._path!r} is closed")
+        future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Append(run_id, expected_sequence, events, index, recorded_at, future))
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_queued())
+        return await asyncio.shield(future)
+
+    async def _write_queued(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    outcomes = await self._run(_append_batch, batch)
+                except BaseException as exc:  # the whole transaction failed: all of it
+                    for request in batch:
+                        if not request.future.done():
+                            request.future.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for request, outcome in zip(batch, outcomes, strict=True):
+                    if isinstance(outcome, BaseException):
+                        request.future.set_exception(outcome)
+                    else:
+                        request.future.set_result(outcome)
+        finally:
+            self._writer = None
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def _envelopes(self, rows: list[Any]) -> list[Envelope]:
+        decode = default_codec.decode
+        result = []
+        last_key: int | None = None
+        recorded_at = _EPOCH
+        for row_run_id, sequence, event_type, version, payload, recorded, position in rows:
+            if recorded != last_key:  # rows of one batch share their time: build it once
+                last_key, recorded_at = recorded, _from_key(recorded)
+            try:
+                event = decode(event_type, version, payload)
+            except EventDecodeError as exc:
+                raise CorruptEvent(row_run_id, sequence, exc.reason) from None
+            result.append(make_envelope(row_run_id, sequence, event, recorded_at, position))
+        return result
+
+    async def read(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    ) -> list[Envelope]:
+        rows = await self._run(_read_rows, run_id, None, after, limit, descending)
+        return self._envelopes(rows)
+
+    async def read_by_correlation(
+        self,
+        run_id: str,
+        correlation_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[Envelope]:
+        rows = await self._run(_read_rows, run_id, correlation_id, after, limit, descending)
+        return self._envelopes(rows)
+
+    async def head(self, run_id: str) -> int:
+        return await self._run(_head, run_id)
+
+    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+        rows = await self._run(
+            _fetch,
+            "SELECT run_id, sequence, type, schema_version, payload, recorded_at, position "
+            "FROM events WHERE position > ? ORDER BY position LIMIT ?",
+            (after_position, max(limit, 0)),
+        )
+        return self._envelopes(rows)
+
+    # --- index queries ------------------------------------------------------------------------
+
+    async def list_runs(
+        self,
+        *,
+        workflow_name: str | None = None,
+        status: RunStatus | None = None,
+        parent_run_id: str | None = None,
+        created_before: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = 20,
+    ) -> Page[RunSummary]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("workflow_name", workflow_name),
+            ("status", status),
+            ("parent_run_id", parent_run_id),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if created_before is not None:
+            clauses.append("created_at < ?")
+            params.append(time_key(created_before))
+        if cursor is not None:
+            micros, last_run_id = decode_cursor(cursor, 2)
+            clauses.append("(created_at < ? OR (created_at = ? AND run_id < ?))")
+            params += [int(micros), int(micros), last_run_id]
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = await self._run(
+            _fetch,
+            f"SELECT {_SUMMARY_COLUMNS} FROM runs {where} "
+            "ORDER BY created_at DESC, run_id DESC LIMIT ?",
+            (*params, max(limit, 0) + 1),
+        )
+        items = tuple(_summary(row) for row in rows[: max(limit, 0)])
+        has_more = len(rows) > len(items)
+        next_cursor = (
+            encode_cursor(time_key(items[-1].created_at), items[-1].run_id)
+            if has_more and items
+            else None
+        )
+        return Page(items=items, cursor=next_cursor, has_more=has_more)
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+        wanted = list(dict.fromkeys(run_ids))
+        if not wanted:
+            return []
+        rows = await self._run(
+            _fetch,
+            f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(wanted),),
+        )
+        found = {row[0]: _summary(row) for row in rows}
+        return [found.get(run_id) for run_id in run_ids]
+
+    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+        rows = await self._run(
+            _fetch,
+            "SELECT run_id, hook_id, retained_until FROM hooks "
+            "WHERE token = ? AND (retained_until IS NULL OR retained_until > ?)",
+            (token, time_key(now)),
+        )
+        if not rows:
+            return None
+        run_id, hook_id, retained = rows[0]
+        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=_optional_time(retained))
+
+    async def list_hooks(
+        self,
+        *,
+        run_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        now: datetime,
+    ) -> Page[HookHolder]:
+        clauses = ["(retained_until IS NULL OR retained_until > ?)"]
+        params: list[Any] = [time_key(now)]
+        if run_id is not None:
+            clauses.append("run_id = ?")
+            params.append(run_id)
+        if cursor is not None:
+            last_run, last_hook = decode_cursor(cursor, 2)
+            clauses.append("(run_id > ? OR (run_id = ? AND hook_id > ?))")
+            params += [last_run, last_run, last_hook]
+        rows = await self._run(
+            _fetch,
+            f"SELECT run_id, hook_id, retained_until FROM hooks WHERE {' AND '.join(clauses)} "
+            "ORDER BY run_id, hook_id LIMIT ?",
+            (*params, max(limit, 0) + 1),
+        )
+        items = tuple(
+            HookHolder(run_id=r, hook_id=h, retained_until=_optional_time(t))
+            for r, h, t in rows[: max(limit, 0)]
+        )
+        has_more = len(rows) > len(items)
+        next_cursor = (
+            encode_cursor(items[-1].run_id, items[-1].hook_id) if has_more and items else None
+        )
+        return Page(items=items, cursor=next_cursor, has_more=has_more)
+
+    async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
+        rows = await self._run(
+            _fetch,
+            "SELECT run_id, kind, subject_id, due_at FROM wakeups WHERE due_at <= ? "
+            "ORDER BY due_at, run_id, kind, subject_id LIMIT ?",
+            (time_key(now), max(limit, 0)),
+        )
+        return [_wakeup(row) for row in rows]
+
+    async def next_wakeup(self) -> Wakeup | None:
+        rows = await self._run(
+            _fetch,
+            "SELECT run_id, kind, subject_id, due_at FROM wakeups "
+            "ORDER BY due_at, run_id, kind, subject_id LIMIT 1",
+            (),
+        )
+        return _wakeup(rows[0]) if rows else None
+
+    # --- retention ----------------------------------------------------------------------------
+
+    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+        if self._closed:
+            raise StoreClosed(f"the SQLite store {self._path!r} is closed")
+        return await self._run(_delete_runs, time_key(terminal_before), max(limit, 0))
+
+
+# --- functions that run on the connection thread -------------------------------------------------
+
+
+async def _on_thread(db: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
+    """Run `fn(sqlite3_connection, *args)` on aiosqlite's connection thread, in one hop.
+
+    aiosqlite executes each of its own calls as a function queued to that thread (`_execute`);
+    handing it our function is how a whole transaction costs one hop instead of one per
+    statement. `_execute` and `_conn` are aiosqlite internals, stable since 0.17; the test suite
+    runs against the installed version.
+    """
+    result: T = await db._execute(fn, db._conn, *args)  # type: ignore[no-untyped-call]
+    return result
+
+
+_SUMMARY_COLUMNS = (
+    "run_id, workflow_name, status, parent_run_id, created_at, updated_at, completed_at, "
+    "last_sequence, attributes"
+)
+
+
+def _summary(row: Any) -> RunSummary:
+    run_id, workflow_name, status, parent, created, updated, completed, last, attributes = row
+    return RunSummary(
+        run_id=run_id,
+        workflow_name=workflow_name,
+        status=status,
+        parent_run_id=parent,
+        created_at=_from_key(created),
+        updated_at=_from_key(updated),
+        completed_at=_optional_time(completed),
+        last_sequence=last,
+        attributes=json.loads(attributes),
+    )
+
+
+def _wakeup(row: Any) -> Wakeup:
+    run_id, kind, subject_id, due_at = row
+    return Wakeup(run_id=run_id, kind=kind, subject_id=subject_id, due_at=_from_key(due_at))
+
+
+def _prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {busy_ms:d}")
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError as exc:
+        raise StoreOpenError(f"not a SQLite database: {exc}") from None
+    if tables and "runfold_schema" not in tables:
+        raise StoreOpenError(
+            f"not a runfold database (it has tables {sorted(tables)[:5]} but no runfold_schema)"
+        )
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS runfold_schema (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT max(version) FROM runfold_schema").fetchone()
+        version = row[0] or 0
+        if version > SCHEMA_VERSION:
+            raise StoreOpenError(
+                f"the database has schema version {version}, written by a newer runfold; "
+                f"this one knows up to {SCHEMA_VERSION}"
+            )
+        for number in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[number - 1].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO runfold_schema (version) VALUES (?)", (number,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _fetch(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+    return conn.execute(sql, params).fetchall()
+
+
+def _head(conn: sqlite3.Connection, run_id: str) -> int:
+    row = conn.execute("SELECT max(sequence) FROM events WHERE run_id = ?", (run_id,)).fetchone()
+    return int(row[0] or 0)
+
+
+def _read_rows(
+    conn: sqlite3.Connection,
+    run_id: str,
+    correlation: str | None,
+    after: int,
+    limit: int | None,
+    descending: bool,
+) -> list[Any]:
+    clauses = ["run_id = ?"]
+    params: list[Any] = [run_id]
+    if correlation is not None:
+        clauses.append("correlation_id = ?")
+        params.append(correlation)
+    if descending:
+        if after > 0:
+            clauses.append("sequence < ?")
+            params.append(after)
+    else:
+        clauses.append("sequence > ?")
+        params.append(after)
+    params.append(-1 if limit is None else max(limit, 0))
+    return conn.execute(
+        "SELECT run_id, sequence, type, schema_version, payload, recorded_at, position "
+        f"FROM events WHERE {' AND '.join(clauses)} "
+        f"ORDER BY sequence {'DESC' if descending else 'ASC'} LIMIT ?",
+        params,
+    ).fetchall()
+
+
+def _append_one(conn: sqlite3.Connection, request: _Append, next_position: int) -> list[Envelope]:
+    run_id = request.run_id
+    head = _head(conn, run_id)
+    if head != request.expected:
+        raise SequenceConflict(run_id, request.expected, head)
+    now = time_key(request.recorded_at)
+    index = request.index
+    for claim in index.hooks:
+        held = conn.execute(
+            "SELECT run_id, hook_id, retained_until FROM hooks WHERE token = ?", (claim.token,)
+        ).fetchone()
+        if held is not None and held[0] != run_id and (held[2] is None or held[2] > now):
+            raise TokenConflict(claim.token, held[0], held[1])
+    conn.executemany(
+        "INSERT INTO events (run_id, sequence, type, schema_version, correlation_id, payload, "
+        "recorded_at, position) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (run_id, head + n, event_type, version, correlation, payload, now, next_position + n)
+            for n, (event_type, version, payload, correlation) in enumerate(request.rows, start=1)
+        ],
+    )
+    summary = index.summary
+    conn.execute(
+        "INSERT OR REPLACE INTO runs (run_id, workflow_name, status, parent_run_id, created_at, "
+        "updated_at, completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            run_id,
+            summary.workflow_name,
+            summary.status,
+            summary.parent_run_id,
+            time_key(summary.created_at),
+            time_key(summary.updated_at),
+            None if summary.completed_at is None else time_key(summary.completed_at),
+            summary.last_sequence,
+            json.dumps(dict(summary.attributes), sort_keys=True),
+        ),
+    )
+    conn.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
+    conn.executemany(
+        "INSERT OR REPLACE INTO hooks (token, run_id, hook_id, retained_until) VALUES (?, ?, ?, ?)",
+        [
+            (
+                c.token,
+                run_id,
+                c.hook_id,
+                None if c.retained_until is None else time_key(c.retained_until),
+            )
+            for c in index.hooks
+        ],
+    )
+    conn.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
+    conn.executemany(
+        "INSERT INTO wakeups (run_id, kind, subject_id, due_at) VALUES (?, ?, ?, ?)",
+        [(run_id, w.kind, w.subject_id, time_key(w.due_at)) for w in index.wakeups],
+    )
+    return [
+        make_envelope(run_id, head + n, event, request.recorded_at, next_position + n)
+        for n, event in enumerate(request.events, start=1)
+    ]
+
+
+def _append_batch(
+    conn: sqlite3.Connection, batch: list[_Append]
+) -> list[list[Envelope] | BaseException]:
+    """Every queued append in one transaction, each in its own savepoint."""
+    outcomes: list[list[Envelope] | BaseException] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT max(position) FROM events").fetchone()
+        position = int(row[0] or 0)
+        for request in batch:
+            conn.execute("SAVEPOINT one_append")
+            try:
+                envelopes = _append_one(conn, request, position)
+            except (SequenceConflict, TokenConflict, sqlite3.IntegrityError) as exc:
+                conn.execute("ROLLBACK TO one_append")
+                conn.execute("RELEASE one_append")
+                if isinstance(exc, sqlite3.IntegrityError):  # the primary key backstop
+                    exc = SequenceConflict(
+                        request.run_id, request.expected, _head(conn, request.run_id)
+                    )
+                outcomes.append(exc)
+                continue
+            conn.execute("RELEASE one_append")
+            position += len(envelopes)
+            outcomes.append(envelopes)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return outcomes
+
+
+def _delete_runs(conn: sqlite3.Connection, terminal_before: int, limit: int) -> int:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        doomed = [
+            row[0]
+            for row in conn.execute(
+                "SELECT run_id FROM runs WHERE completed_at IS NOT NULL AND completed_at < ? "
+                f"AND status IN {_TERMINAL!r} AND NOT EXISTS (SELECT 1 FROM hooks "
+                "WHERE hooks.run_id = runs.run_id AND (retained_until IS NULL "
+                "OR retained_until > ?)) ORDER BY completed_at, run_id LIMIT ?",
+                (terminal_before, terminal_before, limit),
+            )
+        ]
+        for table in ("events", "hooks", "wakeups", "runs"):
+            conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in doomed])
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return len(doomed)
