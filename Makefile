@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: install lint test test-deep bench clean
+.PHONY: install demo lint test test-deep bench clean
 
 install: $(STAMP)
 
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
+
+# The main job: a workflow run on the embedded SQLite file runfold.db (run it twice: two runs).
+demo: install
+	$(PY) docs/examples/quickstart.py runfold.db
 
 lint: install
 	$(VENV)/bin/ruff check .

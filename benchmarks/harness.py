@@ -42,9 +42,7 @@ class Result:
     note: str = ""
 
 
-def measure(
-    work: Callable[[], Any], *, units: float, repeats: int, warmup: int = 1
-) -> Measurement:
+def measure(work: Callable[[], Any], *, units: float, repeats: int, warmup: int = 1) -> Measurement:
     """Run `work` `warmup + repeats` times; rates are `units / seconds` of each timed run."""
     for _ in range(warmup):
         work()

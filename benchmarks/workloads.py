@@ -37,18 +37,22 @@ def step_events(first_step: int, count: int) -> list[Event]:
 
 
 def step_heavy_history(events: int, run_id: str = "run-bench") -> list[Envelope]:
-    """A run of `events` events: created, started, then steps created/started/completed."""
+    """A run of `events` events: created, started, then steps created/started/completed.
+
+    Times follow how a handler writes: each command's events share one `recorded_at`, and a
+    lazily started step is one command (`step_created` + `step_started`), its completion another.
+    """
     body: list[Event] = [
         RunCreated(workflow_name="order-fulfilment", input=b"x" * PAYLOAD_BYTES),
         RunStarted(),
     ]
     body += step_events(0, events - len(body))
-    return [
-        Envelope(
-            run_id=run_id,
-            sequence=index,
-            event=event,
-            recorded_at=T0 + timedelta(milliseconds=index),
+    history = []
+    recorded_at = T0
+    for index, event in enumerate(body, start=1):
+        if not isinstance(event, StepStarted):  # a new command, a new time
+            recorded_at = T0 + timedelta(milliseconds=index)
+        history.append(
+            Envelope(run_id=run_id, sequence=index, event=event, recorded_at=recorded_at)
         )
-        for index, event in enumerate(body, start=1)
-    ]
+    return history

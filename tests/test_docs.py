@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,21 @@ def test_error_reference_lists_every_error_class() -> None:
         assert row.group(1) == cls.__mro__[1].__name__, name
         assert row.group(2) == cls.code, name
         assert int(row.group(3)) == cls.status, name
+
+
+SCRIPTS = sorted((ROOT / "docs" / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
+def test_example_script_runs_twice_on_one_file(script: Path, tmp_path: Path) -> None:
+    database = tmp_path / "example.db"
+    for _ in range(2):
+        finished = subprocess.run(
+            [sys.executable, str(script), str(database)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert finished.returncode == 0, finished.stderr
+    assert "2 run(s)" in finished.stdout

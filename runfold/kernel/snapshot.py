@@ -10,6 +10,7 @@ proportion to the new events, not to the run.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from sys import intern
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias
@@ -202,7 +203,7 @@ class _Step(_Record):
 
     def __init__(self, ev: StepCreated, at: datetime) -> None:
         self.step_id = ev.step_id
-        self.step_name = ev.step_name
+        self.step_name = intern(ev.step_name)  # a run repeats a few names thousands of times
         self.status = "pending"
         self.input = ev.input
         self.retry = ev.retry
