@@ -99,7 +99,8 @@ class CommandHandler:
         """
         token_holder: HookHolder | None = None
         conflict: SequenceConflict | None = None
-        for _ in range(self._max_attempts):
+        attempts = token_conflicts = 0
+        while attempts < self._max_attempts:
             before = await self._load(run_id)
             now = self.clock()
             decision = decide(
@@ -129,12 +130,18 @@ class CommandHandler:
                     run_id, head, decision.events, index=run_index(after), recorded_at=now
                 )
             except SequenceConflict as exc:
+                attempts += 1
                 conflict = exc
                 token_holder = None
                 if exc.actual < head:  # the run shrank (retention): forget what we knew
                     self._cache.pop(run_id, None)
                 continue
             except TokenConflict as exc:
+                # Deciding again knowing the holder is not a lost race, so it costs no attempt;
+                # a store that keeps refusing is still bounded.
+                token_conflicts += 1
+                if token_conflicts > self._max_attempts:
+                    raise
                 token_holder = HookHolder(
                     run_id=exc.holder_run_id, hook_id=exc.holder_hook_id, retained_until=None
                 )
@@ -177,17 +184,27 @@ class CommandHandler:
 
     async def _load(self, run_id: str) -> Snapshot | None:
         cached = self._cache.get(run_id)
-        if cached is None:
-            history = await self.store.read(run_id)
-            if not history:
-                return None
-            snapshot = project_run(history, limits=self.limits)
-        else:
-            newer = await self.store.read(run_id, after=cached.last_sequence)
-            if not newer:
-                self._cache.move_to_end(run_id)
-                return cached
-            snapshot = apply(cached, newer, limits=self.limits)
+        if cached is not None:
+            # Re-read the last event the cached snapshot knows as well: if it is gone or is
+            # another event, retention deleted the run (perhaps it was created again since), and
+            # the snapshot must not be used or caught up.
+            tail = await self.store.read(run_id, after=cached.last_sequence - 1)
+            if (
+                tail
+                and tail[0].sequence == cached.last_sequence
+                and tail[0].recorded_at == cached.updated_at
+            ):
+                if len(tail) == 1:
+                    self._cache.move_to_end(run_id)
+                    return cached
+                snapshot = apply(cached, tail[1:], limits=self.limits)
+                self._remember(snapshot)
+                return snapshot
+            self._cache.pop(run_id, None)
+        history = await self.store.read(run_id)
+        if not history:
+            return None
+        snapshot = project_run(history, limits=self.limits)
         self._remember(snapshot)
         return snapshot
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from runfold import CommandHandler, EventStore, MemoryStore
+from runfold.stores import SQLiteStore
 
 # "ci" (the default) is quick and derandomized so CI is repeatable; "deep" is for `make test-deep`.
 settings.register_profile(
@@ -45,7 +47,9 @@ class Clock:
         return self.now
 
 
-BACKENDS = ["memory"]
+BACKENDS = os.environ.get(
+    "RUNFOLD_TEST_BACKENDS", "memory,sqlite-file,sqlite-memory"
+).split(",")
 """Store backends the suite runs against; each new store adds its name here and a branch in
 `_open`."""
 
@@ -53,6 +57,10 @@ BACKENDS = ["memory"]
 async def _open(backend: str, tmp_path: object) -> EventStore:
     if backend == "memory":
         return MemoryStore()
+    if backend == "sqlite-file":
+        return await SQLiteStore.open(Path(str(tmp_path)) / "runfold.db")
+    if backend == "sqlite-memory":
+        return await SQLiteStore.open(":memory:")
     raise AssertionError(f"unknown backend {backend}")
 
 

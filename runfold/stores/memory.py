@@ -111,6 +111,8 @@ class MemoryStore:
             if expected_sequence != len(rows):
                 raise SequenceConflict(run_id, expected_sequence, len(rows))
             for claim in index.hooks:
+                if not _claim_is_live(claim, recorded_at):
+                    continue  # an expired claim (a late append to an ended run) holds nothing
                 held = self._tokens.get(claim.token)
                 if held is not None and held[0] != run_id and _claim_is_live(held[1], recorded_at):
                     raise TokenConflict(claim.token, held[0], held[1].hook_id)
@@ -133,7 +135,7 @@ class MemoryStore:
             self._next_position += len(new_rows)
             self._rows[run_id] = rows + new_rows
             self._feed.extend(new_rows)
-            self._replace_index(run_id, index)
+            self._replace_index(run_id, index, recorded_at)
         return [
             Envelope(
                 run_id=run_id,
@@ -145,7 +147,9 @@ class MemoryStore:
             for row, event in zip(new_rows, events, strict=True)
         ]
 
-    def _replace_index(self, run_id: str, index: RunIndex | None) -> None:
+    def _replace_index(
+        self, run_id: str, index: RunIndex | None, now: datetime | None = None
+    ) -> None:
         previous = self._indexes.pop(run_id, None)
         if previous is not None:
             for claim in previous.hooks:
@@ -155,7 +159,8 @@ class MemoryStore:
         if index is not None:
             self._indexes[run_id] = index
             for claim in index.hooks:
-                self._tokens[claim.token] = (run_id, claim)
+                if now is None or _claim_is_live(claim, now):  # expired: must not displace
+                    self._tokens[claim.token] = (run_id, claim)
 
     # --- reads --------------------------------------------------------------------------------
 

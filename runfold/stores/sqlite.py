@@ -561,7 +561,11 @@ def _append_one(conn: sqlite3.Connection, request: _Append, next_position: int) 
         raise SequenceConflict(run_id, request.expected, head)
     now = time_key(request.recorded_at)
     index = request.index
-    for claim in index.hooks:
+    # A claim already expired (a late append to an ended run) holds nothing and displaces no one.
+    claims = [
+        c for c in index.hooks if c.retained_until is None or c.retained_until > request.recorded_at
+    ]
+    for claim in claims:
         held = conn.execute(
             "SELECT run_id, hook_id, retained_until FROM hooks WHERE token = ?", (claim.token,)
         ).fetchone()
@@ -601,7 +605,7 @@ def _append_one(conn: sqlite3.Connection, request: _Append, next_position: int) 
                 c.hook_id,
                 None if c.retained_until is None else time_key(c.retained_until),
             )
-            for c in index.hooks
+            for c in claims
         ],
     )
     conn.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
