@@ -35,6 +35,7 @@ from runfold.kernel import (
     correlation_id,
     decode_event,
     encode_event,
+    make_envelope,
 )
 from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
 
@@ -53,6 +54,10 @@ class _Row:
     payload: bytes
     recorded_at: datetime
     position: int
+
+
+def _position(row: _Row) -> int:
+    return row.position
 
 
 def _claim_is_live(claim: HookClaim, now: datetime) -> bool:
@@ -133,7 +138,7 @@ class MemoryStore:
                     )
                 )
             self._next_position += len(new_rows)
-            self._rows[run_id] = rows + new_rows
+            self._rows.setdefault(run_id, rows).extend(new_rows)
             self._feed.extend(new_rows)
             self._replace_index(run_id, index, recorded_at)
         return [
@@ -170,13 +175,7 @@ class MemoryStore:
             event = decode_event(row.type, row.schema_version, row.payload)
         except EventDecodeError as exc:
             raise CorruptEvent(row.run_id, row.sequence, exc.reason) from None
-        return Envelope(
-            run_id=row.run_id,
-            sequence=row.sequence,
-            event=event,
-            recorded_at=row.recorded_at,
-            position=row.position,
-        )
+        return make_envelope(row.run_id, row.sequence, event, row.recorded_at, row.position)
 
     @staticmethod
     def _select(
@@ -193,8 +192,15 @@ class MemoryStore:
     ) -> list[Envelope]:
         async with self._lock:
             self._check_open()
-            rows = self._select(self._rows.get(run_id, ()), after, limit, descending)
-        return [self._envelope(row) for row in rows]
+            rows = self._rows.get(run_id, [])
+            # Sequences are dense from 1, so a run's rows are sliced, never scanned.
+            if descending:
+                chosen = rows[: len(rows) if after <= 0 else max(after - 1, 0)][::-1]
+            else:
+                chosen = rows[max(after, 0) :]
+            if limit is not None:
+                chosen = chosen[: max(limit, 0)]
+        return [self._envelope(row) for row in chosen]
 
     async def head(self, run_id: str) -> int:
         async with self._lock:
@@ -219,8 +225,7 @@ class MemoryStore:
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         async with self._lock:
             self._check_open()
-            positions = [row.position for row in self._feed]
-            start = bisect.bisect_right(positions, after_position)
+            start = bisect.bisect_right(self._feed, after_position, key=_position)
             rows = self._feed[start : start + max(limit, 0)]
         return [self._envelope(row) for row in rows]
 
