@@ -10,12 +10,20 @@ from pathlib import Path
 
 from benchmarks.harness import Result, machine_lines
 from benchmarks.kernel import bench_apply, bench_fold, bench_memory, bench_replay
+from benchmarks.sqlite import (
+    bench_sqlite_append,
+    bench_sqlite_concurrency,
+    bench_sqlite_replay,
+)
 
 BENCHMARKS: dict[str, Callable[[bool], list[Result]]] = {
     "fold": bench_fold,
     "apply": bench_apply,
     "replay": bench_replay,
     "memory": bench_memory,
+    "sqlite-append": bench_sqlite_append,
+    "sqlite-concurrency": bench_sqlite_concurrency,
+    "sqlite-replay": bench_sqlite_replay,
 }
 
 

@@ -24,7 +24,13 @@ from runfold import (
 )
 from runfold.kernel import make_envelope
 
-__all__ = ["bench_apply", "bench_fold", "bench_memory", "bench_replay"]
+__all__ = [
+    "bench_apply",
+    "bench_fold",
+    "bench_memory",
+    "bench_replay",
+    "eventsourcing_replay",
+]
 
 
 def bench_fold(quick: bool) -> list[Result]:
@@ -120,7 +126,7 @@ def _decode_and_fold(rows: list[tuple[int, str, int, bytes, int]]) -> Any:
     return project_run(history)
 
 
-def _eventsourcing_replay(size: int, module: str) -> Callable[[], Any]:
+def eventsourcing_replay(size: int, module: str) -> Callable[[], Any]:
     """An `eventsourcing` application holding one aggregate of `size` events; returns its
     repository replay (`repository.get`, no snapshots), the library's own replay path."""
     from eventsourcing.application import Application
@@ -177,11 +183,11 @@ def bench_replay(quick: bool) -> list[Result]:
             peers = [
                 (
                     "eventsourcing: POPO recorder, repository.get",
-                    _eventsourcing_replay(size, "eventsourcing.popo"),
+                    eventsourcing_replay(size, "eventsourcing.popo"),
                 ),
                 (
                     "eventsourcing: SQLite recorder, repository.get",
-                    _eventsourcing_replay(size, "eventsourcing.sqlite"),
+                    eventsourcing_replay(size, "eventsourcing.sqlite"),
                 ),
             ]
         rates = {name: measure(work, units=size, repeats=repeats) for name, work in cases + peers}

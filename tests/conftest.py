@@ -47,9 +47,7 @@ class Clock:
         return self.now
 
 
-BACKENDS = os.environ.get(
-    "RUNFOLD_TEST_BACKENDS", "memory,sqlite-file,sqlite-memory"
-).split(",")
+BACKENDS = os.environ.get("RUNFOLD_TEST_BACKENDS", "memory,sqlite-file,sqlite-memory").split(",")
 """Store backends the suite runs against; each new store adds its name here and a branch in
 `_open`."""
 

@@ -173,14 +173,22 @@ class SQLiteStore:
         for another process's write lock before `StoreUnavailable`.
 
         Raises `StoreOpenError` for a file that is not a runfold database, was written by a newer
-        runfold, or cannot be written.
+        runfold, or cannot be written; `StoreUnavailable` if another connection holds the write
+        lock past `busy_timeout`.
         """
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
         location = str(path)
+        connecting = aiosqlite.connect(location, isolation_level=None)
         try:
-            db = await aiosqlite.connect(location, isolation_level=None)
+            db = await connecting
         except sqlite3.Error as exc:
+            # On a failed connect aiosqlite stops its worker thread with a future nobody awaits;
+            # let the thread end while this loop runs, or it posts to a closed loop and raises.
+            for _ in range(5000):
+                if not connecting._thread.is_alive():
+                    break
+                await asyncio.sleep(0.001)
             raise StoreOpenError(f"cannot open SQLite store {location!r}: {exc}") from None
         try:
             await _on_thread(db, _prepare, int(busy_timeout * 1000), synchronous)
@@ -189,6 +197,9 @@ class SQLiteStore:
             raise
         except sqlite3.Error as exc:
             await db.close()
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:
+                # Another connection held the write lock past busy_timeout: transient.
+                raise StoreUnavailable(f"SQLite store {location!r} is busy: {exc}") from None
             raise StoreOpenError(f"cannot use SQLite store {location!r}: {exc}") from None
         return cls(db, location)
 
@@ -274,12 +285,14 @@ class SQLiteStore:
         last_key: int | None = None
         recorded_at = _EPOCH
         for row_run_id, sequence, event_type, version, payload, recorded, position in rows:
-            if recorded != last_key:  # rows of one batch share their time: build it once
-                last_key, recorded_at = recorded, _from_key(recorded)
             try:
+                if recorded != last_key:  # rows of one batch share their time: build it once
+                    last_key, recorded_at = recorded, _from_key(recorded)
                 event = decode(event_type, version, payload)
             except EventDecodeError as exc:
                 raise CorruptEvent(row_run_id, sequence, exc.reason) from None
+            except (TypeError, ValueError, OverflowError) as exc:  # a column of the wrong type
+                raise CorruptEvent(row_run_id, sequence, f"malformed row: {exc}") from None
             result.append(make_envelope(row_run_id, sequence, event, recorded_at, position))
         return result
 
@@ -487,6 +500,8 @@ def _prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> None:
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_NOTADB:
+            raise  # e.g. unreadable, or its folder is read-only: `open` reports it with the path
         raise StoreOpenError(f"not a SQLite database: {exc}") from None
     if tables and "runfold_schema" not in tables:
         raise StoreOpenError(
@@ -510,6 +525,9 @@ def _prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> None:
                 if statement.strip():
                     conn.execute(statement)
             conn.execute("INSERT INTO runfold_schema (version) VALUES (?)", (number,))
+        # A read-only file opens and reads fine (even BEGIN IMMEDIATE succeeds): one real write
+        # makes it fail here, with StoreOpenError, rather than at the first append.
+        conn.execute("UPDATE runfold_schema SET version = version")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
