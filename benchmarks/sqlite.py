@@ -86,7 +86,7 @@ def _log_appends(
 
     def work() -> None:
         rounds[0] += 1
-        run_ids = [f"run-{rounds[0]}-{n}" for n in range(runs)]
+        run_ids = [f"run-{runs}x{count}-{rounds[0]}-{n}" for n in range(runs)]
         indexes = [prepare(run_id) for run_id in run_ids]
 
         async def writer(run_id: str, index: RunIndex) -> None:
@@ -95,9 +95,10 @@ def _log_appends(
                     run_id, sequence, [event], index=index, recorded_at=T0
                 )
 
-        loop.run_until_complete(
-            asyncio.gather(*(writer(r, i) for r, i in zip(run_ids, indexes, strict=True)))
-        )
+        async def all_writers() -> None:
+            await asyncio.gather(*(writer(r, i) for r, i in zip(run_ids, indexes, strict=True)))
+
+        loop.run_until_complete(all_writers())
 
     return work
 
