@@ -101,7 +101,11 @@ def compile_decoder(
             namespace[f"type_{name}"] = kind
             guard = f"if {none_ok[:-5]}:" if none_ok else "if True:"
             lines.append(f"    {guard}")
-            lines.append(f"        v = hook_{name}(v, type_{name})")
+            lines.append("        try:")
+            lines.append(f"            v = hook_{name}(v, type_{name})")
+            lines.append("        except Exception as e:")  # name the field in the reason
+            prefix = f"{name}: "
+            lines.append(f"            raise TypeError({prefix!r} + (str(e) or repr(e))) from None")
         if name in post:
             namespace[f"post_{name}"] = post[name]
             lines.append(f"    v = post_{name}(v)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runfold.kernel.commands import (
@@ -165,6 +165,10 @@ class _Check:
             return
         if not isinstance(value, datetime) or value.utcoffset() is None:
             raise self.bad(f"{what} must be a timezone-aware datetime")
+        try:
+            value.astimezone(UTC)  # the wire format stores the UTC instant: it must exist
+        except OverflowError:
+            raise self.bad(f"{what} is outside the datetime range once converted to UTC") from None
 
     def flag(self, value: object, what: str) -> None:
         if type(value) is not bool:
@@ -816,7 +820,8 @@ def _complete_wait(ctx: _Ctx, cmd: CompleteWait) -> _Events:
 def _create_hook(ctx: _Ctx, cmd: CreateHook) -> _Events:
     if (
         cmd.retain_token_until is not None
-        and cmd.retain_token_until > ctx.now + ctx.limits.max_token_retention
+        # A difference, not `now + retention`, which overflows near the end of the datetime range.
+        and cmd.retain_token_until - ctx.now > ctx.limits.max_token_retention
     ):
         days = ctx.limits.max_token_retention / timedelta(days=1)
         raise InvalidCommand(f"hook token retention cannot exceed {days:g} days", run_id=ctx.run_id)

@@ -10,8 +10,8 @@ proportion to the new events, not to the run.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from sys import intern
 from datetime import datetime
+from sys import intern
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias
 
@@ -538,9 +538,11 @@ class _Builder:
 def _start_builder(first: Envelope, limits: Limits) -> _Builder:
     ev = first.event
     if first.sequence != 1:
-        raise HistoryError(first.run_id, first.sequence, "history does not start at sequence 1")
+        # Like a gap later on, name the sequence that was expected here.
+        raise HistoryError(first.run_id, 1, f"history starts at sequence {first.sequence}, not 1")
     if type(ev) is not RunCreated:
-        raise HistoryError(first.run_id, 1, f"history starts with {ev.event_type}, not run_created")
+        found = getattr(ev, "event_type", type(ev).__name__)
+        raise HistoryError(first.run_id, 1, f"history starts with {found}, not run_created")
     if ev.spec_version > SPEC_VERSION:
         raise RunNotSupported(
             f"run {first.run_id!r} requires spec version {ev.spec_version}, "

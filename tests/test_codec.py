@@ -1,0 +1,365 @@
+"""The wire format: every event round-trips; bad bytes fail loudly; upcasters lift old payloads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar, cast
+
+import attrs
+import cbor2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runfold.conformance.strategies import events
+from runfold.kernel import (
+    EVENT_TYPES,
+    AttributesSet,
+    ChildLinked,
+    Event,
+    EventCodec,
+    EventDecodeError,
+    HookConflict,
+    HookCreated,
+    HookDisposed,
+    HookReceived,
+    LogRecorded,
+    ProgressRecorded,
+    StepCancelled,
+    StepCompleted,
+    StepCreated,
+    StepFailed,
+    StepRetrying,
+    StepStarted,
+    WaitCompleted,
+    WaitCreated,
+    correlation_id,
+    decode_event,
+    default_codec,
+    encode_event,
+)
+
+CATALOGUE = {
+    "run_created",
+    "run_started",
+    "run_completed",
+    "run_failed",
+    "cancel_requested",
+    "run_cancelled",
+    "run_timed_out",
+    "attributes_set",
+    "progress_recorded",
+    "child_linked",
+    "log_recorded",
+    "step_created",
+    "step_started",
+    "step_completed",
+    "step_failed",
+    "step_retrying",
+    "step_cancelled",
+    "wait_created",
+    "wait_completed",
+    "hook_created",
+    "hook_received",
+    "hook_disposed",
+    "hook_conflict",
+}
+"""The event catalogue of `EVENTS.md`."""
+
+per_type = settings(max_examples=max(settings().max_examples // 4, 10))
+"""Round trips run once per event type, so each type gets a share of the profile's examples."""
+
+
+def test_event_types_are_the_catalogue() -> None:
+    assert set(EVENT_TYPES) == CATALOGUE
+    for name, cls in EVENT_TYPES.items():
+        assert issubclass(cls, Event)
+        assert cls.event_type == name
+        assert cls.schema_version == 1
+
+
+@pytest.mark.parametrize("event_type", sorted(CATALOGUE))
+@per_type
+@given(data=st.data())
+def test_every_event_type_round_trips(event_type: str, data: st.DataObject) -> None:
+    event = data.draw(events(types=[event_type]))
+    assert type(event) is EVENT_TYPES[event_type]
+    name, version, payload = encode_event(event)
+    assert (name, version) == (event_type, 1)
+    assert type(payload) is bytes
+    decoded = decode_event(name, version, payload)
+    assert type(decoded) is type(event)
+    assert decoded == event
+    assert encode_event(decoded) == (name, version, payload), "re-encoding changed the bytes"
+    assert EventCodec().decode(name, version, payload) == event
+
+
+@given(events())
+def test_decoded_times_are_utc_and_exact(event: Event) -> None:
+    decoded = decode_event(*encode_event(event))
+    for field in attrs.fields(cast(Any, type(event))):
+        value = getattr(decoded, field.name)
+        if isinstance(value, datetime):
+            assert value.tzinfo is UTC
+            assert value == getattr(event, field.name)
+
+
+def test_events_strategy_covers_every_type() -> None:
+    seen: set[type[Event]] = set()
+    for name in sorted(CATALOGUE):
+
+        @settings(max_examples=3)
+        @given(events(types=[name]))
+        def collect(event: Event) -> None:
+            seen.add(type(event))
+
+        collect()
+    assert seen == set(EVENT_TYPES.values())
+    with pytest.raises(ValueError, match="no strategy"):
+        events(types=["no_such_event"])
+
+
+# --- decode errors ------------------------------------------------------------------------------
+
+
+def reason_of(event_type: str, schema_version: int, payload: bytes) -> str:
+    with pytest.raises(EventDecodeError) as raised:
+        decode_event(event_type, schema_version, payload)
+    error = raised.value
+    assert (error.event_type, error.schema_version) == (event_type, schema_version)
+    assert error.reason and error.reason in str(error)
+    return error.reason
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (b"", "not CBOR"),
+        (b"\xff\xff", "not CBOR"),
+        (b"\xa1", "not CBOR"),  # a map header with nothing after it
+        (cbor2.dumps([1, 2]), "not a map"),
+        (cbor2.dumps("step_started"), "not a map"),
+        (cbor2.dumps(None), "not a map"),
+    ],
+)
+def test_garbage_and_non_maps_are_refused(payload: bytes, expected: str) -> None:
+    assert expected in reason_of("step_started", 1, payload)
+
+
+def test_unknown_types_and_versions_are_refused() -> None:
+    payload = encode_event(StepStarted(step_id="s", attempt=1))[2]
+    assert "unknown event type" in reason_of("step_begun", 1, payload)
+    assert "unknown event type" in reason_of("", 1, payload)
+    assert "newer runfold" in reason_of("step_started", 2, payload)
+    assert "start at 1" in reason_of("step_started", 0, payload)
+
+
+WRONG_FIELDS: list[tuple[str, dict[str, Any], str]] = [
+    ("step_started", {"step_id": "s", "attempt": "1"}, "attempt"),
+    ("step_started", {"step_id": "s", "attempt": True}, "attempt"),
+    ("step_started", {"step_id": "s", "attempt": 1.0}, "attempt"),
+    ("step_started", {"step_id": b"s", "attempt": 1}, "step_id"),
+    ("step_started", {"attempt": 1}, "step_id"),
+    ("step_completed", {"step_id": "s", "output": "text"}, "output"),
+    ("step_failed", {"step_id": "s", "error": b"", "retryable": 1}, "retryable"),
+    ("wait_created", {"wait_id": "w", "resume_at": "2026-01-01T00:00:00Z"}, "resume_at"),
+    ("wait_created", {"wait_id": "w", "resume_at": 1.5}, "resume_at"),
+    ("step_created", {"step_id": "s", "step_name": "n", "input": b"", "retry": 7}, "retry"),
+    ("run_created", {"workflow_name": "w", "input": b"", "attributes": 7}, "attributes"),
+    ("run_created", {"workflow_name": "w", "input": b"", "attributes": {"k": 1}}, "attributes"),
+    ("attributes_set", {"changes": [], "writer": {"kind": "robot"}}, "writer"),
+    ("attributes_set", {"changes": 7}, "changes"),
+    ("log_recorded", {"level": "debug", "message": "m"}, "level"),
+    ("hook_created", {"hook_id": "h", "token": 12345}, "token"),
+]
+
+
+@pytest.mark.parametrize(("event_type", "payload", "field"), WRONG_FIELDS)
+def test_wrong_field_types_are_refused_naming_the_field(
+    event_type: str, payload: dict[str, Any], field: str
+) -> None:
+    reason = reason_of(event_type, 1, cbor2.dumps(payload))
+    assert field in reason
+
+
+@given(events(), st.data())
+def test_any_field_of_the_wrong_type_is_refused(event: Event, data: st.DataObject) -> None:
+    name, version, payload = encode_event(event)
+    wire = cbor2.loads(payload)
+    if not wire:
+        return  # run_started has no fields
+    field = data.draw(st.sampled_from(sorted(wire)))
+    wire[field] = 1.5  # no event field is a float, nor a union with one
+    reason = reason_of(name, version, cbor2.dumps(wire))
+    assert field in reason
+
+
+@pytest.mark.parametrize("field", ["hook_id", "metadata", "is_webhook", "retain_token_until"])
+def test_decode_errors_never_show_a_hook_token(field: str) -> None:
+    wire = cbor2.loads(encode_event(HookCreated(hook_id="h", token="SECRET-TOKEN-123"))[2])
+    wire[field] = 1.5
+    assert "SECRET-TOKEN-123" not in reason_of("hook_created", 1, cbor2.dumps(wire))
+
+
+@given(st.sampled_from(sorted(CATALOGUE)), st.binary(max_size=64))
+def test_arbitrary_bytes_decode_or_raise_event_decode_error(event_type: str, raw: bytes) -> None:
+    try:
+        event = decode_event(event_type, 1, raw)
+    except EventDecodeError:
+        return
+    assert type(event) is EVENT_TYPES[event_type]
+
+
+wire_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=4)
+    | st.binary(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(st.sampled_from(sorted(CATALOGUE)), st.data())
+def test_arbitrary_maps_decode_or_raise_event_decode_error(
+    event_type: str, data: st.DataObject
+) -> None:
+    names = [f.name for f in attrs.fields(cast(Any, EVENT_TYPES[event_type]))]
+    keys = st.sampled_from(names) if names else st.text(max_size=4)
+    wire = data.draw(st.dictionaries(keys, wire_values, max_size=len(names) + 1))
+    try:
+        event = decode_event(event_type, 1, cbor2.dumps(wire))
+    except EventDecodeError:
+        return
+    assert type(event) is EVENT_TYPES[event_type]
+    assert decode_event(*encode_event(event)) == event
+
+
+# --- upcasters ----------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Renamed(Event):
+    """A test event at schema version 3: v1 had `name`, v2 renamed it `title`, v3 added `count`."""
+
+    event_type: ClassVar[str] = "test_renamed"
+    schema_version: ClassVar[int] = 3
+    title: str
+    count: int = 0
+
+
+def v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    return {"title": data["name"]}
+
+
+def v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "count": len(data["title"])}
+
+
+def renamed_codec() -> EventCodec:
+    codec = EventCodec(event_types={Renamed.event_type: Renamed})
+    codec.register_upcaster("test_renamed", 1, v1_to_v2)
+    codec.register_upcaster("test_renamed", 2, v2_to_v3)
+    return codec
+
+
+@given(st.text(max_size=20))
+def test_upcasters_lift_old_payloads(title: str) -> None:
+    codec = renamed_codec()
+    assert codec.decode("test_renamed", 1, cbor2.dumps({"name": title})) == Renamed(
+        title=title, count=len(title)
+    )
+    assert codec.decode("test_renamed", 2, cbor2.dumps({"title": title})) == Renamed(
+        title=title, count=len(title)
+    )
+    current = Renamed(title=title, count=99)
+    assert codec.encode(current)[:2] == ("test_renamed", 3)
+    assert codec.decode(*codec.encode(current)) == current
+
+
+def test_upcaster_registration_and_failures() -> None:
+    codec = EventCodec(event_types={Renamed.event_type: Renamed})
+    # Only a gap-free chain of upcasters below the current version lifts a payload.
+    codec.register_upcaster("test_renamed", 2, v2_to_v3)
+    with pytest.raises(EventDecodeError, match="no upcaster from version 1"):
+        codec.decode("test_renamed", 1, cbor2.dumps({"name": "x"}))
+    codec.register_upcaster("test_renamed", 1, v1_to_v2)
+    assert codec.decode("test_renamed", 1, cbor2.dumps({"name": "x"})) == Renamed(
+        title="x", count=1
+    )
+    for version in (0, 3, 4):
+        with pytest.raises(ValueError, match="upcaster lifts a version below"):
+            codec.register_upcaster("test_renamed", version, v1_to_v2)
+    with pytest.raises(ValueError, match="unknown event type"):
+        codec.register_upcaster("run_started", 1, v1_to_v2)
+    with pytest.raises(ValueError, match="upcaster lifts a version below"):
+        default_codec.register_upcaster("run_started", 1, v1_to_v2)  # run_started is at 1
+    # An old payload the upcaster cannot lift is undecodable, not a crash.
+    with pytest.raises(EventDecodeError, match="upcaster from version 1 failed"):
+        codec.decode("test_renamed", 1, cbor2.dumps({"title": "already renamed?"}))
+    codec.register_upcaster("test_renamed", 2, lambda data: [data])  # type: ignore[arg-type,return-value]
+    with pytest.raises(EventDecodeError, match="did not return a map"):
+        codec.decode("test_renamed", 2, cbor2.dumps({"title": "x"}))
+    with pytest.raises(EventDecodeError, match="newer runfold"):
+        codec.decode("test_renamed", 4, cbor2.dumps({"title": "x"}))
+    # Other codecs are untouched by registrations on this one.
+    with pytest.raises(EventDecodeError, match="no upcaster from version 1"):
+        EventCodec(event_types={Renamed.event_type: Renamed}).decode(
+            "test_renamed", 1, cbor2.dumps({"name": "x"})
+        )
+    with pytest.raises(EventDecodeError, match="unknown event type"):
+        default_codec.decode("test_renamed", 3, cbor2.dumps({"title": "x"}))
+
+
+# --- correlation ids ----------------------------------------------------------------------------
+
+CORRELATED_BY: dict[type[Event], str] = {
+    StepCreated: "step_id",
+    StepStarted: "step_id",
+    StepCompleted: "step_id",
+    StepFailed: "step_id",
+    StepRetrying: "step_id",
+    StepCancelled: "step_id",
+    LogRecorded: "step_id",
+    WaitCreated: "wait_id",
+    WaitCompleted: "wait_id",
+    HookCreated: "hook_id",
+    HookReceived: "hook_id",
+    HookDisposed: "hook_id",
+    HookConflict: "hook_id",
+    AttributesSet: "write_id",
+    ProgressRecorded: "progress_id",
+    ChildLinked: "reference_id",
+}
+"""The entity id each event belongs to; run-level events have none."""
+
+
+@pytest.mark.parametrize("event_type", sorted(CATALOGUE))
+@per_type
+@given(data=st.data())
+def test_correlation_id_names_the_entity(event_type: str, data: st.DataObject) -> None:
+    event = data.draw(events(types=[event_type]))
+    field = CORRELATED_BY.get(type(event))
+    expected = None if field is None else getattr(event, field)
+    assert correlation_id(event) == expected
+    assert correlation_id(decode_event(*encode_event(event))) == expected
+
+
+def test_correlation_ids_of_run_events_are_none() -> None:
+    run_level = set(EVENT_TYPES.values()) - set(CORRELATED_BY)
+    assert {cls.event_type for cls in run_level} == {
+        "run_created",
+        "run_started",
+        "run_completed",
+        "run_failed",
+        "cancel_requested",
+        "run_cancelled",
+        "run_timed_out",
+    }
+    assert correlation_id(StepStarted(step_id="s1", attempt=1)) == "s1"
+    assert correlation_id(LogRecorded(level="info", message="m")) is None
+    assert correlation_id(AttributesSet(changes=(), write_id="w1")) == "w1"
