@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-# The main job: a workflow run on the embedded SQLite file runfold.db (run it twice: two runs).
+# The main job: a workflow run through the engine on the embedded SQLite file runfold.db (run it
+# twice: two runs).
 demo: install
-	$(PY) docs/examples/quickstart.py runfold.db
+	$(VENV)/bin/runfold demo
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -32,7 +33,7 @@ test: lint
 # Long property runs: thousands of examples per law.
 test-deep: install
 	bash scripts/ensure-postgres.sh
-	HYPOTHESIS_PROFILE=deep $(VENV)/bin/pytest
+	HYPOTHESIS_PROFILE=deep RUNFOLD_CONFORMANCE_EXAMPLES=500 $(VENV)/bin/pytest
 
 bench: install
 	$(PY) -m pip install -q -e ".[bench]"

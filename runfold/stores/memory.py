@@ -115,12 +115,7 @@ class MemoryStore:
             rows = self._rows.get(run_id, [])
             if expected_sequence != len(rows):
                 raise SequenceConflict(run_id, expected_sequence, len(rows))
-            for claim in index.hooks:
-                if not _claim_is_live(claim, recorded_at):
-                    continue  # an expired claim (a late append to an ended run) holds nothing
-                held = self._tokens.get(claim.token)
-                if held is not None and held[0] != run_id and _claim_is_live(held[1], recorded_at):
-                    raise TokenConflict(claim.token, held[0], held[1].hook_id)
+            self._check_claims(run_id, index, recorded_at)
             new_rows = []
             for offset, (event, (event_type, version, payload)) in enumerate(
                 zip(events, encoded, strict=True), start=1
@@ -151,6 +146,36 @@ class MemoryStore:
             )
             for row, event in zip(new_rows, events, strict=True)
         ]
+
+    def _check_claims(self, run_id: str, index: RunIndex, now: datetime) -> None:
+        """`TokenConflict` if another run's live hook holds a token `index` claims at `now`."""
+        for claim in index.hooks:
+            if not _claim_is_live(claim, now):
+                continue  # an expired claim (a late append to an ended run) holds nothing
+            held = self._tokens.get(claim.token)
+            if held is not None and held[0] != run_id and _claim_is_live(held[1], now):
+                raise TokenConflict(claim.token, held[0], held[1].hook_id)
+
+    async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
+        """Replace the run's index rows with `index` (None: remove them) and append nothing: the
+        repair behind `runfold verify --rebuild-index`. An optional capability, not part of
+        `EventStore`.
+
+        Fenced like an append: `index` must describe the run's head (`index.summary.last_sequence`;
+        0, no events, for None), else `SequenceConflict`; a token another run's live hook holds
+        at `now` raises `TokenConflict`. Nothing is written when either is raised.
+        """
+        if index is not None and index.summary.run_id != run_id:
+            raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        expected = index.summary.last_sequence if index is not None else 0
+        async with self._lock:
+            self._check_open()
+            head = len(self._rows.get(run_id, ()))
+            if head != expected:
+                raise SequenceConflict(run_id, expected, head)
+            if index is not None:
+                self._check_claims(run_id, index, now)
+            self._replace_index(run_id, index, now)
 
     def _replace_index(
         self, run_id: str, index: RunIndex | None, now: datetime | None = None

@@ -33,6 +33,7 @@ from runfold.kernel import (
     Envelope,
     Event,
     EventDecodeError,
+    HookClaim,
     HookHolder,
     Page,
     RunIndex,
@@ -446,6 +447,20 @@ class SQLiteStore:
         )
         return _wakeup(rows[0]) if rows else None
 
+    async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
+        """Replace the run's index rows with `index` (None: remove them) and append nothing: the
+        repair behind `runfold verify --rebuild-index`. An optional capability, not part of
+        `EventStore`.
+
+        Fenced like an append, in one transaction: `index` must describe the run's head
+        (`index.summary.last_sequence`; 0, no events, for None), else `SequenceConflict`; a token
+        another run's live hook holds at `now` raises `TokenConflict`. Nothing is written when
+        either is raised.
+        """
+        if index is not None and index.summary.run_id != run_id:
+            raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        await self._run(_rewrite_index, run_id, index, now)
+
     # --- retention ----------------------------------------------------------------------------
 
     async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
@@ -578,17 +593,7 @@ def _append_one(conn: sqlite3.Connection, request: _Append, next_position: int) 
     if head != request.expected:
         raise SequenceConflict(run_id, request.expected, head)
     now = time_key(request.recorded_at)
-    index = request.index
-    # A claim already expired (a late append to an ended run) holds nothing and displaces no one.
-    claims = [
-        c for c in index.hooks if c.retained_until is None or c.retained_until > request.recorded_at
-    ]
-    for claim in claims:
-        held = conn.execute(
-            "SELECT run_id, hook_id, retained_until FROM hooks WHERE token = ?", (claim.token,)
-        ).fetchone()
-        if held is not None and held[0] != run_id and (held[2] is None or held[2] > now):
-            raise TokenConflict(claim.token, held[0], held[1])
+    claims = _live_claims(conn, run_id, request.index, request.recorded_at)
     conn.executemany(
         "INSERT INTO events (run_id, sequence, type, schema_version, correlation_id, payload, "
         "recorded_at, position) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -597,6 +602,33 @@ def _append_one(conn: sqlite3.Connection, request: _Append, next_position: int) 
             for n, (event_type, version, payload, correlation) in enumerate(request.rows, start=1)
         ],
     )
+    _write_index(conn, run_id, request.index, claims)
+    return [
+        make_envelope(run_id, head + n, event, request.recorded_at, next_position + n)
+        for n, event in enumerate(request.events, start=1)
+    ]
+
+
+def _live_claims(
+    conn: sqlite3.Connection, run_id: str, index: RunIndex, at: datetime
+) -> list[HookClaim]:
+    """The claims of `index` live at `at`; `TokenConflict` if another run's live hook holds one."""
+    now = time_key(at)
+    # A claim already expired (a late append to an ended run) holds nothing and displaces no one.
+    claims = [c for c in index.hooks if c.retained_until is None or c.retained_until > at]
+    for claim in claims:
+        held = conn.execute(
+            "SELECT run_id, hook_id, retained_until FROM hooks WHERE token = ?", (claim.token,)
+        ).fetchone()
+        if held is not None and held[0] != run_id and (held[2] is None or held[2] > now):
+            raise TokenConflict(claim.token, held[0], held[1])
+    return claims
+
+
+def _write_index(
+    conn: sqlite3.Connection, run_id: str, index: RunIndex, claims: list[HookClaim]
+) -> None:
+    """Replace the run's summary, hook and wakeup rows (`claims`: its hooks to keep)."""
     summary = index.summary
     conn.execute(
         "INSERT OR REPLACE INTO runs (run_id, workflow_name, status, parent_run_id, created_at, "
@@ -631,10 +663,26 @@ def _append_one(conn: sqlite3.Connection, request: _Append, next_position: int) 
         "INSERT INTO wakeups (run_id, kind, subject_id, due_at) VALUES (?, ?, ?, ?)",
         [(run_id, w.kind, w.subject_id, time_key(w.due_at)) for w in index.wakeups],
     )
-    return [
-        make_envelope(run_id, head + n, event, request.recorded_at, next_position + n)
-        for n, event in enumerate(request.events, start=1)
-    ]
+
+
+def _rewrite_index(
+    conn: sqlite3.Connection, run_id: str, index: RunIndex | None, now: datetime
+) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        expected = index.summary.last_sequence if index is not None else 0
+        head = _head(conn, run_id)
+        if head != expected:
+            raise SequenceConflict(run_id, expected, head)
+        if index is None:
+            for table in ("hooks", "wakeups", "runs"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        else:
+            _write_index(conn, run_id, index, _live_claims(conn, run_id, index, now))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _append_batch(

@@ -1,0 +1,248 @@
+"""`runfold demo`: an order-fulfilment workflow driven by `Engine` on a real store.
+
+The workflow sets attributes, reserves stock and charges the card in parallel (the card gateway
+times out once: the step is retried with backoff), records progress, sleeps on a durable timer,
+waits for the warehouse to call back on a hook, and completes. The host loop here is what a real
+host does: sleep until the run's next wakeup, `resume_due`, deliver hooks as callbacks arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timedelta
+
+from runfold.cli.output import (
+    Terminal,
+    elapsed,
+    format_value,
+    preview,
+    render_snapshot,
+    render_timeline,
+)
+from runfold.engine import (
+    AwaitHook,
+    Cancel,
+    Complete,
+    Engine,
+    Fail,
+    ReportProgress,
+    RuntimeDecision,
+    ScheduleStep,
+    ScheduleSteps,
+    StepFailure,
+    StepInvocation,
+    UpdateAttributes,
+    WaitUntil,
+    WorkflowInvocation,
+)
+from runfold.handler import CommandHandler, new_run_id
+from runfold.kernel import (
+    AttributesSet,
+    Envelope,
+    Event,
+    HookCreated,
+    HookReceived,
+    ProgressRecorded,
+    RetryPolicy,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    RunSummary,
+    StepCompleted,
+    StepFailed,
+    StepRetrying,
+    StepStarted,
+    WaitCompleted,
+    WaitCreated,
+)
+from runfold.stores.protocol import EventStore
+
+__all__ = ["WORKFLOW", "OrderFulfilment", "run_demo"]
+
+WORKFLOW = "order-fulfilment"
+RETRY = RetryPolicy(
+    max_attempts=3,
+    initial_interval=timedelta(milliseconds=250),
+    non_retryable_error_codes=("card_declined",),
+)
+COOL_OFF = timedelta(milliseconds=300)
+STEPS = ("reserve-stock", "charge-card")
+
+
+def warehouse_token(run_id: str) -> str:
+    """The hook token the warehouse calls back on (in real life: a random secret)."""
+    return f"warehouse:{run_id}"
+
+
+class OrderFulfilment:
+    """The demo's `WorkflowRuntime`: the workflow as a function of the run, and its steps."""
+
+    async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
+        """Decide the order's next move from what the run has recorded so far."""
+        run = invocation.snapshot
+        order = json.loads(run.input)
+        if run.cancellation is not None:
+            return Cancel()
+        if "customer" not in run.attributes:
+            tags = {"customer": order["customer"], "region": order["region"]}
+            return UpdateAttributes(changes=tags, write_id="order-tags")
+        steps = [run.steps.get(step_id) for step_id in STEPS]
+        failed = next((s for s in steps if s is not None and s.status == "failed"), None)
+        if failed is not None:
+            return Fail(error=failed.error or b"", error_code=f"{failed.step_id}_failed")
+        if not all(s is not None and s.status == "completed" for s in steps):
+            return ScheduleSteps(
+                steps=[
+                    ScheduleStep(step_id=step_id, step_name=step_id, input=run.input, retry=RETRY)
+                    for step_id in STEPS
+                ]
+            )
+        if "paid" not in run.progress:
+            return ReportProgress(
+                progress_id="paid", completed=2, total=4, message="stock reserved, card charged"
+            )
+        charged_at = run.steps["charge-card"].completed_at
+        assert charged_at is not None
+        cool_off = run.waits.get("cool-off")
+        if cool_off is None or cool_off.status == "waiting":
+            return WaitUntil(wait_id="cool-off", resume_at=charged_at + COOL_OFF)
+        if "packed" not in run.progress:
+            return ReportProgress(
+                progress_id="packed", completed=3, total=4, message="packed after the cool-off"
+            )
+        shipped = run.hooks.get("shipped")
+        if shipped is None or not shipped.deliveries:
+            return AwaitHook(hook_id="shipped", token=warehouse_token(run.run_id))
+        if "shipped" not in run.progress:
+            return ReportProgress(
+                progress_id="shipped", completed=4, total=4, message="handed to the carrier"
+            )
+        tracking = json.loads(shipped.deliveries[0].payload)["tracking"]
+        return Complete(output=json.dumps({"status": "shipped", "tracking": tracking}).encode())
+
+    async def run_step(self, invocation: StepInvocation) -> bytes:
+        """Reserve the stock or charge the card; the gateway times out on the first attempt."""
+        order = json.loads(invocation.input)
+        await asyncio.sleep(0.05)  # the remote call
+        if invocation.step_name == "charge-card":
+            if invocation.attempt == 1:
+                raise StepFailure(b"card gateway timed out", code="gateway_timeout")
+            return json.dumps({"charged": order["total"]}).encode()
+        return json.dumps({"reserved": order["items"]}).encode()
+
+
+class Story:
+    """An `EngineObserver` telling the run's story as it happens, one line per notable event."""
+
+    def __init__(self, terminal: Terminal) -> None:
+        self.terminal = terminal
+        self.start: datetime | None = None
+
+    async def on_event(self, envelope: Envelope) -> None:
+        """Print a line for the events a person watching would care about."""
+        if self.start is None:
+            self.start = envelope.recorded_at
+        text = self._tell(envelope.event, envelope.recorded_at)
+        if text is not None:
+            when = self.terminal.paint(elapsed(self.start, envelope.recorded_at).rjust(9), "dim")
+            self.terminal.line(f"  {when}  {text}")
+
+    def _tell(self, event: Event, at: datetime) -> str | None:
+        paint = self.terminal.paint
+        match event:
+            case RunStarted():
+                return "run started"
+            case AttributesSet():
+                return f"attributes {format_value(event.changes)}"
+            case StepStarted():
+                return f"step {event.step_id}: attempt {event.attempt} started"
+            case StepCompleted():
+                return (
+                    f"step {event.step_id}: {paint('completed', 'green')} {preview(event.output)}"
+                )
+            case StepRetrying():
+                assert event.retry_after is not None
+                wait = (event.retry_after - at).total_seconds()
+                return (
+                    f"step {event.step_id}: {paint('failed', 'yellow')} "
+                    f"({preview(event.error)}), retrying in {wait:.2f}s"
+                )
+            case StepFailed():
+                return f"step {event.step_id}: {paint('failed', 'red')} ({preview(event.error)})"
+            case ProgressRecorded():
+                total = event.total or event.completed
+                bar = "#" * event.completed + "-" * (total - event.completed)
+                return f"progress [{bar}] {event.completed}/{total} {event.message or ''}"
+            case WaitCreated():
+                return (
+                    f"timer {event.wait_id}: sleeping {(event.resume_at - at).total_seconds():.2f}s"
+                )
+            case WaitCompleted():
+                return f"timer {event.wait_id}: rang"
+            case HookCreated():
+                return f"hook {event.hook_id}: waiting for the warehouse to call back"
+            case HookReceived():
+                return f"hook {event.hook_id}: received {preview(event.payload)}"
+            case RunCompleted():
+                return f"run {paint('completed', 'green')}: {preview(event.output)}"
+            case RunFailed() | RunCancelled():
+                return f"run {paint(event.event_type, 'red')}"
+        return None
+
+
+async def run_demo(store: EventStore, terminal: Terminal, store_label: str) -> bool:
+    """Run one order through `Engine` on `store`, telling it as it goes, then print its
+    timeline, its final snapshot and the store's order runs. True if the order completed."""
+    handler = CommandHandler(store)
+    engine = Engine(handler, OrderFulfilment(), [Story(terminal)])
+    run_id = new_run_id("order_")
+    order = {"order": 1042, "customer": "acme", "region": "eu", "items": 3, "total": "EUR 42.00"}
+    paint = terminal.paint
+    terminal.line(f"{paint('runfold demo', 'bold')}: {WORKFLOW} run {run_id} on {store_label}")
+    run = await engine.start(WORKFLOW, json.dumps(order).encode(), run_id=run_id)
+    while not run.is_terminal:
+        shipped = run.hooks.get("shipped")
+        if shipped is not None and shipped.status == "active" and not shipped.deliveries:
+            terminal.line(f"  {'':>9}  {paint('the warehouse calls back', 'dim')}")
+            callback = json.dumps({"tracking": "ZX81-0042"}).encode()
+            run = await engine.deliver(warehouse_token(run_id), callback, delivery_id="shipment-1")
+            continue
+        due = min((w.due_at for w in run.wakeups()), default=None)
+        if due is None:
+            terminal.error(f"run {run_id} waits for nothing the demo can provide ({run.status})")
+            return False
+        await asyncio.sleep(max(0.0, (due - handler.clock()).total_seconds()))
+        for resumed in await engine.resume_due():
+            if resumed.run_id == run_id and resumed.error is not None:
+                raise resumed.error
+        run = await handler.snapshot(run_id)
+
+    terminal.line()
+    terminal.line(paint("timeline", "bold"))
+    render_timeline(terminal, await handler.history(run_id), indent="  ")
+    terminal.line()
+    render_snapshot(terminal, run)
+    terminal.line()
+    runs: list[RunSummary] = []
+    cursor: str | None = None
+    while True:
+        page = await store.list_runs(workflow_name=WORKFLOW, cursor=cursor, limit=500)
+        runs.extend(page.items)
+        if not page.has_more or page.cursor is None:
+            break
+        cursor = page.cursor
+    terminal.line(f"{paint(f'{len(runs)} run(s)', 'bold')} of {WORKFLOW} in {store_label}")
+    terminal.table(
+        ("RUN", "STATUS", "CREATED", "EVENTS"),
+        [
+            (s.run_id, s.status, s.created_at.isoformat(timespec="seconds"), str(s.last_sequence))
+            for s in runs[:5]
+        ],
+        indent="  ",
+        status_column=1,
+    )
+    if len(runs) > 5:
+        terminal.line(f"  … and {len(runs) - 5} more (runfold runs --workflow {WORKFLOW})")
+    return run.status == "completed"

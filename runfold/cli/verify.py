@@ -1,0 +1,202 @@
+"""`runfold verify`: replay every run and check that its index rows are what the kernel derives.
+
+Indexes are projections (`run_index(snapshot)`), so they can always be rebuilt from the log. A
+store that offers the optional `rewrite_index(run_id, index, *, now)` can be repaired in place;
+the check itself needs only the `EventStore` protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Literal, Protocol, runtime_checkable
+
+import attrs
+
+from runfold.kernel import (
+    CorruptEvent,
+    HistoryError,
+    HookHolder,
+    RunIndex,
+    RunNotSupported,
+    RunSummary,
+    SequenceConflict,
+    TokenConflict,
+    Wakeup,
+    project_run,
+    run_index,
+)
+from runfold.stores.protocol import EventStore
+
+__all__ = ["IndexRewriter", "Problem", "VerifyReport", "can_rebuild", "verify_store"]
+
+_FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
+_EVERY = 2**31 - 1
+_PAGE = 500
+
+
+@attrs.frozen(kw_only=True)
+class Problem:
+    """Something wrong with one run: its history does not replay, or its index rows differ."""
+
+    run_id: str
+    kind: Literal["history", "index"]
+    detail: str
+    repaired: bool
+
+
+@attrs.frozen(kw_only=True)
+class VerifyReport:
+    """What `verify_store` found: how many runs it replayed and the problems."""
+
+    runs: int
+    problems: tuple[Problem, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is left wrong (every problem found was repaired)."""
+        return all(p.repaired for p in self.problems)
+
+
+@runtime_checkable
+class IndexRewriter(Protocol):
+    """The optional store capability `--rebuild-index` needs (MemoryStore and SQLiteStore have
+    it): replace a run's index rows without appending, fenced on the run's head."""
+
+    async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
+        """Replace the run's index rows with `index` (None: remove them)."""
+        ...
+
+
+def can_rebuild(store: EventStore) -> bool:
+    """Whether `store` offers the optional `rewrite_index` repair (a `hasattr` check)."""
+    return isinstance(store, IndexRewriter)
+
+
+async def verify_store(
+    store: EventStore,
+    *,
+    now: datetime,
+    rebuild: bool = False,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> VerifyReport:
+    """Replay every run (`list_runs` pages, `read`, `project_run`) and compare its summary, hook
+    and wakeup rows with `run_index(snapshot)`; rows of runs without a summary are found too.
+
+    With `rebuild`, a run whose history replays gets its index rows rewritten (the store must
+    offer `rewrite_index`; `ValueError` otherwise). `progress(done, total)` is called as runs
+    are checked. Store errors propagate.
+    """
+    if rebuild and not can_rebuild(store):
+        raise ValueError(f"{type(store).__name__} cannot rewrite its index (no rewrite_index)")
+    summaries: dict[str, RunSummary] = {}
+    cursor: str | None = None
+    while True:
+        page = await store.list_runs(cursor=cursor, limit=_PAGE)
+        summaries.update((s.run_id, s) for s in page.items)
+        if not page.has_more or page.cursor is None:
+            break
+        cursor = page.cursor
+    hooks: dict[str, set[HookHolder]] = {}
+    cursor = None
+    while True:
+        held = await store.list_hooks(cursor=cursor, limit=_PAGE, now=now)
+        for holder in held.items:
+            hooks.setdefault(holder.run_id, set()).add(holder)
+        if not held.has_more or held.cursor is None:
+            break
+        cursor = held.cursor
+    wakeups: dict[str, set[Wakeup]] = {}
+    for wakeup in await store.due_wakeups(_FAR_FUTURE, limit=_EVERY):
+        wakeups.setdefault(wakeup.run_id, set()).add(wakeup)
+
+    run_ids = sorted(summaries.keys() | hooks.keys() | wakeups.keys())
+    problems: list[Problem] = []
+    for done, run_id in enumerate(run_ids, start=1):
+        found = await _check_run(
+            store,
+            run_id,
+            summaries.get(run_id),
+            hooks.get(run_id, set()),
+            wakeups.get(run_id, set()),
+            now=now,
+            rebuild=rebuild,
+        )
+        if found is not None:
+            problems.append(found)
+        progress(done, len(run_ids))
+    return VerifyReport(runs=len(run_ids), problems=tuple(problems))
+
+
+async def _check_run(
+    store: EventStore,
+    run_id: str,
+    summary: RunSummary | None,
+    hooks: set[HookHolder],
+    wakeups: set[Wakeup],
+    *,
+    now: datetime,
+    rebuild: bool,
+) -> Problem | None:
+    try:
+        history = await store.read(run_id)
+        expected: RunIndex | None = run_index(project_run(history)) if history else None
+    except (CorruptEvent, HistoryError, RunNotSupported) as exc:
+        return Problem(run_id=run_id, kind="history", detail=str(exc), repaired=False)
+    differences = _differences(summary, hooks, wakeups, expected, now)
+    if expected is not None:
+        for claim in expected.hooks:
+            if claim.retained_until is None or claim.retained_until > now:
+                holder = await store.find_hook(claim.token, now=now)
+                if holder is None or (holder.run_id, holder.hook_id) != (run_id, claim.hook_id):
+                    differences.append(f"the token of hook {claim.hook_id!r} is not indexed to it")
+    if not differences:
+        return None
+    detail = "; ".join(differences)
+    if not rebuild or not isinstance(store, IndexRewriter):
+        return Problem(run_id=run_id, kind="index", detail=detail, repaired=False)
+    try:
+        await store.rewrite_index(run_id, expected, now=now)
+    except SequenceConflict:
+        detail += " (not repaired: the run moved on while being verified; verify again)"
+        return Problem(run_id=run_id, kind="index", detail=detail, repaired=False)
+    except TokenConflict as exc:
+        detail += f" (not repaired: {exc})"
+        return Problem(run_id=run_id, kind="index", detail=detail, repaired=False)
+    return Problem(run_id=run_id, kind="index", detail=detail, repaired=True)
+
+
+def _differences(
+    summary: RunSummary | None,
+    hooks: set[HookHolder],
+    wakeups: set[Wakeup],
+    expected: RunIndex | None,
+    now: datetime,
+) -> list[str]:
+    if expected is None:
+        return ["index rows of a run that has no events"]
+    found = []
+    if summary is None:
+        found.append("no summary row")
+    elif summary != expected.summary:
+        fields = [
+            f.name
+            for f in attrs.fields(RunSummary)
+            if getattr(summary, f.name) != getattr(expected.summary, f.name)
+        ]
+        found.append(f"summary differs in {', '.join(fields)}")
+    live_claims = {
+        HookHolder(
+            run_id=expected.summary.run_id, hook_id=c.hook_id, retained_until=c.retained_until
+        )
+        for c in expected.hooks
+        if c.retained_until is None or c.retained_until > now
+    }
+    if hooks != live_claims:
+        found.append(
+            f"hook rows {sorted(h.hook_id for h in hooks)} should be "
+            f"{sorted(h.hook_id for h in live_claims)}"
+        )
+    if wakeups != set(expected.wakeups):
+        found.append(f"{len(wakeups)} wakeup row(s), expected {len(expected.wakeups)}")
+    return found
