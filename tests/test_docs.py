@@ -6,9 +6,11 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from runfold.engine import errors as engine_errors
 from runfold.kernel import errors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,10 +38,11 @@ def test_example_runs(where: str, source: str) -> None:
     exec(compile(source, where, "exec"), {"__name__": "__docs__"})
 
 
-def test_error_reference_lists_every_error_class() -> None:
+@pytest.mark.parametrize("module", [errors, engine_errors], ids=["kernel", "engine"])
+def test_error_reference_lists_every_error_class(module: ModuleType) -> None:
     reference = (ROOT / "docs" / "errors.md").read_text()
-    for name in errors.__all__:
-        cls = getattr(errors, name)
+    for name in module.__all__:
+        cls = getattr(module, name)
         row = re.search(rf"^\| `{name}` \| `(\w+)` \| `(\w+)` \| (\d+) \|", reference, re.M)
         assert row is not None, f"{name} is missing from docs/errors.md"
         assert row.group(1) == cls.__mro__[1].__name__, name
@@ -47,6 +50,8 @@ def test_error_reference_lists_every_error_class() -> None:
         assert int(row.group(3)) == cls.status, name
 
 
+# Scripts only: library modules live in subfolders (docs/examples/thirdparty/ holds a store that
+# tests/test_conformance.py imports).
 SCRIPTS = sorted((ROOT / "docs" / "examples").glob("*.py"))
 
 
