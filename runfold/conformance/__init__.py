@@ -1,10 +1,44 @@
 """The published conformance kit: how anyone proves a store or a runtime honours runfold's contract.
 
-For now it only exports `strategies`, the hypothesis strategies for runtime authors (commands,
-valid and invalid histories, snapshots, events). The store checks (`StoreConformance`,
-`StoreStateMachine`, `run_conformance`) come later.
+- `StoreConformance`: the pytest base class a store implementer subclasses (one hook,
+  `async def make_store(self)`); every check is one of its `test_…` methods (`CHECK_NAMES`).
+- `Capabilities`: what a store offers beyond the core contract; checks needing more are reported
+  "not offered".
+- `StoreStateMachine`: the hypothesis state machine comparing a store with the memory oracle.
+- `run_conformance(factory)` / `python -m runfold.conformance MODULE:FACTORY`: the kit without a
+  test file, reported as a table by capability.
+- `strategies`: hypothesis strategies for runtime authors (commands, valid and invalid histories,
+  snapshots, events).
+
+Importing it has no side effects: no pytest plugin, no hypothesis profile, no event loop.
 """
 
 from runfold.conformance import strategies
+from runfold.conformance._core import Capabilities, Check, Effort
+from runfold.conformance.kit import CHECK_NAMES, CHECKS, StoreConformance
+from runfold.conformance.machine import StoreStateMachine
+from runfold.conformance.runner import (
+    CheckResult,
+    ConformanceReport,
+    StoreTarget,
+    load_factory,
+    main,
+    run_conformance,
+)
 
-__all__ = ["strategies"]
+__all__ = [
+    "CHECKS",
+    "CHECK_NAMES",
+    "Capabilities",
+    "Check",
+    "CheckResult",
+    "ConformanceReport",
+    "Effort",
+    "StoreConformance",
+    "StoreStateMachine",
+    "StoreTarget",
+    "load_factory",
+    "main",
+    "run_conformance",
+    "strategies",
+]

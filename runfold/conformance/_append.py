@@ -1,0 +1,184 @@
+"""Checks of `append_if_sequence`: the head check, dense sequences, all-or-nothing batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from runfold.conformance._core import Context, check
+from runfold.conformance._support import (
+    MINUTE,
+    T0,
+    created,
+    envelopes_for,
+    everything,
+    hook,
+    index_after,
+    log,
+    positions,
+    raises,
+    sequences,
+    started,
+    write,
+)
+from runfold.kernel import (
+    Event,
+    LogRecorded,
+    RunStarted,
+    SequenceConflict,
+    StepCreated,
+    StepStarted,
+    WaitCreated,
+)
+from runfold.stores.protocol import EventStore
+
+
+async def _assert_conflict(
+    ctx: Context, store: EventStore, run_id: str, expected: int, actual: int
+) -> None:
+    """Appending to `run_id` at `expected` raises `SequenceConflict(run_id, expected, actual)`
+    and changes nothing anywhere in the store."""
+    run_ids = [run_id, "bystander"]
+    before = await everything(store, run_ids, ctx.capabilities)
+    history = await store.read(run_id)
+    events: list[Event] = [log("late"), hook("h-new", "tok-new")] if actual else list(started())
+    index = index_after(history, envelopes_for(run_id, actual, events, T0 + MINUTE))
+    conflict = await raises(
+        SequenceConflict,
+        store.append_if_sequence(run_id, expected, events, index=index, recorded_at=T0 + MINUTE),
+        f"append at {expected} to run {run_id!r} (head {actual})",
+    )
+    found = (conflict.run_id, conflict.expected, conflict.actual)
+    assert found == (run_id, expected, actual), f"SequenceConflict{found}"
+    assert await everything(store, run_ids, ctx.capabilities) == before, (
+        "a refused append changed the store"
+    )
+
+
+async def _two_runs(store: EventStore) -> None:
+    await write(store, "bystander", *started(), hook("h", "tok-b"))
+    await write(store, "r", *started())
+
+
+@check("append")
+async def append_first_at_zero(ctx: Context, store: EventStore) -> None:
+    """The first append to a run expects 0 and gets sequences 1…k with the events as given and
+    one `recorded_at`; `read` returns exactly the envelopes `append_if_sequence` returned and
+    `head` becomes k."""
+    events = [*started(), StepCreated(step_id="s", step_name="n", input=b"")]
+    index = index_after([], envelopes_for("r", 0, events, T0))
+    appended = await store.append_if_sequence("r", 0, events, index=index, recorded_at=T0)
+    assert [(e.run_id, e.sequence, e.event, e.recorded_at) for e in appended] == [
+        ("r", n, event, T0) for n, event in enumerate(events, start=1)
+    ]
+    assert await store.read("r") == appended
+    assert await store.head("r") == 3
+
+
+@check("append")
+async def append_at_head(ctx: Context, store: EventStore) -> None:
+    """Appends at the head continue the numbering densely (1, 2, 3 …) across batches, whatever
+    other runs do in between; every batch carries its own `recorded_at`; with a global feed the
+    returned positions are set and rise."""
+    first = await write(store, "r", *started(), at=T0)
+    await write(store, "noise", created(), at=T0)
+    second = await write(store, "r", log("a"), log("b"), at=T0 + MINUTE)
+    await write(store, "noise", RunStarted(), at=T0 + MINUTE)
+    later = T0 + 2 * MINUTE
+    third = await write(store, "r", StepCreated(step_id="s", step_name="n", input=b""), at=later)
+    assert sequences(first + second + third) == [1, 2, 3, 4, 5]
+    recorded = [e.recorded_at for e in first + second + third]
+    assert recorded == [T0] * 2 + [T0 + MINUTE] * 2 + [later]
+    assert await store.read("r") == first + second + third
+    assert await store.head("r") == 5
+    if ctx.capabilities.global_feed:
+        positions(first + second + third)
+
+
+@check("append")
+async def append_stale_sequence_refused(ctx: Context, store: EventStore) -> None:
+    """An append expecting a sequence below the head (0 on an existing run included) raises
+    `SequenceConflict(run_id, expected, actual head)` and writes nothing: no event, no index row,
+    no feed entry."""
+    await _two_runs(store)
+    for expected in (0, 1):
+        await _assert_conflict(ctx, store, "r", expected, 2)
+
+
+@check("append")
+async def append_future_sequence_refused(ctx: Context, store: EventStore) -> None:
+    """An append expecting a sequence above the head (on an existing or an unknown run) raises
+    `SequenceConflict` with the actual head and writes nothing."""
+    await _two_runs(store)
+    for expected in (3, 7):
+        await _assert_conflict(ctx, store, "r", expected, 2)
+    for expected in (1, 5):
+        await _assert_conflict(ctx, store, "unknown", expected, 0)
+
+
+@check("append")
+async def append_negative_sequence_refused(ctx: Context, store: EventStore) -> None:
+    """A negative expected sequence is a `SequenceConflict` too (never "append anywhere"), on an
+    existing and on an unknown run, and writes nothing."""
+    await _two_runs(store)
+    await _assert_conflict(ctx, store, "r", -1, 2)
+    await _assert_conflict(ctx, store, "unknown", -1, 0)
+
+
+@check("append")
+async def append_empty_batch_refused(ctx: Context, store: EventStore) -> None:
+    """An empty batch is a `ValueError`, at the head of an existing run or at 0, and writes
+    nothing."""
+    await _two_runs(store)
+    before = await everything(store, ["r", "new"], ctx.capabilities)
+    existing = index_after(await store.read("r"), [])
+    for run_id, head in (("r", 2), ("new", 0)):
+        index = (
+            existing if run_id == "r" else index_after([], envelopes_for("new", 0, [created()], T0))
+        )
+        await raises(
+            ValueError,
+            store.append_if_sequence(run_id, head, [], index=index, recorded_at=T0),
+            f"an empty batch to run {run_id!r}",
+        )
+    assert await everything(store, ["r", "new"], ctx.capabilities) == before
+
+
+UNENCODABLE = LogRecorded(level="info", message="\ud800")
+"""An event no codec can write (a lone surrogate is not UTF-8): it makes a batch fail half-way."""
+
+
+async def _assert_batch_refused(
+    ctx: Context, store: EventStore, run_id: str, events: Sequence[Event]
+) -> None:
+    run_ids = [run_id, "bystander"]
+    before = await everything(store, run_ids, ctx.capabilities)
+    history = await store.read(run_id)
+    head = len(history)
+    index = index_after(history, envelopes_for(run_id, head, events, T0 + MINUTE))
+    await raises(  # whatever the store raises, it must have written nothing
+        Exception,
+        store.append_if_sequence(run_id, head, events, index=index, recorded_at=T0 + MINUTE),
+        "a batch with an event that cannot be encoded",
+    )
+    assert await everything(store, run_ids, ctx.capabilities) == before, (
+        f"a batch that failed half-way left a trace in run {run_id!r}"
+    )
+
+
+@check("append")
+async def append_batch_all_or_nothing(ctx: Context, store: EventStore) -> None:
+    """A batch that fails half-way (its later event cannot be encoded) leaves nothing: no event,
+    no index row (summary, hook, wakeup), no feed entry, on a new or an existing run; the run then
+    takes a good append at its unchanged head."""
+    await _two_runs(store)
+    await _assert_batch_refused(
+        ctx, store, "r", [hook("h1", "tok-1"), WaitCreated(wait_id="w", resume_at=T0), UNENCODABLE]
+    )
+    await _assert_batch_refused(ctx, store, "new", [*started(), hook("h1", "tok-1"), UNENCODABLE])
+    appended = await write(
+        store,
+        "r",
+        StepCreated(step_id="s", step_name="n", input=b""),
+        StepStarted(step_id="s", attempt=1),
+    )
+    assert sequences(appended) == [3, 4]

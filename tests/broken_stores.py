@@ -1,0 +1,395 @@
+"""Deliberately broken stores, one defect each, to prove the conformance kit has teeth.
+
+Each is a `MemoryStore` with one step rewritten the way a plausible bug would have it (a check
+outside the critical section, a forgotten filter, an off-by-one cursor, …). `CAUGHT_BY` names the
+conformance check that must fail for each; `tests/test_conformance.py` runs the kit against them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from runfold.kernel import (
+    TERMINAL_RUN_STATUSES,
+    Envelope,
+    Event,
+    HookHolder,
+    Page,
+    RunIndex,
+    RunStatus,
+    RunSummary,
+    SequenceConflict,
+    correlation_id,
+    encode_event,
+)
+from runfold.stores.memory import MemoryStore, _Row
+from runfold.stores.protocol import decode_cursor, encode_cursor
+
+
+def _rows(
+    run_id: str,
+    head: int,
+    events: Sequence[Event],
+    recorded_at: datetime,
+    first_position: int,
+    payload_limit: int | None = None,
+) -> list[_Row]:
+    """The stored rows of `events` appended after `head`, from `first_position` on."""
+    rows = []
+    for offset, event in enumerate(events, start=1):
+        event_type, version, payload = encode_event(event)
+        rows.append(
+            _Row(
+                run_id=run_id,
+                sequence=head + offset,
+                type=event_type,
+                schema_version=version,
+                correlation_id=correlation_id(event),
+                payload=payload[:payload_limit],
+                recorded_at=recorded_at,
+                position=first_position + offset - 1,
+            )
+        )
+    return rows
+
+
+def _envelopes(rows: Sequence[_Row], events: Sequence[Event]) -> list[Envelope]:
+    return [
+        Envelope(
+            run_id=row.run_id,
+            sequence=row.sequence,
+            event=event,
+            recorded_at=row.recorded_at,
+            position=row.position,
+        )
+        for row, event in zip(rows, events, strict=True)
+    ]
+
+
+class _Appending(MemoryStore):
+    """A MemoryStore whose append is spelled out step by step, so a mutant can misplace one."""
+
+    payload_limit: int | None = None
+
+    def _write_rows(
+        self, run_id: str, events: Sequence[Event], recorded_at: datetime
+    ) -> list[Envelope]:
+        """Write the batch at the run's head and into the feed (no checks, no index)."""
+        rows = self._rows.setdefault(run_id, [])
+        new = _rows(run_id, len(rows), events, recorded_at, self._next_position, self.payload_limit)
+        self._next_position += len(new)
+        rows.extend(new)
+        self._feed.extend(new)
+        return _envelopes(new, events)
+
+    def _check_head(self, run_id: str, expected: int) -> None:
+        head = len(self._rows.get(run_id, ()))
+        if expected != head:
+            raise SequenceConflict(run_id, expected, head)
+
+    async def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        *,
+        index: RunIndex,
+        recorded_at: datetime,
+    ) -> list[Envelope]:
+        if not events:
+            raise ValueError("append_if_sequence needs at least one event")
+        for event in events:
+            encode_event(event)
+        async with self._lock:
+            self._check_open()
+            self._check_head(run_id, expected_sequence)
+            self._check_claims(run_id, index, recorded_at)
+            envelopes = self._write_rows(run_id, events, recorded_at)
+            self._replace_index(run_id, index, recorded_at)
+            return envelopes
+
+
+class SkipsHeadCheck(_Appending):
+    """Appends at the head whatever sequence the caller expected."""
+
+    def _check_head(self, run_id: str, expected: int) -> None:
+        return
+
+
+class HeadCheckOutsideTransaction(_Appending):
+    """Checks the head, lets other tasks run (a round trip to the database), then writes without
+    checking again: right for one writer, wrong when two race."""
+
+    async def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        *,
+        index: RunIndex,
+        recorded_at: datetime,
+    ) -> list[Envelope]:
+        if not events:
+            raise ValueError("append_if_sequence needs at least one event")
+        async with self._lock:
+            self._check_open()
+            self._check_head(run_id, expected_sequence)
+        await asyncio.sleep(0)
+        async with self._lock:
+            self._check_claims(run_id, index, recorded_at)
+            envelopes = self._write_rows(run_id, events, recorded_at)
+            self._replace_index(run_id, index, recorded_at)
+            return envelopes
+
+
+class BatchNotAtomic(_Appending):
+    """Writes a batch event by event, encoding each as it goes: a failure half-way leaves the
+    first events behind (and no index rows)."""
+
+    async def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        *,
+        index: RunIndex,
+        recorded_at: datetime,
+    ) -> list[Envelope]:
+        if not events:
+            raise ValueError("append_if_sequence needs at least one event")
+        async with self._lock:
+            self._check_open()
+            self._check_head(run_id, expected_sequence)
+            self._check_claims(run_id, index, recorded_at)
+            written = [self._write_rows(run_id, [event], recorded_at)[0] for event in events]
+            self._replace_index(run_id, index, recorded_at)
+            return written
+
+
+class IndexOutsideTransaction(_Appending):
+    """Commits the events, then writes the index rows in a second step after an await: readers
+    see events without their index, and a cancellation between the steps loses the index."""
+
+    async def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        *,
+        index: RunIndex,
+        recorded_at: datetime,
+    ) -> list[Envelope]:
+        if not events:
+            raise ValueError("append_if_sequence needs at least one event")
+        async with self._lock:
+            self._check_open()
+            self._check_head(run_id, expected_sequence)
+            self._check_claims(run_id, index, recorded_at)
+            envelopes = self._write_rows(run_id, events, recorded_at)
+        await asyncio.sleep(0)
+        async with self._lock:
+            self._replace_index(run_id, index, recorded_at)
+        return envelopes
+
+
+class TerminalIndexIgnored(_Appending):
+    """Skips the index update of an append that ends the run (a "nothing left to index"
+    shortcut): the summary stays live, tokens stay held, wakeups stay due."""
+
+    def _replace_index(
+        self, run_id: str, index: RunIndex | None, now: datetime | None = None
+    ) -> None:
+        if index is not None and index.summary.status in TERMINAL_RUN_STATUSES:
+            return
+        super()._replace_index(run_id, index, now)
+
+
+class TokenIgnoresOtherRuns(_Appending):
+    """Never checks a claimed token against other runs' holders: the last claim wins."""
+
+    def _check_claims(self, run_id: str, index: RunIndex, now: datetime) -> None:
+        return
+
+
+_NEVER = datetime.min.replace(tzinfo=UTC)
+"""Before every retention deadline: asking "live at _NEVER?" ignores `retained_until`."""
+
+
+class RetentionIgnored(_Appending):
+    """Treats a retained hook as holding its token forever: `retained_until` is ignored."""
+
+    def _check_claims(self, run_id: str, index: RunIndex, now: datetime) -> None:
+        super()._check_claims(run_id, index, _NEVER)
+
+    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+        return await super().find_hook(token, now=_NEVER)
+
+    async def list_hooks(
+        self,
+        *,
+        run_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        now: datetime,
+    ) -> Page[HookHolder]:
+        return await super().list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=_NEVER)
+
+
+class DescendingReadsWrong(_Appending):
+    """Reads descending by reversing the ascending answer: `after` and `limit` apply to the
+    wrong end."""
+
+    async def read(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    ) -> list[Envelope]:
+        ascending = await super().read(run_id, after=after, limit=limit)
+        return ascending[::-1] if descending else ascending
+
+
+class CorrelationLeaks(_Appending):
+    """Filters correlation reads by correlation id only, forgetting the run."""
+
+    async def read_by_correlation(
+        self,
+        run_id: str,
+        correlation_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[Envelope]:
+        async with self._lock:
+            matching = [row for row in self._feed if row.correlation_id == correlation_id]
+            rows = self._select(matching, after, limit, descending)
+        return [self._envelope(row) for row in rows]
+
+
+class _CursorRewriting(_Appending):
+    """A MemoryStore whose `list_runs` resumes from `_resume(cursor)` instead of the cursor."""
+
+    @staticmethod
+    def _resume(micros: str, run_id: str) -> str:
+        return encode_cursor(micros, run_id)
+
+    async def list_runs(
+        self,
+        *,
+        workflow_name: str | None = None,
+        status: RunStatus | None = None,
+        parent_run_id: str | None = None,
+        created_before: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = 20,
+    ) -> Page[RunSummary]:
+        return await super().list_runs(
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=None if cursor is None else self._resume(*decode_cursor(cursor, 2)),
+            limit=limit,
+        )
+
+
+class CursorRepeatsARun(_CursorRewriting):
+    """Resumes a listing at its cursor inclusively (`<=` for `<`): every page repeats the last run
+    of the page before."""
+
+    @staticmethod
+    def _resume(micros: str, run_id: str) -> str:
+        return encode_cursor(micros, run_id + "\x00")
+
+
+class CursorSkipsTies(_CursorRewriting):
+    """Resumes a listing by `created_at` alone: runs created at the same instant as the last one
+    of a page are skipped."""
+
+    @staticmethod
+    def _resume(micros: str, run_id: str) -> str:
+        return encode_cursor(micros, "")
+
+
+class FeedExposesUncommitted(_Appending):
+    """Takes feed positions when an append starts but publishes its rows to the feed when it
+    commits, after some I/O (longer for smaller batches): a later position can be visible before
+    an earlier one."""
+
+    async def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        *,
+        index: RunIndex,
+        recorded_at: datetime,
+    ) -> list[Envelope]:
+        if not events:
+            raise ValueError("append_if_sequence needs at least one event")
+        async with self._lock:
+            self._check_open()
+            self._check_head(run_id, expected_sequence)
+            self._check_claims(run_id, index, recorded_at)
+            rows = self._rows.setdefault(run_id, [])
+            new = _rows(run_id, len(rows), events, recorded_at, self._next_position)
+            self._next_position += len(new)
+            rows.extend(new)
+            self._replace_index(run_id, index, recorded_at)
+        for _ in range(4 - min(len(new), 3)):
+            await asyncio.sleep(0)
+        async with self._lock:
+            for row in new:
+                bisect.insort(self._feed, row, key=lambda r: r.position)
+        return _envelopes(new, events)
+
+
+class TruncatesPayload(_Appending):
+    """Keeps at most 65,535 payload bytes (a BLOB column's size), cutting larger events short."""
+
+    payload_limit = 65_535
+
+
+class DeletesRetainedRuns(_Appending):
+    """Retention deletes every run that ended before the cutoff, forgetting to ask whether one of
+    its hooks still retains its token."""
+
+    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+        async with self._lock:
+            self._check_open()
+            doomed = sorted(
+                (
+                    index.summary
+                    for index in self._indexes.values()
+                    if index.summary.status in TERMINAL_RUN_STATUSES
+                    and index.summary.completed_at is not None
+                    and index.summary.completed_at < terminal_before
+                ),
+                key=lambda s: (s.completed_at, s.run_id),
+            )[: max(limit, 0)]
+            for summary in doomed:
+                del self._rows[summary.run_id]
+                self._replace_index(summary.run_id, None)
+            gone = {s.run_id for s in doomed}
+            self._feed = [row for row in self._feed if row.run_id not in gone]
+        return len(doomed)
+
+
+CAUGHT_BY: dict[type[MemoryStore], str] = {
+    SkipsHeadCheck: "test_append_stale_sequence_refused",
+    HeadCheckOutsideTransaction: "test_racing_writers_one_wins",
+    BatchNotAtomic: "test_append_batch_all_or_nothing",
+    IndexOutsideTransaction: "test_readers_never_see_partial_append",
+    TerminalIndexIgnored: "test_index_follows_run_end",
+    TokenIgnoresOtherRuns: "test_token_conflict_across_runs",
+    RetentionIgnored: "test_retained_token_held_until_deadline",
+    DescendingReadsWrong: "test_read_descending_ranges",
+    CorrelationLeaks: "test_read_by_correlation_scoped_to_run",
+    CursorRepeatsARun: "test_list_runs_pagination_visits_every_run_once",
+    CursorSkipsTies: "test_list_runs_pagination_visits_every_run_once",
+    FeedExposesUncommitted: "test_tailing_reader_never_skips",
+    TruncatesPayload: "test_round_trip_payload_bytes",
+    DeletesRetainedRuns: "test_delete_runs_before_cutoff",
+}
+"""Each broken store and the conformance check that must catch its defect."""
