@@ -65,21 +65,7 @@ class TestMemoryStore(StoreConformance):
         store._feed[store._feed.index(row)] = damaged
 
 
-class _SQLitePositionReuse(StoreConformance):
-    """SQLiteStore numbers the feed `max(position) + 1`, so after retention deletes the events
-    holding the highest positions it hands those positions out again (a tailing reader waiting
-    after one never sees the new event). Strict: this fails the day the store is fixed."""
-
-    @pytest.mark.xfail(
-        strict=True,
-        raises=AssertionError,
-        reason="SQLiteStore reuses feed positions after retention deleted the newest events",
-    )
-    def test_feed_never_reuses_a_position(self) -> None:
-        self.run_check("test_feed_never_reuses_a_position")
-
-
-class TestSQLiteFile(_SQLitePositionReuse):
+class TestSQLiteFile(StoreConformance):
     capabilities = Capabilities(reopen=True, corruption=True)
 
     async def make_store(self) -> EventStore:
@@ -99,7 +85,7 @@ class TestSQLiteFile(_SQLitePositionReuse):
         db.close()
 
 
-class TestSQLiteInMemory(_SQLitePositionReuse):
+class TestSQLiteInMemory(StoreConformance):
     async def make_store(self) -> EventStore:
         return await SQLiteStore.open(":memory:")
 

@@ -64,6 +64,7 @@ from runfold import (
 )
 from runfold.stores import SQLiteStore
 from runfold.stores.protocol import encode_cursor, time_key
+from runfold.stores.sqlite import SCHEMA_VERSION
 from tests.conftest import T0, Clock
 from tests.sqlite_worker import (
     CRASH_RUNS,
@@ -187,10 +188,28 @@ async def test_open_creates_the_schema_once_and_reopen_keeps_it(tmp_path: Path) 
     async with await SQLiteStore.open(path) as store:
         await write(store, "r", *started())
     assert {"runfold_schema", "events", "runs", "hooks", "wakeups"} <= tables(path)
-    assert plain_query(path, "SELECT version FROM runfold_schema") == [(1,)]
+    versions = [(n,) for n in range(1, SCHEMA_VERSION + 1)]
+    assert plain_query(path, "SELECT version FROM runfold_schema ORDER BY version") == versions
     async with await SQLiteStore.open(path) as store:  # a current file is not migrated again
         assert await store.head("r") == 2
-    assert plain_query(path, "SELECT version FROM runfold_schema") == [(1,)]
+    assert plain_query(path, "SELECT version FROM runfold_schema ORDER BY version") == versions
+
+
+async def test_an_older_file_is_migrated_forward_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "runfold.db"
+    async with await SQLiteStore.open(path) as store:
+        await write(store, "r", *started())
+    # Make it the file a version-1 runfold wrote: no feed high-water mark yet.
+    plain_execute(path, "DROP TABLE feed_high_water")
+    plain_execute(path, "DELETE FROM runfold_schema WHERE version > 1")
+
+    async with await SQLiteStore.open(path) as store:
+        assert await store.head("r") == 2
+        await write(store, "s", *started())
+        positions = [e.position for e in await store.read_all()]
+    assert positions == [1, 2, 3, 4]
+    assert plain_query(path, "SELECT position FROM feed_high_water") == [(2,)]
+    assert plain_query(path, "SELECT max(version) FROM runfold_schema") == [(SCHEMA_VERSION,)]
 
 
 async def test_open_store_url_opens_a_sqlite_file(tmp_path: Path) -> None:

@@ -111,6 +111,12 @@ _MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX wakeups_due ON wakeups (due_at, run_id, kind, subject_id);
     """,
+    # Retention may delete the events holding the highest positions; the feed must still never
+    # hand a position out twice, so the highest one ever assigned is kept apart from the events.
+    """
+    CREATE TABLE feed_high_water (position INTEGER NOT NULL);
+    INSERT INTO feed_high_water (position) SELECT coalesce(max(position), 0) FROM events;
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -692,8 +698,11 @@ def _append_batch(
     outcomes: list[list[Envelope] | BaseException] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        row = conn.execute("SELECT max(position) FROM events").fetchone()
-        position = int(row[0] or 0)
+        row = conn.execute(
+            "SELECT max(coalesce((SELECT max(position) FROM events), 0), "
+            "(SELECT position FROM feed_high_water))"
+        ).fetchone()
+        position = int(row[0])
         for request in batch:
             conn.execute("SAVEPOINT one_append")
             try:
@@ -731,6 +740,10 @@ def _delete_runs(conn: sqlite3.Connection, terminal_before: int, limit: int) -> 
                 (terminal_before, terminal_before, limit),
             )
         ]
+        conn.execute(
+            "UPDATE feed_high_water SET position = max(position, "
+            "coalesce((SELECT max(position) FROM events), 0))"
+        )
         for table in ("events", "hooks", "wakeups", "runs"):
             conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in doomed])
         conn.execute("COMMIT")
