@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.harness import Result, machine_lines
 from benchmarks.kernel import bench_apply, bench_fold, bench_memory, bench_replay
+from benchmarks.postgres import bench_postgres_append, bench_postgres_concurrency
 from benchmarks.sqlite import (
     bench_sqlite_append,
     bench_sqlite_concurrency,
@@ -24,6 +26,8 @@ BENCHMARKS: dict[str, Callable[[bool], list[Result]]] = {
     "sqlite-append": bench_sqlite_append,
     "sqlite-concurrency": bench_sqlite_concurrency,
     "sqlite-replay": bench_sqlite_replay,
+    "postgres-append": bench_postgres_append,
+    "postgres-concurrency": bench_postgres_concurrency,
 }
 
 
@@ -61,7 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     parser.add_argument("--only", choices=sorted(BENCHMARKS), action="append")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="where performance.md goes")
+    parser.add_argument(
+        "--postgres",
+        metavar="DSN",
+        help="the PostgreSQL server of the postgres benchmarks (default: 127.0.0.1:5432)",
+    )
     args = parser.parse_args(argv)
+    if args.postgres:
+        os.environ["RUNFOLD_BENCH_POSTGRES_DSN"] = args.postgres
     chosen = args.only or list(BENCHMARKS)
     results: list[Result] = []
     for name in chosen:

@@ -4,6 +4,8 @@ The rules live in the pure kernel (`runfold.kernel`); stores (`runfold.stores`) 
 atomically; `CommandHandler` ties them together. Everything public is re-exported here.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from runfold.handler import CommandHandler, Outcome, new_run_id, utc_now
 from runfold.kernel import (
     EVENT_TYPES,
@@ -123,6 +125,9 @@ from runfold.kernel import (
 )
 from runfold.stores import EventStore, MemoryStore, open_store
 
+if TYPE_CHECKING:
+    from runfold.stores.postgres import PostgresStore
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -181,6 +186,7 @@ __all__ = [
     "NonDeterministic",
     "Outcome",
     "Page",
+    "PostgresStore",
     "ProgressRecorded",
     "ReceiveHook",
     "RecordLog",
@@ -249,3 +255,12 @@ __all__ = [
     "run_index",
     "utc_now",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`PostgresStore`, imported on first use: psycopg is the optional `postgres` extra."""
+    if name == "PostgresStore":
+        from runfold.stores.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, settings
 
 from runfold import CommandHandler, EventStore, MemoryStore
 from runfold.stores import SQLiteStore
+from tests.postgres_support import drop_session_schemas, suite_store
 
 # "ci" (the default) is quick and derandomized so CI is repeatable; "deep" is for `make test-deep`.
 settings.register_profile(
@@ -47,7 +48,9 @@ class Clock:
         return self.now
 
 
-BACKENDS = os.environ.get("RUNFOLD_TEST_BACKENDS", "memory,sqlite-file,sqlite-memory").split(",")
+BACKENDS = os.environ.get(
+    "RUNFOLD_TEST_BACKENDS", "memory,sqlite-file,sqlite-memory,postgres"
+).split(",")
 """Store backends the suite runs against; each new store adds its name here and a branch in
 `_open`."""
 
@@ -59,6 +62,8 @@ async def _open(backend: str, tmp_path: object) -> EventStore:
         return await SQLiteStore.open(Path(str(tmp_path)) / "runfold.db")
     if backend == "sqlite-memory":
         return await SQLiteStore.open(":memory:")
+    if backend == "postgres":
+        return await suite_store()
     raise AssertionError(f"unknown backend {backend}")
 
 
@@ -70,6 +75,13 @@ async def store(request: pytest.FixtureRequest, tmp_path: object) -> AsyncIterat
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _postgres_schemas() -> Iterator[None]:
+    """Drop the PostgreSQL schemas the test session made."""
+    yield
+    drop_session_schemas()
 
 
 @pytest.fixture

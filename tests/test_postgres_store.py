@@ -1,0 +1,740 @@
+"""`PostgresStore` specifics (`STORES.md`, PostgresStore): what the generic contract tests miss.
+
+Always against the real server (`tests/postgres_support.py`; under `CI=true` a missing server
+fails these tests): opening and migrating (concurrently, and the refusals), races across
+separate connections, the gap-safe feed under commits out of order, `subscribe`, a backend
+killed mid-append, lost connections, corruption, hostile text, group commit, and a role without
+DDL rights. The generic contract runs against PostgreSQL through the `store` fixture.
+
+Races are made certain rather than likely: a blocker transaction on its own connection holds
+the row, key or token every contender needs, the test waits until all of them queue behind it
+(`pg_blocking_pids`), then lets them go at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from runfold import (
+    CommandHandler,
+    CorruptEvent,
+    CreateHook,
+    CreateRun,
+    CreateStep,
+    Envelope,
+    Event,
+    HookHolder,
+    RecordLog,
+    RunCompleted,
+    RunIndex,
+    RunStarted,
+    SequenceConflict,
+    SetAttributes,
+    StartRun,
+    StoreClosed,
+    StoreError,
+    StoreOpenError,
+    StoreUnavailable,
+    TokenConflict,
+    open_store,
+    project_run,
+)
+from runfold.stores import PostgresStore
+from runfold.stores.postgres import POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
+from runfold.stores.protocol import encode_cursor, time_key
+from tests.conftest import T0, Clock
+from tests.postgres_support import DSN, admin, schema_name
+from tests.test_store_contract import created, envelopes_for, hook, index_after, log, write
+
+ANYWHERE = 10.0
+"""Seconds a test waits for what should happen at once before it fails."""
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    """A fresh schema name; the schema is dropped after the test. Skips the test (fails it
+    under `CI=true`) without a server."""
+    admin()
+    name = schema_name("pg")
+    yield name
+    admin().execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@contextlib.asynccontextmanager
+async def opened(schema: str, **options: Any) -> AsyncIterator[PostgresStore]:
+    """A store on `schema`, closed afterwards."""
+    store = await PostgresStore.open(DSN, schema=schema, **options)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@contextlib.asynccontextmanager
+async def stores(schema: str, count: int) -> AsyncIterator[list[PostgresStore]]:
+    """`count` stores on `schema`, each with a pool (so a connection) of its own."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(opened(schema, pool_max=2)) for _ in range(count)]
+
+
+@contextlib.asynccontextmanager
+async def blocker() -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A connection in an open transaction, rolled back at the end unless committed."""
+    conn = await psycopg.AsyncConnection.connect(DSN)
+    try:
+        yield conn
+    finally:
+        await conn.rollback()
+        await conn.close()
+
+
+async def queued_behind(conn: psycopg.AsyncConnection[Any], count: int) -> list[int]:
+    """Wait until `count` backends wait on `conn`'s transaction, directly or behind another
+    waiter (row lock waiters queue behind the first one); their pids."""
+    first = conn.info.backend_pid
+    deadline = time.monotonic() + ANYWHERE
+    while True:
+        waiting = rows(
+            "SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity "
+            "WHERE cardinality(pg_blocking_pids(pid)) > 0"
+        )
+        behind = {first}
+        while grown := {pid for pid, blockers in waiting if behind & set(blockers)} - behind:
+            behind |= grown
+        behind.discard(first)
+        if len(behind) >= count:
+            return sorted(behind)
+        assert time.monotonic() < deadline, f"only {len(behind)} of {count} queued"
+        await asyncio.sleep(0.005)
+
+
+async def prepared(
+    store: PostgresStore, run_id: str, events: Sequence[Event]
+) -> tuple[int, RunIndex]:
+    """The run's head and the index rows the kernel derives after `events`."""
+    history = await store.read(run_id)
+    head = history[-1].sequence if history else 0
+    return head, index_after(history, envelopes_for(run_id, head, events, T0))
+
+
+def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    return admin().execute(sql, params).fetchall()
+
+
+def split(
+    outcomes: Sequence[list[Envelope] | BaseException],
+) -> tuple[list[list[Envelope]], list[BaseException]]:
+    won = [o for o in outcomes if isinstance(o, list)]
+    lost = [o for o in outcomes if isinstance(o, BaseException)]
+    return won, lost
+
+
+# --- opening and migrating ----------------------------------------------------------------------
+
+
+async def test_open_migrates_once_and_every_table_but_tokens_leads_with_run_id(
+    schema: str,
+) -> None:
+    async with opened(schema) as store:
+        await write(store, "r", created(), RunStarted())
+    async with opened(schema) as store, opened(schema, migrate=False) as reader:
+        await store.migrate()  # idempotent
+        assert await reader.head("r") == 2
+    assert rows(f'SELECT version FROM "{schema}".schema_version') == [(SCHEMA_VERSION,)]
+    leading = dict(
+        rows(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND ordinal_position = 1",
+            (schema,),
+        )
+    )
+    assert leading.pop("schema_version") == "version"
+    assert leading.pop("tokens") == "token"  # the global token index, keyed by token
+    assert set(leading.values()) == {"run_id"}
+    assert set(leading) == {"events", "runs", "hooks", "wakeups"}
+
+
+async def test_concurrent_migrations_are_safe_and_idempotent(schema: str) -> None:
+    async def migrate_by_open() -> None:
+        async with opened(schema):
+            pass
+
+    async def migrate_by_call(store: PostgresStore) -> None:
+        await store.migrate()
+
+    await asyncio.gather(*(migrate_by_open() for _ in range(6)))
+    async with stores(schema, 4) as some:
+        await asyncio.gather(*(migrate_by_call(s) for s in some))
+        await write(some[0], "r", created())
+        assert await some[3].head("r") == 1
+    assert rows(f'SELECT version FROM "{schema}".schema_version') == [(SCHEMA_VERSION,)]
+
+
+async def test_migrations_wait_for_each_other_on_the_advisory_lock(schema: str) -> None:
+    async with blocker() as holder:
+        await holder.execute(
+            "SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"runfold migrate {schema}",)
+        )
+        opening = asyncio.gather(*(PostgresStore.open(DSN, schema=schema) for _ in range(3)))
+        await queued_behind(holder, 3)
+        assert rows("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)) == []
+        await holder.execute(
+            "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (f"runfold migrate {schema}",)
+        )
+        for store in await opening:
+            await store.close()
+    assert rows(f'SELECT version FROM "{schema}".schema_version') == [(SCHEMA_VERSION,)]
+
+
+async def test_without_migrate_a_missing_schema_is_refused_and_left_alone(schema: str) -> None:
+    with pytest.raises(StoreOpenError, match="migrate"):
+        await PostgresStore.open(DSN, schema=schema, migrate=False)
+    assert rows("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)) == []
+
+
+async def test_a_schema_from_a_newer_runfold_is_refused(schema: str) -> None:
+    async with opened(schema):
+        pass
+    admin().execute(
+        f'INSERT INTO "{schema}".schema_version (version) VALUES (%s)', (SCHEMA_VERSION + 1,)
+    )
+    for migrate in (True, False):
+        with pytest.raises(StoreOpenError, match="newer runfold"):
+            await PostgresStore.open(DSN, schema=schema, migrate=migrate)
+
+
+async def test_a_schema_that_is_not_runfold_s_is_refused(schema: str) -> None:
+    admin().execute(f'CREATE SCHEMA "{schema}"; CREATE TABLE "{schema}".accounts (id int)')
+    with pytest.raises(StoreOpenError, match="not a runfold schema"):
+        await PostgresStore.open(DSN, schema=schema)
+    assert rows(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+    ) == [("accounts",)]
+
+
+async def test_an_unreachable_server_is_unavailable_at_once() -> None:
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="cannot connect"):
+        await PostgresStore.open("postgresql://postgres@127.0.0.1:9/postgres", timeout=2)
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+async def test_open_store_takes_the_schema_from_the_url(schema: str, scheme: str) -> None:
+    params = conninfo_to_dict(DSN)  # whatever form the test DSN has
+    host, port = params.get("host", "127.0.0.1"), params.get("port", "5432")
+    user, dbname = params.get("user", "postgres"), params.get("dbname", "postgres")
+    store = await open_store(f"{scheme}://{user}@{host}:{port}/{dbname}?schema={schema}")
+    try:
+        assert isinstance(store, PostgresStore)
+        await write(store, "r", created())
+    finally:
+        await store.close()
+    assert rows(f'SELECT run_id FROM "{schema}".runs') == [("r",)]
+
+
+async def test_an_existing_pool_is_used_and_left_open(schema: str) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] = AsyncConnectionPool(
+        DSN, min_size=1, max_size=3, kwargs={"autocommit": True}, open=False
+    )
+    await pool.open()
+    try:
+        async with await PostgresStore.open(pool=pool, schema=schema) as store:
+            await write(store, "r", created(), RunStarted())
+        async with pool.connection() as conn:  # still open
+            cursor = await conn.execute(f'SELECT head FROM "{schema}".runs')
+            assert await cursor.fetchall() == [(2,)]
+    finally:
+        await pool.close()
+    plain: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] = AsyncConnectionPool(
+        DSN, min_size=1, max_size=1, open=False
+    )
+    await plain.open()
+    try:
+        with pytest.raises(ValueError, match="autocommit"):
+            await PostgresStore.open(pool=plain, schema=schema)
+    finally:
+        await plain.close()
+
+
+async def test_a_role_without_ddl_rights_runs_on_a_migrated_schema(schema: str) -> None:
+    role = f"runfold_app_{uuid.uuid4().hex[:8]}"
+    async with opened(schema):
+        pass  # migrated by a role that may
+    admin().execute(
+        f'CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA "{schema}" TO {role}; '
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{schema}" TO {role}'
+    )
+    try:
+        as_app = make_conninfo(DSN, user=role)
+        async with await PostgresStore.open(as_app, schema=schema) as store:
+            handler = CommandHandler(store, clock=Clock())
+            await handler.execute("r", StartRun(create=CreateRun(workflow_name="wf", input=b"")))
+            await handler.execute("r", CreateHook(hook_id="h", token="tok"))
+            assert [e.sequence for e in await store.read_all()] == [1, 2, 3]
+        with pytest.raises(StoreError):  # nor can it make a schema of its own
+            await PostgresStore.open(as_app, schema=f"{schema}_own")
+    finally:
+        admin().execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
+
+
+# --- races across separate connections ----------------------------------------------------------
+
+
+async def test_writers_racing_on_one_head_one_wins_and_the_rest_see_the_true_head(
+    schema: str,
+) -> None:
+    async with stores(schema, 6) as writers:
+        await write(writers[0], "r", created(), RunStarted())
+        batches = [[log(f"w{n}")] * (n + 1) for n in range(len(writers))]
+        indexes = [(await prepared(w, "r", b))[1] for w, b in zip(writers, batches, strict=True)]
+        async with blocker() as holder:
+            await holder.execute(
+                f'SELECT 1 FROM "{schema}".runs WHERE run_id = %s FOR UPDATE', ("r",)
+            )
+            racing = asyncio.gather(
+                *(
+                    w.append_if_sequence("r", 2, b, index=i, recorded_at=T0)
+                    for w, b, i in zip(writers, batches, indexes, strict=True)
+                ),
+                return_exceptions=True,
+            )
+            await queued_behind(holder, len(writers))
+            await holder.commit()
+            won, lost = split(await racing)
+        [winner] = won
+        head = 2 + len(winner)
+        assert all(isinstance(e, SequenceConflict) for e in lost), lost
+        assert {(e.expected, e.actual) for e in lost if isinstance(e, SequenceConflict)} == {
+            (2, head)
+        }
+        assert await writers[1].read("r", after=2) == winner
+        assert await writers[2].head("r") == head
+
+
+async def test_creations_of_one_run_racing_make_one_run(schema: str) -> None:
+    async with stores(schema, 6) as writers:
+        batches = [[created(f"wf{n}"), *[log()] * n] for n in range(len(writers))]
+        indexes = [index_after([], envelopes_for("new", 0, b, T0)) for b in batches]
+        async with blocker() as holder:
+            await holder.execute(
+                f'INSERT INTO "{schema}".runs VALUES (%s, %s, %s, NULL, 0, 0, NULL, 0, %s, 0, 0, '
+                "false, false)",
+                ("new", "wf", "running", "{}"),
+            )
+            racing = asyncio.gather(
+                *(
+                    w.append_if_sequence("new", 0, b, index=i, recorded_at=T0)
+                    for w, b, i in zip(writers, batches, indexes, strict=True)
+                ),
+                return_exceptions=True,
+            )
+            await queued_behind(holder, len(writers))
+            await holder.rollback()
+            won, lost = split(await racing)
+        [winner] = won
+        assert {(e.expected, e.actual) for e in lost if isinstance(e, SequenceConflict)} == {
+            (0, len(winner))
+        }
+        assert len(lost) == len(writers) - 1
+        [summary] = await writers[0].get_runs(["new"])
+        assert summary is not None
+        assert summary.workflow_name == f"wf{len(winner) - 1}"
+        assert await writers[3].read("new") == winner
+
+
+async def test_token_claims_racing_leave_one_holder(schema: str) -> None:
+    async with stores(schema, 6) as writers:
+        run_ids = [f"run-{n}" for n in range(len(writers))]
+        for w, run_id in zip(writers, run_ids, strict=True):
+            await write(w, run_id, created(), RunStarted())
+        claims = [
+            await prepared(w, r, [hook("h", "shared")])
+            for w, r in zip(writers, run_ids, strict=True)
+        ]
+        async with blocker() as holder:
+            await holder.execute(
+                f'INSERT INTO "{schema}".tokens VALUES (%s, %s, %s, NULL)',
+                (b"shared", "blocker", "h"),
+            )
+            racing = asyncio.gather(
+                *(
+                    w.append_if_sequence(r, head, [hook("h", "shared")], index=i, recorded_at=T0)
+                    for w, r, (head, i) in zip(writers, run_ids, claims, strict=True)
+                ),
+                return_exceptions=True,
+            )
+            await queued_behind(holder, len(writers))
+            await holder.rollback()
+            outcomes = await racing
+        won, lost = split(outcomes)
+        [winner] = won
+        holder_run = winner[0].run_id
+        assert all(isinstance(e, TokenConflict) for e in lost), lost
+        assert {(e.token, e.holder_run_id, e.holder_hook_id) for e in lost} == {  # type: ignore[attr-defined]
+            ("shared", holder_run, "h")
+        }
+        assert await writers[0].find_hook("shared", now=T0) == HookHolder(
+            run_id=holder_run, hook_id="h", retained_until=None
+        )
+        for run_id in run_ids:  # the losers wrote nothing
+            assert await writers[1].head(run_id) == (3 if run_id == holder_run else 2)
+        hooks = await writers[2].list_hooks(now=T0)
+        assert [(h.run_id, h.hook_id) for h in hooks.items] == [(holder_run, "h")]
+
+
+# --- the feed -----------------------------------------------------------------------------------
+
+
+async def test_a_tailing_reader_sees_every_event_once_in_order_while_commits_come_out_of_order(
+    schema: str,
+) -> None:
+    held = 5
+    async with stores(schema, held + 2) as writers, opened(schema, feed_wait=0) as reader:
+        for n in range(held):
+            await write(writers[n], f"held-{n}", created(), RunStarted())
+        expected = {(f"held-{n}", s) for n in range(held) for s in (1, 2)}
+        seen: list[Envelope] = []
+        done = asyncio.Event()
+
+        async def tail() -> None:
+            after = 0
+            while not done.is_set() or len(seen) < len(expected):
+                for envelope in await reader.read_all(after_position=after, limit=7):
+                    assert envelope.position is not None and envelope.position > after
+                    after = envelope.position
+                    seen.append(envelope)
+                await asyncio.sleep(0.002)
+
+        tailing = asyncio.create_task(tail())
+        async with contextlib.AsyncExitStack() as stack:
+            # Appends held mid-transaction, after their events are written: each claims a
+            # token a blocker holds uncommitted. Started one by one, so their transaction ids
+            # rise in this order.
+            holders, appends = [], []
+            for n in range(held):
+                holder = await stack.enter_async_context(blocker())
+                token = f"tok-{n}"
+                await holder.execute(
+                    f'INSERT INTO "{schema}".tokens VALUES (%s, %s, %s, NULL)',
+                    (token.encode(), "blocker", "h"),
+                )
+                head, index = await prepared(writers[n], f"held-{n}", [hook("h", token), log()])
+                appends.append(
+                    asyncio.create_task(
+                        writers[n].append_if_sequence(
+                            f"held-{n}",
+                            head,
+                            [hook("h", token), log()],
+                            index=index,
+                            recorded_at=T0,
+                        )
+                    )
+                )
+                await queued_behind(holder, 1)
+                holders.append(holder)
+                expected |= {(f"held-{n}", 3), (f"held-{n}", 4)}
+
+            async def free_writer(store: PostgresStore, run_id: str) -> None:
+                await write(store, run_id, created(), RunStarted())
+                for _ in range(15):
+                    await write(store, run_id, log())
+                    await asyncio.sleep(random.random() / 500)
+
+            free = [f"free-{n}" for n in range(2)]
+            expected |= {(run_id, s) for run_id in free for s in range(1, 18)}
+            freely = asyncio.gather(
+                *(free_writer(writers[held + n], r) for n, r in enumerate(free))
+            )
+            await asyncio.sleep(0.05)
+            assert not any(e.run_id.startswith("free") for e in seen)  # held back: younger
+            for n in (3, 0, 4, 1, 2):  # commits out of the order the transactions began in
+                await holders[n].rollback()
+                await appends[n]
+                await asyncio.sleep(0.01)
+            await freely
+        done.set()
+        await asyncio.wait_for(tailing, ANYWHERE)
+
+        keys = [(e.run_id, e.sequence) for e in seen]
+        assert len(keys) == len(set(keys)) and set(keys) == expected
+        assert seen == await reader.read_all(limit=10_000)
+
+
+async def test_read_all_waits_for_older_transactions_then_serves_what_they_held_back(
+    schema: str,
+) -> None:
+    async with opened(schema, feed_wait=0.2) as store, blocker() as older:
+        await older.execute("SELECT pg_current_xact_id()")  # an older transaction, still open
+        await write(store, "r", created())
+        started = time.monotonic()
+        assert await store.read_all() == []
+        assert 0.15 < time.monotonic() - started < 2  # it waited, then gave up
+        waiting = asyncio.create_task(store.read_all())
+        await asyncio.sleep(0.05)
+        await older.commit()
+        assert [e.sequence for e in await waiting] == [1]  # served once the older one ended
+
+
+async def test_subscribe_delivers_events_as_they_commit(schema: str) -> None:
+    async with opened(schema) as writer, opened(schema) as listener:
+        await write(writer, "before", created())
+        start = (await writer.read_all())[-1].position
+        assert start is not None
+        received: list[Envelope] = []
+
+        async def consume() -> None:
+            # A minute between polls: only a notification can wake it in time.
+            async with contextlib.aclosing(listener.subscribe(start, poll_interval=60)) as feed:
+                async for envelope in feed:
+                    received.append(envelope)
+                    if len(received) == 6:
+                        return
+
+        consuming = asyncio.create_task(consume())
+        await asyncio.sleep(0.1)  # it is waiting on LISTEN
+        written = await write(writer, "r", created(), log())
+        for n in range(4):
+            await asyncio.sleep(0.05)
+            written += await write(writer, "r", log(f"m{n}"))
+        await asyncio.wait_for(consuming, ANYWHERE)
+        assert received == written
+
+
+# --- failures -----------------------------------------------------------------------------------
+
+
+async def test_a_backend_killed_mid_append_leaves_no_partial_batch_and_the_store_recovers(
+    schema: str,
+) -> None:
+    async with opened(schema) as store:
+        await write(store, "r", created(), RunStarted())
+        before = (await store.read("r"), await store.get_runs(["r"]), await store.read_all())
+        batch = [log("a"), hook("h", "tok"), log("b")]
+        head, index = await prepared(store, "r", batch)
+        async with blocker() as holder:
+            await holder.execute(
+                f'INSERT INTO "{schema}".tokens VALUES (%s, %s, %s, NULL)',
+                (b"tok", "blocker", "h"),
+            )
+            appending = asyncio.create_task(
+                store.append_if_sequence("r", head, batch, index=index, recorded_at=T0)
+            )
+            [pid] = await queued_behind(holder, 1)  # inside append_events, events written
+            admin().execute("SELECT pg_terminate_backend(%s)", (pid,))
+            with pytest.raises(StoreUnavailable):
+                await appending
+        assert (
+            await store.read("r"),
+            await store.get_runs(["r"]),
+            await store.read_all(),
+        ) == before
+        assert await store.find_hook("tok", now=T0) is None
+        assert rows(f'SELECT count(*) FROM "{schema}".events') == [(2,)]
+        appended = await store.append_if_sequence("r", head, batch, index=index, recorded_at=T0)
+        assert [e.sequence for e in appended] == [3, 4, 5]
+
+
+async def test_the_pool_recovers_when_every_connection_is_killed(schema: str) -> None:
+    name = f"runfold-test-{uuid.uuid4().hex[:8]}"
+    async with await PostgresStore.open(
+        make_conninfo(DSN, application_name=name), schema=schema, pool_min=3, pool_max=3
+    ) as store:
+        await asyncio.gather(*(write(store, f"r{n}", created()) for n in range(3)))
+        killed = rows(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (name,),
+        )
+        assert killed and all(ok for (ok,) in killed)
+        failures = 0
+        for _ in range(10):  # a dead connection costs one call at most, then it is replaced
+            try:
+                assert await store.head("r0") == 1
+            except StoreUnavailable:
+                failures += 1
+                await asyncio.sleep(0.05)
+            else:
+                break
+        assert failures <= 3
+        await write(store, "r0", log())
+        assert await store.head("r0") == 2
+
+
+async def test_a_corrupt_row_fails_its_run_only(schema: str) -> None:
+    async with opened(schema) as store:
+        handler = CommandHandler(store, clock=Clock())
+        for run_id in ("a", "b"):
+            await handler.execute(run_id, StartRun(create=CreateRun(workflow_name="wf", input=b"")))
+            await handler.execute(run_id, CreateStep(step_id="s", step_name="n", input=b""))
+            await handler.execute(run_id, RecordLog(level="info", message="two"))
+        [(position,)] = rows(
+            f'SELECT position FROM "{schema}".events WHERE run_id = %s AND sequence = 3', ("a",)
+        )
+        admin().execute(
+            f'UPDATE "{schema}".events SET payload = %s WHERE run_id = %s AND sequence = 3',
+            (b"\xff\x00", "a"),
+        )
+        with pytest.raises(CorruptEvent) as caught:
+            await store.read("a")
+        assert (caught.value.run_id, caught.value.sequence) == ("a", 3)
+        with pytest.raises(CorruptEvent):
+            await store.read_by_correlation("a", "s")
+        with pytest.raises(CorruptEvent):
+            await store.read_all()
+        handler = CommandHandler(store, clock=Clock())  # nothing cached: it reads the run
+        with pytest.raises(CorruptEvent):
+            await handler.execute("a", RecordLog(level="info", message="three"))
+        assert [e.sequence for e in await store.read("a", after=3)] == [4]
+        assert await store.head("a") == 4
+        assert [e.sequence for e in await store.read("b")] == [1, 2, 3, 4]
+        outcome = await handler.execute("b", RecordLog(level="info", message="three"))
+        assert [e.sequence for e in outcome.appended] == [5]
+        after = await store.read_all(after_position=position)
+        assert ("a", 3) not in {(e.run_id, e.sequence) for e in after}
+        assert ("b", 5) in {(e.run_id, e.sequence) for e in after}
+
+
+# --- text, group commit -------------------------------------------------------------------------
+
+
+HOSTILE = [
+    "r'); DROP TABLE events; --",
+    'wf" OR "1"="1',
+    "%s %(x)s {s} $1 $fn$ \\x00 \\",
+    "ü-😀-\U0010ffff",
+]
+"""Ids and names (the kernel refuses control characters in those; values may hold any)."""
+
+
+@pytest.mark.parametrize("schema_label", ["plain", 'we"ird sch; ema'])
+async def test_hostile_text_round_trips_literally(schema_label: str) -> None:
+    admin()
+    schema = schema_name("pg") + schema_label
+    try:
+        async with opened(schema) as store:
+            handler = CommandHandler(store, clock=Clock())
+            for n, text in enumerate(HOSTILE):
+                run_id = f"run {text}"
+                create = CreateRun(workflow_name=text, input=text.encode())
+                await handler.execute(run_id, StartRun(create=create))
+                values = {text: text, f"k{n}": f"nul\x00\t\n{text}"}
+                await handler.execute(run_id, SetAttributes(changes=values))
+                await handler.execute(run_id, CreateHook(hook_id=f"h {text}", token=f"\x00{text}"))
+                await handler.execute(
+                    run_id, CreateStep(step_id=f"s {text}", step_name="n", input=b"")
+                )
+                [summary] = await store.get_runs([run_id])
+                assert summary is not None
+                assert (summary.workflow_name, dict(summary.attributes)) == (text, values)
+                assert [s.run_id for s in (await store.list_runs(workflow_name=text)).items] == [
+                    run_id
+                ]
+                assert await store.find_hook(f"\x00{text}", now=T0) == HookHolder(
+                    run_id=run_id, hook_id=f"h {text}", retained_until=None
+                )
+                hooks = await store.list_hooks(run_id=run_id, now=T0)
+                assert [h.hook_id for h in hooks.items] == [f"h {text}"]
+                assert len(await store.read_by_correlation(run_id, f"s {text}")) == 1
+                assert project_run(await store.read(run_id)).input == text.encode()
+            # Keys PostgreSQL cannot hold match nothing; a forged cursor is data too.
+            assert await store.read("nul\x00id") == []
+            assert await store.head("nul\x00id") == 0
+            assert await store.get_runs(["nul\x00id"]) == [None]
+            forged = encode_cursor(time_key(T0), "q' OR '1'='1")
+            assert (await store.list_runs(cursor=forged)).items == ()
+            assert len((await store.list_runs(limit=100)).items) == len(HOSTILE)
+    finally:
+        admin().execute(f'DROP SCHEMA IF EXISTS "{schema.replace(chr(34), chr(34) * 2)}" CASCADE')
+
+
+async def test_concurrent_appends_share_transactions_and_keep_their_own_outcomes(
+    schema: str,
+) -> None:
+    async with opened(schema) as store, opened(schema) as other:
+        await write(other, "held", created(), RunStarted(), hook("h", "taken"))
+        for run_id in [*(f"r{n}" for n in range(30)), "thief"]:
+            await write(store, run_id, created())
+        plans = [await prepared(store, f"r{n}", [log(), log()]) for n in range(30)]
+        stale = await prepared(store, "r3", [log()])
+        thief = await prepared(store, "thief", [RunStarted(), hook("h2", "taken")])
+        outcomes = await asyncio.gather(
+            *(
+                store.append_if_sequence(f"r{n}", head, [log(), log()], index=i, recorded_at=T0)
+                for n, (head, i) in enumerate(plans)
+            ),
+            store.append_if_sequence("r3", stale[0] + 5, [log()], index=stale[1], recorded_at=T0),
+            store.append_if_sequence(
+                "thief",
+                thief[0],
+                [RunStarted(), hook("h2", "taken")],
+                index=thief[1],
+                recorded_at=T0,
+            ),
+            return_exceptions=True,
+        )
+        *appended, wrong_head, stolen = outcomes
+        # r3's own appends may have gone first, in the same batch or not.
+        assert isinstance(wrong_head, SequenceConflict) and wrong_head.actual in (1, 3)
+        assert isinstance(stolen, TokenConflict) and stolen.holder_run_id == "held"
+        assert all(isinstance(a, list) and [e.sequence for e in a] == [2, 3] for a in appended)
+        transactions = {
+            e.position // POSITIONS_PER_TRANSACTION
+            for a in appended
+            if isinstance(a, list)
+            for e in a
+            if e.position is not None
+        }
+        assert len(transactions) < len(appended)  # they went together
+        feed = await store.read_all(limit=10_000)
+        assert [e.run_id for e in feed].count("r3") == 3 and await store.head("thief") == 1
+
+
+async def test_retained_token_past_its_deadline_gives_way_to_another_run(schema: str) -> None:
+    async with opened(schema) as store:
+        until = T0 + timedelta(minutes=1)
+        await write(store, "old", created(), RunStarted(), hook("h", "tok", until))
+        await write(store, "old", RunCompleted(output=b""))
+        with pytest.raises(TokenConflict):
+            await write(store, "new", created(), hook("h", "tok"), at=until - timedelta(seconds=1))
+        await write(store, "new", created(), hook("h", "tok"), at=until)
+        assert await store.find_hook("tok", now=until) == HookHolder(
+            run_id="new", hook_id="h", retained_until=None
+        )
+        assert (await store.list_hooks(run_id="old", now=T0)).items == ()
+
+
+async def test_close_writes_what_was_accepted_and_refuses_the_rest(schema: str) -> None:
+    store = await PostgresStore.open(DSN, schema=schema)
+
+    async def append(run_id: str) -> list[Envelope]:
+        events = (created(), RunStarted(), log(run_id))
+        index = index_after([], envelopes_for(run_id, 0, events, T0))
+        return await store.append_if_sequence(run_id, 0, events, index=index, recorded_at=T0)
+
+    tasks = [asyncio.create_task(append(f"w-{n}")) for n in range(30)]
+    await asyncio.sleep(0)  # they start: one writes, the others queue for a group commit
+    closing = asyncio.create_task(store.close())
+    late = [asyncio.create_task(append(f"late-{n}")) for n in range(5)]
+    outcomes = await asyncio.gather(*tasks, *late, return_exceptions=True)
+    await closing
+    assert all(isinstance(o, list) for o in outcomes[:30]), outcomes[:30]
+    assert all(isinstance(o, StoreClosed) for o in outcomes[30:]), outcomes[30:]
+    async with opened(schema) as reopened:
+        for n, acked in enumerate(outcomes[:30]):
+            assert await reopened.read(f"w-{n}") == acked
+        assert await reopened.get_runs(["late-0"]) == [None]
