@@ -2,26 +2,7 @@
 
 Our stores run the kit the way any store implementer would: a `StoreConformance` subclass with
 `make_store` (and the optional hooks their capabilities need). PostgresStore joins the same way
-(with `tests.postgres_support`; it passes every check, about 16 s at 25 examples):
-
-    class TestPostgresStore(StoreConformance):
-        capabilities = Capabilities(reopen=True, corruption=True)
-
-        async def make_store(self) -> EventStore:
-            admin()  # skips (fails under CI=true) without a server
-            return await PostgresStore.open(DSN, schema=schema_name("kit"), pool_max=4)
-
-        async def reopen_store(self, store: EventStore) -> EventStore:
-            assert isinstance(store, PostgresStore)
-            return await PostgresStore.open(DSN, schema=store._schema, pool_max=4)
-
-        async def corrupt_payload(self, store: EventStore, run_id: str, sequence: int) -> None:
-            assert isinstance(store, PostgresStore)
-            admin().execute(
-                f'UPDATE "{store._schema}".events SET payload = %s '
-                "WHERE run_id = %s AND sequence = %s",
-                (b"\xff\x00", run_id, sequence),
-            )
+(with `tests.postgres_support`).
 """
 
 from __future__ import annotations
@@ -43,9 +24,10 @@ from runfold.conformance import (
     load_factory,
     run_conformance,
 )
-from runfold.stores import MemoryStore, SQLiteStore
+from runfold.stores import MemoryStore, PostgresStore, SQLiteStore
 from runfold.stores.protocol import EventStore
 from tests.broken_stores import CAUGHT_BY
+from tests.postgres_support import DSN, admin, schema_name
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "docs.examples.thirdparty.jsonl_store:JsonlStoreConformance"
@@ -63,6 +45,25 @@ class TestMemoryStore(StoreConformance):
         damaged = attrs.evolve(row, payload=b"\xff\x00")
         store._rows[run_id][sequence - 1] = damaged
         store._feed[store._feed.index(row)] = damaged
+
+
+class TestPostgresStore(StoreConformance):
+    capabilities = Capabilities(reopen=True, corruption=True)
+
+    async def make_store(self) -> EventStore:
+        admin()  # skips (fails under CI=true) without a server
+        return await PostgresStore.open(DSN, schema=schema_name("kit"), pool_max=4)
+
+    async def reopen_store(self, store: EventStore) -> EventStore:
+        assert isinstance(store, PostgresStore)
+        return await PostgresStore.open(DSN, schema=store._schema, pool_max=4)
+
+    async def corrupt_payload(self, store: EventStore, run_id: str, sequence: int) -> None:
+        assert isinstance(store, PostgresStore)
+        admin().execute(
+            f'UPDATE "{store._schema}".events SET payload = %s WHERE run_id = %s AND sequence = %s',
+            (b"\xff\x00", run_id, sequence),
+        )
 
 
 class TestSQLiteFile(StoreConformance):
