@@ -71,8 +71,16 @@ from runfold.kernel import (
     encode_event,
     make_envelope,
 )
+from runfold.stores._sql import (
+    SUMMARY_COLUMNS,
+    from_key,
+    optional_time,
+    run_filters,
+    summary_from_row,
+    summary_page,
+    wakeup_from_row,
+)
 from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
-from runfold.stores.sqlite import _SUMMARY_COLUMNS, _from_key, _optional_time, _summary, _wakeup
 
 __all__ = [
     "MAX_WRITES",
@@ -511,10 +519,10 @@ def _envelopes(rows: Sequence[tuple[Any, ...]]) -> list[Envelope]:
     decode = default_codec.decode
     result = []
     last_key: int | None = None
-    recorded_at = _from_key(0)
+    recorded_at = from_key(0)
     for run_id, sequence, event_type, version, payload, recorded, position in rows:
         if recorded != last_key:  # rows of one batch share their time: build it once
-            last_key, recorded_at = recorded, _from_key(recorded)
+            last_key, recorded_at = recorded, from_key(recorded)
         try:
             event = decode(event_type, version, payload)
         except EventDecodeError as exc:
@@ -1204,47 +1212,30 @@ class PostgresStore:
         cursor: str | None = None,
         limit: int = 20,
     ) -> Page[RunSummary]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        for column, value in (
-            ("workflow_name", workflow_name),
-            ("status", status),
-            ("parent_run_id", parent_run_id),
-        ):
-            if value is not None:
-                clauses.append(f"{column} = %s")
-                params.append(value)
-        if created_before is not None:
-            clauses.append("created_at < %s")
-            params.append(time_key(created_before))
-        if cursor is not None:
-            micros, last_run_id = decode_cursor(cursor, 2)
-            clauses.append("(created_at, run_id) < (%s, %s)")
-            params += [int(micros), last_run_id]
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        where, params = run_filters(
+            "%s",
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+        )
         rows = await self._fetch(
-            f"SELECT {_SUMMARY_COLUMNS} FROM {self._s}.runs {where} "
+            f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.runs {where} "
             "ORDER BY created_at DESC, run_id DESC LIMIT %s",
             (*params, max(limit, 0) + 1),
         )
-        items = tuple(_summary(row) for row in rows[: max(limit, 0)])
-        has_more = len(rows) > len(items)
-        next_cursor = (
-            encode_cursor(time_key(items[-1].created_at), items[-1].run_id)
-            if has_more and items
-            else None
-        )
-        return Page(items=items, cursor=next_cursor, has_more=has_more)
+        return summary_page(rows, limit)
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
         if not run_ids:
             self._check_open()
             return []
         rows = await self._fetch(
-            f"SELECT {_SUMMARY_COLUMNS} FROM {self._s}.runs WHERE run_id = ANY(%s::text[])",
+            f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.runs WHERE run_id = ANY(%s::text[])",
             (list(dict.fromkeys(run_ids)),),
         )
-        found = {row[0]: _summary(row) for row in rows}
+        found = {row[0]: summary_from_row(row) for row in rows}
         return [found.get(run_id) for run_id in run_ids]
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
@@ -1256,7 +1247,7 @@ class PostgresStore:
         if not rows:
             return None
         run_id, hook_id, retained = rows[0]
-        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=_optional_time(retained))
+        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=optional_time(retained))
 
     async def list_hooks(
         self,
@@ -1281,7 +1272,7 @@ class PostgresStore:
             (*params, max(limit, 0) + 1),
         )
         items = tuple(
-            HookHolder(run_id=r, hook_id=h, retained_until=_optional_time(t))
+            HookHolder(run_id=r, hook_id=h, retained_until=optional_time(t))
             for r, h, t in rows[: max(limit, 0)]
         )
         has_more = len(rows) > len(items)
@@ -1296,14 +1287,14 @@ class PostgresStore:
             "ORDER BY due_at, run_id, kind, subject_id LIMIT %s",
             (time_key(now), max(limit, 0)),
         )
-        return [_wakeup(row) for row in rows]
+        return [wakeup_from_row(row) for row in rows]
 
     async def next_wakeup(self) -> Wakeup | None:
         rows = await self._fetch(
             f"SELECT run_id, kind, subject_id, due_at FROM {self._s}.wakeups "
             "ORDER BY due_at, run_id, kind, subject_id LIMIT 1"
         )
-        return _wakeup(rows[0]) if rows else None
+        return wakeup_from_row(rows[0]) if rows else None
 
     # --- repair and retention -----------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import asyncio
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -49,6 +49,15 @@ from runfold.kernel import (
     default_codec,
     encode_event,
     make_envelope,
+)
+from runfold.stores._sql import (
+    SUMMARY_COLUMNS,
+    from_key,
+    optional_time,
+    run_filters,
+    summary_from_row,
+    summary_page,
+    wakeup_from_row,
 )
 from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
 
@@ -119,14 +128,6 @@ _MIGRATIONS: tuple[str, ...] = (
     """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
-
-
-def _from_key(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
-
-
-def _optional_time(micros: int | None) -> datetime | None:
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
 
 
 class _Append:
@@ -294,7 +295,7 @@ class SQLiteStore:
         for row_run_id, sequence, event_type, version, payload, recorded, position in rows:
             try:
                 if recorded != last_key:  # rows of one batch share their time: build it once
-                    last_key, recorded_at = recorded, _from_key(recorded)
+                    last_key, recorded_at = recorded, from_key(recorded)
                 event = decode(event_type, version, payload)
             except EventDecodeError as exc:
                 raise CorruptEvent(row_run_id, sequence, exc.reason) from None
@@ -345,38 +346,21 @@ class SQLiteStore:
         cursor: str | None = None,
         limit: int = 20,
     ) -> Page[RunSummary]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        for column, value in (
-            ("workflow_name", workflow_name),
-            ("status", status),
-            ("parent_run_id", parent_run_id),
-        ):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        if created_before is not None:
-            clauses.append("created_at < ?")
-            params.append(time_key(created_before))
-        if cursor is not None:
-            micros, last_run_id = decode_cursor(cursor, 2)
-            clauses.append("(created_at < ? OR (created_at = ? AND run_id < ?))")
-            params += [int(micros), int(micros), last_run_id]
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        where, params = run_filters(
+            "?",
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+        )
         rows = await self._run(
             _fetch,
-            f"SELECT {_SUMMARY_COLUMNS} FROM runs {where} "
+            f"SELECT {SUMMARY_COLUMNS} FROM runs {where} "
             "ORDER BY created_at DESC, run_id DESC LIMIT ?",
             (*params, max(limit, 0) + 1),
         )
-        items = tuple(_summary(row) for row in rows[: max(limit, 0)])
-        has_more = len(rows) > len(items)
-        next_cursor = (
-            encode_cursor(time_key(items[-1].created_at), items[-1].run_id)
-            if has_more and items
-            else None
-        )
-        return Page(items=items, cursor=next_cursor, has_more=has_more)
+        return summary_page(rows, limit)
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
         wanted = list(dict.fromkeys(run_ids))
@@ -384,10 +368,10 @@ class SQLiteStore:
             return []
         rows = await self._run(
             _fetch,
-            f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",
+            f"SELECT {SUMMARY_COLUMNS} FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",
             (json.dumps(wanted),),
         )
-        found = {row[0]: _summary(row) for row in rows}
+        found = {row[0]: summary_from_row(row) for row in rows}
         return [found.get(run_id) for run_id in run_ids]
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
@@ -400,7 +384,7 @@ class SQLiteStore:
         if not rows:
             return None
         run_id, hook_id, retained = rows[0]
-        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=_optional_time(retained))
+        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=optional_time(retained))
 
     async def list_hooks(
         self,
@@ -426,7 +410,7 @@ class SQLiteStore:
             (*params, max(limit, 0) + 1),
         )
         items = tuple(
-            HookHolder(run_id=r, hook_id=h, retained_until=_optional_time(t))
+            HookHolder(run_id=r, hook_id=h, retained_until=optional_time(t))
             for r, h, t in rows[: max(limit, 0)]
         )
         has_more = len(rows) > len(items)
@@ -442,7 +426,7 @@ class SQLiteStore:
             "ORDER BY due_at, run_id, kind, subject_id LIMIT ?",
             (time_key(now), max(limit, 0)),
         )
-        return [_wakeup(row) for row in rows]
+        return [wakeup_from_row(row) for row in rows]
 
     async def next_wakeup(self) -> Wakeup | None:
         rows = await self._run(
@@ -451,7 +435,7 @@ class SQLiteStore:
             "ORDER BY due_at, run_id, kind, subject_id LIMIT 1",
             (),
         )
-        return _wakeup(rows[0]) if rows else None
+        return wakeup_from_row(rows[0]) if rows else None
 
     async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
         """Replace the run's index rows with `index` (None: remove them) and append nothing: the
@@ -488,32 +472,6 @@ async def _on_thread(db: aiosqlite.Connection, fn: Callable[..., T], *args: Any)
     """
     result: T = await db._execute(fn, db._conn, *args)  # type: ignore[no-untyped-call]
     return result
-
-
-_SUMMARY_COLUMNS = (
-    "run_id, workflow_name, status, parent_run_id, created_at, updated_at, completed_at, "
-    "last_sequence, attributes"
-)
-
-
-def _summary(row: Any) -> RunSummary:
-    run_id, workflow_name, status, parent, created, updated, completed, last, attributes = row
-    return RunSummary(
-        run_id=run_id,
-        workflow_name=workflow_name,
-        status=status,
-        parent_run_id=parent,
-        created_at=_from_key(created),
-        updated_at=_from_key(updated),
-        completed_at=_optional_time(completed),
-        last_sequence=last,
-        attributes=json.loads(attributes),
-    )
-
-
-def _wakeup(row: Any) -> Wakeup:
-    run_id, kind, subject_id, due_at = row
-    return Wakeup(run_id=run_id, kind=kind, subject_id=subject_id, due_at=_from_key(due_at))
 
 
 def _prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> None:
