@@ -12,12 +12,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runfold.kernel import Page, RunSummary, Wakeup
+from runfold.kernel import HookHolder, Page, RunSummary, Wakeup
 from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
 
 __all__ = [
     "SUMMARY_COLUMNS",
     "from_key",
+    "hook_filters",
+    "hook_page",
     "optional_time",
     "run_filters",
     "summary_from_row",
@@ -108,4 +110,32 @@ def summary_page(rows: Sequence[Any], limit: int) -> Page[RunSummary]:
         if has_more and items
         else None
     )
+    return Page(items=items, cursor=next_cursor, has_more=has_more)
+
+
+def hook_filters(
+    mark: str, *, run_id: str | None, cursor: str | None, now: datetime
+) -> tuple[str, list[Any]]:
+    """The `WHERE …` clause and parameters of a `list_hooks` query: live or still-retained
+    claims at `now`, by `(run_id, hook_id)`. Raises `ValueError` for a foreign cursor."""
+    clauses = [f"(retained_until IS NULL OR retained_until > {mark})"]
+    params: list[Any] = [time_key(now)]
+    if run_id is not None:
+        clauses.append(f"run_id = {mark}")
+        params.append(run_id)
+    if cursor is not None:
+        last_run, last_hook = decode_cursor(cursor, 2)
+        clauses.append(f"(run_id, hook_id) > ({mark}, {mark})")
+        params += [last_run, last_hook]
+    return f"WHERE {' AND '.join(clauses)}", params
+
+
+def hook_page(rows: Sequence[Any], limit: int) -> Page[HookHolder]:
+    """The page of `list_hooks` from up to `limit + 1` `(run_id, hook_id, retained_until)` rows."""
+    items = tuple(
+        HookHolder(run_id=r, hook_id=h, retained_until=optional_time(t))
+        for r, h, t in rows[: max(limit, 0)]
+    )
+    has_more = len(rows) > len(items)
+    next_cursor = encode_cursor(items[-1].run_id, items[-1].hook_id) if has_more and items else None
     return Page(items=items, cursor=next_cursor, has_more=has_more)

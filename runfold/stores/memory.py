@@ -37,7 +37,7 @@ from runfold.kernel import (
     encode_event,
     make_envelope,
 )
-from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
+from runfold.stores.protocol import check_append, decode_cursor, encode_cursor, time_key
 
 __all__ = ["MemoryStore"]
 
@@ -105,10 +105,7 @@ class MemoryStore:
         index: RunIndex,
         recorded_at: datetime,
     ) -> list[Envelope]:
-        if not events:
-            raise ValueError("append_if_sequence needs at least one event")
-        if index.summary.run_id != run_id:
-            raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        check_append(run_id, events, index)
         encoded = [encode_event(event) for event in events]  # fails before anything is written
         async with self._lock:
             self._check_open()

@@ -74,13 +74,15 @@ from runfold.kernel import (
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     from_key,
+    hook_filters,
+    hook_page,
     optional_time,
     run_filters,
     summary_from_row,
     summary_page,
     wakeup_from_row,
 )
-from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
+from runfold.stores.protocol import check_append, time_key
 
 __all__ = [
     "MAX_WRITES",
@@ -902,10 +904,7 @@ class PostgresStore:
         index: RunIndex,
         recorded_at: datetime,
     ) -> list[Envelope]:
-        if not events:
-            raise ValueError("append_if_sequence needs at least one event")
-        if index.summary.run_id != run_id:
-            raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        check_append(run_id, events, index)
         if len(events) >= POSITIONS_PER_TRANSACTION:
             raise ValueError(f"at most {POSITIONS_PER_TRANSACTION - 1:,} events per append")
         request = _Append(run_id, expected_sequence, events, index, recorded_at)
@@ -1257,29 +1256,13 @@ class PostgresStore:
         limit: int = 100,
         now: datetime,
     ) -> Page[HookHolder]:
-        clauses = ["(retained_until IS NULL OR retained_until > %s)"]
-        params: list[Any] = [time_key(now)]
-        if run_id is not None:
-            clauses.append("run_id = %s")
-            params.append(run_id)
-        if cursor is not None:
-            last_run, last_hook = decode_cursor(cursor, 2)
-            clauses.append("(run_id, hook_id) > (%s, %s)")
-            params += [last_run, last_hook]
+        where, params = hook_filters("%s", run_id=run_id, cursor=cursor, now=now)
         rows = await self._fetch(
-            f"SELECT run_id, hook_id, retained_until FROM {self._s}.hooks "
-            f"WHERE {' AND '.join(clauses)} ORDER BY run_id, hook_id LIMIT %s",
+            f"SELECT run_id, hook_id, retained_until FROM {self._s}.hooks {where} "
+            "ORDER BY run_id, hook_id LIMIT %s",
             (*params, max(limit, 0) + 1),
         )
-        items = tuple(
-            HookHolder(run_id=r, hook_id=h, retained_until=optional_time(t))
-            for r, h, t in rows[: max(limit, 0)]
-        )
-        has_more = len(rows) > len(items)
-        next_cursor = (
-            encode_cursor(items[-1].run_id, items[-1].hook_id) if has_more and items else None
-        )
-        return Page(items=items, cursor=next_cursor, has_more=has_more)
+        return hook_page(rows, limit)
 
     async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
         rows = await self._fetch(

@@ -25,7 +25,7 @@ from runfold.kernel import (
     Wakeup,
 )
 
-__all__ = ["EventStore", "decode_cursor", "encode_cursor", "time_key"]
+__all__ = ["EventStore", "check_append", "decode_cursor", "encode_cursor", "time_key"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -162,3 +162,12 @@ def decode_cursor(cursor: str, count: int) -> list[str]:
 def time_key(value: datetime) -> int:
     """Microseconds since the Unix epoch: the exact, sortable form stores keep times in."""
     return (value - _EPOCH) // timedelta(microseconds=1)
+
+
+def check_append(run_id: str, events: Sequence[Event], index: RunIndex) -> None:
+    """The argument rules of `append_if_sequence` every store shares: `ValueError` for an empty
+    batch or an index computed for another run."""
+    if not events:
+        raise ValueError("append_if_sequence needs at least one event")
+    if index.summary.run_id != run_id:
+        raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")

@@ -53,13 +53,15 @@ from runfold.kernel import (
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     from_key,
+    hook_filters,
+    hook_page,
     optional_time,
     run_filters,
     summary_from_row,
     summary_page,
     wakeup_from_row,
 )
-from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
+from runfold.stores.protocol import check_append, time_key
 
 __all__ = ["SQLiteStore"]
 
@@ -252,10 +254,7 @@ class SQLiteStore:
         index: RunIndex,
         recorded_at: datetime,
     ) -> list[Envelope]:
-        if not events:
-            raise ValueError("append_if_sequence needs at least one event")
-        if index.summary.run_id != run_id:
-            raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        check_append(run_id, events, index)
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
@@ -394,30 +393,14 @@ class SQLiteStore:
         limit: int = 100,
         now: datetime,
     ) -> Page[HookHolder]:
-        clauses = ["(retained_until IS NULL OR retained_until > ?)"]
-        params: list[Any] = [time_key(now)]
-        if run_id is not None:
-            clauses.append("run_id = ?")
-            params.append(run_id)
-        if cursor is not None:
-            last_run, last_hook = decode_cursor(cursor, 2)
-            clauses.append("(run_id > ? OR (run_id = ? AND hook_id > ?))")
-            params += [last_run, last_run, last_hook]
+        where, params = hook_filters("?", run_id=run_id, cursor=cursor, now=now)
         rows = await self._run(
             _fetch,
-            f"SELECT run_id, hook_id, retained_until FROM hooks WHERE {' AND '.join(clauses)} "
+            f"SELECT run_id, hook_id, retained_until FROM hooks {where} "
             "ORDER BY run_id, hook_id LIMIT ?",
             (*params, max(limit, 0) + 1),
         )
-        items = tuple(
-            HookHolder(run_id=r, hook_id=h, retained_until=optional_time(t))
-            for r, h, t in rows[: max(limit, 0)]
-        )
-        has_more = len(rows) > len(items)
-        next_cursor = (
-            encode_cursor(items[-1].run_id, items[-1].hook_id) if has_more and items else None
-        )
-        return Page(items=items, cursor=next_cursor, has_more=has_more)
+        return hook_page(rows, limit)
 
     async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
         rows = await self._run(
