@@ -577,9 +577,16 @@ def _write_index(
 ) -> None:
     """Replace the run's summary, hook and wakeup rows (`claims`: its hooks to keep)."""
     summary = index.summary
+    # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting all
+    # five runs indexes; the update touches the row and only the indexes whose columns it sets
+    # (so never the fixed name, parent and creation time), which halves the pages a
+    # single-event append writes to the WAL.
     conn.execute(
-        "INSERT OR REPLACE INTO runs (run_id, workflow_name, status, parent_run_id, created_at, "
-        "updated_at, completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO runs (run_id, workflow_name, status, parent_run_id, created_at, updated_at, "
+        "completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, "
+        "updated_at = excluded.updated_at, completed_at = excluded.completed_at, "
+        "last_sequence = excluded.last_sequence, attributes = excluded.attributes",
         (
             run_id,
             summary.workflow_name,
@@ -593,23 +600,26 @@ def _write_index(
         ),
     )
     conn.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
-    conn.executemany(
-        "INSERT OR REPLACE INTO hooks (token, run_id, hook_id, retained_until) VALUES (?, ?, ?, ?)",
-        [
-            (
-                c.token,
-                run_id,
-                c.hook_id,
-                None if c.retained_until is None else time_key(c.retained_until),
-            )
-            for c in claims
-        ],
-    )
+    if claims:
+        conn.executemany(
+            "INSERT OR REPLACE INTO hooks (token, run_id, hook_id, retained_until) "
+            "VALUES (?, ?, ?, ?)",
+            [
+                (
+                    c.token,
+                    run_id,
+                    c.hook_id,
+                    None if c.retained_until is None else time_key(c.retained_until),
+                )
+                for c in claims
+            ],
+        )
     conn.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
-    conn.executemany(
-        "INSERT INTO wakeups (run_id, kind, subject_id, due_at) VALUES (?, ?, ?, ?)",
-        [(run_id, w.kind, w.subject_id, time_key(w.due_at)) for w in index.wakeups],
-    )
+    if index.wakeups:
+        conn.executemany(
+            "INSERT INTO wakeups (run_id, kind, subject_id, due_at) VALUES (?, ?, ?, ?)",
+            [(run_id, w.kind, w.subject_id, time_key(w.due_at)) for w in index.wakeups],
+        )
 
 
 def _rewrite_index(
@@ -621,10 +631,11 @@ def _rewrite_index(
         head = _head(conn, run_id)
         if head != expected:
             raise SequenceConflict(run_id, expected, head)
-        if index is None:
-            for table in ("hooks", "wakeups", "runs"):
-                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-        else:
+        # The append's upsert keeps a run's fixed columns (name, parent, creation time); a repair
+        # must replace them too, so the old row goes first.
+        for table in ("hooks", "wakeups", "runs"):
+            conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        if index is not None:
             _write_index(conn, run_id, index, _live_claims(conn, run_id, index, now))
         conn.execute("COMMIT")
     except BaseException:
@@ -635,7 +646,7 @@ def _rewrite_index(
 def _append_batch(
     conn: sqlite3.Connection, batch: list[_Append]
 ) -> list[list[Envelope] | BaseException]:
-    """Every queued append in one transaction, each in its own savepoint."""
+    """Every queued append in one transaction, each in its own savepoint when there are several."""
     outcomes: list[list[Envelope] | BaseException] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -644,23 +655,29 @@ def _append_batch(
             "(SELECT position FROM feed_high_water))"
         ).fetchone()
         position = int(row[0])
+        # A lone append needs no savepoint: if it fails, the transaction holds nothing else.
+        alone = len(batch) == 1
         for request in batch:
-            conn.execute("SAVEPOINT one_append")
+            if not alone:
+                conn.execute("SAVEPOINT one_append")
             try:
                 envelopes = _append_one(conn, request, position)
             except (SequenceConflict, TokenConflict, sqlite3.IntegrityError) as exc:
-                conn.execute("ROLLBACK TO one_append")
-                conn.execute("RELEASE one_append")
+                conn.execute("ROLLBACK" if alone else "ROLLBACK TO one_append")
+                if not alone:
+                    conn.execute("RELEASE one_append")
                 if isinstance(exc, sqlite3.IntegrityError):  # the primary key backstop
                     exc = SequenceConflict(
                         request.run_id, request.expected, _head(conn, request.run_id)
                     )
                 outcomes.append(exc)
                 continue
-            conn.execute("RELEASE one_append")
+            if not alone:
+                conn.execute("RELEASE one_append")
             position += len(envelopes)
             outcomes.append(envelopes)
-        conn.execute("COMMIT")
+        if conn.in_transaction:  # a lone append that failed has rolled it back already
+            conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
