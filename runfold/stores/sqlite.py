@@ -144,16 +144,25 @@ class _Append:
         events: Sequence[Event],
         index: RunIndex,
         recorded_at: datetime,
-        future: asyncio.Future[list[Envelope]],
     ) -> None:
         self.run_id = run_id
         self.expected = expected
         self.events = events
         self.index = index
         self.recorded_at = recorded_at
-        self.future = future
+        self.future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
         # Encode here, on the event loop, so a bad event fails before any SQL runs.
         self.rows = [(*encode_event(event), correlation_id(event)) for event in events]
+
+
+def _settle(request: _Append, outcome: list[Envelope] | BaseException) -> None:
+    """Hand a queued append its outcome."""
+    if request.future.done():
+        return
+    if isinstance(outcome, BaseException):
+        request.future.set_exception(outcome)
+    else:
+        request.future.set_result(outcome)
 
 
 class SQLiteStore:
@@ -164,6 +173,10 @@ class SQLiteStore:
         self._db = db
         self._path = path
         self._closed = False
+        # Group commit: while a transaction of appends is in flight (not `_idle`), appends wait in
+        # `_queue`, and the `_writer` task writes them together in the next one.
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._queue: list[_Append] = []
         self._writer: asyncio.Task[None] | None = None
 
@@ -228,14 +241,17 @@ class SQLiteStore:
         if self._closed:
             return
         self._closed = True
-        if self._writer is not None:
-            await asyncio.shield(self._writer)
+        await self._idle.wait()  # appends already accepted are written
         await self._db.close()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(connection, *args)` on the connection thread, translating driver errors."""
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
+        return await self._call(fn, *args)
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """`_run` without the closed check: for appends accepted before `close`."""
         try:
             return await _on_thread(self._db, fn, *args)
         except sqlite3.OperationalError as exc:
@@ -257,32 +273,54 @@ class SQLiteStore:
         check_append(run_id, events, index)
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
-        future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Append(run_id, expected_sequence, events, index, recorded_at, future))
-        if self._writer is None:
+        request = _Append(run_id, expected_sequence, events, index, recorded_at)
+        self._queue.append(request)
+        if self._idle.is_set():
+            self._idle.clear()
+            try:
+                await asyncio.sleep(0)  # appends made at this same moment join this one
+            except BaseException:
+                self._write_queue_or_rest()  # those joined wait for it; this one goes too
+                raise
+            if len(self._queue) == 1:
+                # Alone: this task writes it, sparing the hand-offs to and from the writer task
+                # (most of a sequential append's cost, but for the commit). If cancelled
+                # meanwhile, it leaves; the connection thread still finishes the transaction
+                # and runs whatever comes next only after it.
+                self._queue = []
+                try:
+                    (outcome,) = await self._call(_append_batch, [request])
+                finally:
+                    self._write_queue_or_rest()
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                return outcome
+            self._write_queue_or_rest()
+        # Shielded: a caller that is cancelled leaves; its append stays in the batch.
+        return await asyncio.shield(request.future)
+
+    def _write_queue_or_rest(self) -> None:
+        """Start the writer task for the queued appends, or, with none, mark the store idle."""
+        if self._queue:
             self._writer = asyncio.create_task(self._write_queued())
-        return await asyncio.shield(future)
+        else:
+            self._idle.set()
 
     async def _write_queued(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                try:
-                    outcomes = await self._run(_append_batch, batch)
-                except BaseException as exc:  # the whole transaction failed: all of it
-                    for request in batch:
-                        if not request.future.done():
-                            request.future.set_exception(exc)
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-                for request, outcome in zip(batch, outcomes, strict=True):
-                    if isinstance(outcome, BaseException):
-                        request.future.set_exception(outcome)
-                    else:
-                        request.future.set_result(outcome)
-        finally:
-            self._writer = None
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                outcomes = await self._call(_append_batch, batch)
+            except BaseException as exc:  # the whole transaction failed: all of it
+                for request in batch:
+                    _settle(request, exc)
+                if not isinstance(exc, Exception):
+                    self._idle.set()
+                    raise
+                continue
+            for request, outcome in zip(batch, outcomes, strict=True):
+                _settle(request, outcome)
+        self._idle.set()
 
     # --- reads --------------------------------------------------------------------------------
 
