@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: install demo lint test test-deep bench clean
+.PHONY: install demo lint test test-deep bench docs clean
 
 install: $(STAMP)
 
@@ -26,6 +26,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: lint
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(or $(TMPDIR),/tmp)/runfold-site
 	bash scripts/ensure-postgres.sh
 	$(VENV)/bin/pytest
 	$(PY) -m benchmarks --quick --out $(or $(TMPDIR),/tmp)/runfold-bench-quick
@@ -34,6 +35,12 @@ test: lint
 test-deep: install
 	bash scripts/ensure-postgres.sh
 	HYPOTHESIS_PROFILE=deep RUNFOLD_CONFORMANCE_EXAMPLES=500 $(VENV)/bin/pytest
+
+# The documentation site, built into site/ with --strict (a broken link, a page missing from the
+# nav or a docstring griffe cannot read fails it); `make docs SERVE=1` serves it on
+# http://127.0.0.1:8000 with live reload instead.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs $(if $(SERVE),serve --dev-addr 127.0.0.1:8000,build --site-dir site) --strict
 
 bench: install
 	$(PY) -m pip install -q -e ".[bench]"

@@ -131,10 +131,10 @@ def test_check_names_are_test_methods_with_docs() -> None:
 
 
 def test_every_check_is_documented_with_what_it_proves() -> None:
-    reference = (ROOT / "docs" / "conformance.md").read_text()
+    reference = (ROOT / "docs" / "reference" / "conformance.md").read_text()
     for check in CHECKS:
         row = f"| `{check.name}` | {check.doc}"
-        assert row in reference, f"docs/conformance.md lacks or misstates {check.name}"
+        assert row in reference, f"docs/reference/conformance.md lacks or misstates {check.name}"
 
 
 def test_a_capability_not_offered_is_reported_not_passed() -> None:

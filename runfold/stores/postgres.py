@@ -4,7 +4,8 @@
   `migrate()` (a `schema_version` table, forward-only numbered migrations) under an advisory
   lock, so several processes may start at once. A schema already at this runfold's version is
   only read, so the running application needs no DDL rights. Every table leads with `run_id`
-  except `tokens`, the global unique index of hook tokens (see `docs/scaling.md`).
+  except `tokens`, the global unique index of hook tokens (see
+  `docs/how-to/scale-out-on-postgres.md`).
 - **Append**: one call of the server-side function `append_events`: one transaction, one round
   trip. It moves the run's head in `runs` (that row is the run's lock: concurrent appends to one
   run queue on it and all but one find the head moved), inserts the batch, and keeps the run's

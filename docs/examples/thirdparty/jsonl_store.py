@@ -1,7 +1,8 @@
 """A JSON-lines runfold store: a worked example of a third-party `EventStore`.
 
-Written the way someone outside the project would write one, from `docs/conformance.md` and the
-store contract alone, using only runfold's public API. It is small on purpose:
+Written the way someone outside the project would write one, from
+`docs/reference/conformance.md` and the store contract alone, using only runfold's public API.
+It is small on purpose:
 
 - **The file** holds one JSON object per line. An append is one line (the run, `recorded_at`, the
   encoded events with their feed positions, and the index rows the kernel computed); retention is
