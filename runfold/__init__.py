@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from runfold.stores.postgres import PostgresStore
 
 __version__ = "0.1.0"
+"""The installed runfold's version."""
 
 __all__ = [name for name in _kernel.__all__ if name != "errors"]
 __all__ += [

@@ -62,11 +62,21 @@ class Outcome:
 
 
 class CommandHandler:
-    """Executes commands against runs kept in `store`.
+    """Executes commands against runs kept in `store`: load, decide, append, retry on conflict.
 
-    Snapshots are cached (LRU, `cache_size` runs) and caught up with `store.read(after=…)` before
-    every decision, so a command costs O(new events), not O(history). `clock` supplies `now` and
-    every appended event's `recorded_at`.
+    Snapshots are cached (LRU) and caught up with `store.read(after=…)` before every decision,
+    so a command costs O(new events), not O(history). Every rule is `decide`'s, so it holds on
+    every store, concurrency included.
+
+    Args:
+        store: Where the runs are kept.
+        clock: Supplies `now` for each decision and every appended event's `recorded_at`.
+        limits: The bounds `decide` and `project_run` check; `Limits()` when None.
+        cache_size: How many runs' snapshots to keep cached (0: none).
+        max_attempts: How many sequence conflicts one `execute` absorbs before giving up.
+
+    Raises:
+        ValueError: `cache_size` is negative or `max_attempts` is below 1.
     """
 
     def __init__(
@@ -94,8 +104,27 @@ class CommandHandler:
     ) -> Outcome:
         """Decide `command` on the run's freshest snapshot and append the result atomically.
 
-        Raises the `Rejection` `decide` raised; the last `SequenceConflict` if the run kept moving
-        under it for `max_attempts` tries; `StoreUnavailable`/`StoreClosed` from the store.
+        On a `SequenceConflict` (another writer appended first) the whole cycle runs again on
+        the new tail; on a `TokenConflict` it decides again knowing the holder, which turns a
+        `CreateHook` into a `HookConflict` event.
+
+        Args:
+            run_id: The run the command is for.
+            command: What to decide.
+            known_sequence: The last sequence the caller saw; what others appended after it
+                comes back in `Outcome.missed`.
+
+        Returns:
+            The run after the command, what was appended (nothing for a no-op) and what was missed.
+
+        Raises:
+            Rejection: `decide` refused the command; nothing was written.
+            SequenceConflict: The run kept moving under the command for `max_attempts` tries.
+            TokenConflict: The store kept refusing a hook token for as many re-decisions.
+            CorruptEvent: A stored event of the run does not decode.
+            HistoryError: The stored history breaks a law of `project_run`.
+            StoreUnavailable: The store could not be reached (safe to retry).
+            StoreClosed: The store was closed.
         """
         token_holder: HookHolder | None = None
         conflict: SequenceConflict | None = None
@@ -159,7 +188,11 @@ class CommandHandler:
     async def deliver(self, token: str, payload: bytes, delivery_id: str | None = None) -> Outcome:
         """Deliver `payload` to the live hook holding `token` (a `ReceiveHook` on its run).
 
-        Raises `HookNotFound` when no live hook holds the token (the message never quotes it).
+        A repeated `delivery_id` with the same payload is a no-op, so a lost-ack retry is safe.
+
+        Raises:
+            HookNotFound: No live hook holds the token (the message never quotes it).
+            Rejection: What `execute` raises for the `ReceiveHook`, e.g. `EntityConflict`.
         """
         holder = await self.store.find_hook(token, now=self.clock())
         if holder is None:
@@ -170,7 +203,11 @@ class CommandHandler:
         )
 
     async def snapshot(self, run_id: str) -> Snapshot:
-        """The run's current snapshot; `RunNotFound` if it has no history."""
+        """The run's current snapshot.
+
+        Raises:
+            RunNotFound: The run has no history.
+        """
         found = await self._load(run_id)
         if found is None:
             raise RunNotFound(f"run {run_id!r} not found", run_id=run_id)

@@ -56,16 +56,24 @@ DEFAULT_STORE = "sqlite:///runfold.db"
 EXIT_OK = 0
 """Success."""
 EXIT_FAILED = 1
-"""A check failed: `verify` found problems it did not repair, a `conformance` check failed, the
-demo's run did not complete, or the engine refused something (the message says what)."""
+"""A check failed, or the engine refused something (the message says what).
+
+That is: `verify` found problems it did not repair, a `conformance` check failed, or the demo's
+run did not complete.
+"""
 EXIT_USAGE = 2
-"""A usage error: bad arguments, a malformed store URL or cursor, a bad `MODULE:FACTORY`, or
-the conformance kit is not installed."""
+"""A usage error: bad arguments, a malformed store URL, cursor or `MODULE:FACTORY`.
+
+Also when the conformance kit is not installed.
+"""
 EXIT_NOT_FOUND = 3
 """The run id is unknown to the store."""
 EXIT_STORE = 4
-"""The store cannot be used: no such file, not a runfold database, written by a newer runfold,
-a missing driver, or a server that does not answer."""
+"""The store cannot be used (the message says why).
+
+No such file, not a runfold database, written by a newer runfold, a missing driver, or a server
+that does not answer.
+"""
 EXIT_DATA = 5
 """A stored history is corrupt (an event does not decode, or the history breaks a law)."""
 EXIT_INTERRUPTED = 130
@@ -104,8 +112,11 @@ _StoreWork = Callable[[EventStore, argparse.Namespace, Terminal], Awaitable[int]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `runfold` command line with `argv` (default: `sys.argv[1:]`); returns the exit
-    code (see `EXIT_*`)."""
+    """Run the `runfold` command line with `argv` (default: `sys.argv[1:]`).
+
+    Returns:
+        The exit code: one of the `EXIT_*` constants.
+    """
     terminal = Terminal(sys.stdout, sys.stderr)
     try:
         try:

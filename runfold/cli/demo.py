@@ -62,6 +62,7 @@ from runfold.stores.protocol import EventStore
 __all__ = ["WORKFLOW", "OrderFulfilment", "run_demo"]
 
 WORKFLOW = "order-fulfilment"
+"""The workflow name the demo's runs are created with."""
 RETRY = RetryPolicy(
     max_attempts=3,
     initial_interval=timedelta(milliseconds=250),
@@ -193,8 +194,10 @@ class Story:
 
 
 async def run_demo(store: EventStore, terminal: Terminal, store_label: str) -> bool:
-    """Run one order through `Engine` on `store`, telling it as it goes, then print its
-    timeline, its final snapshot and the store's order runs. True if the order completed."""
+    """Run one order through `Engine` on `store`, telling it as it goes; True if it completed.
+
+    Then print the run's timeline, its final snapshot and the store's order runs.
+    """
     handler = CommandHandler(store)
     engine = Engine(handler, OrderFulfilment(), [Story(terminal)])
     run_id = new_run_id("order_")

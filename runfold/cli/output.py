@@ -96,8 +96,7 @@ class Terminal:
         print(text, file=self.out, flush=True)
 
     def error(self, message: str) -> None:
-        """Write one error line to `err` (a driver's multi-line message joined), passwords
-        redacted."""
+        """Write one error line to `err`, passwords redacted (a multi-line message is joined)."""
         one_line = " ".join(part.strip() for part in message.splitlines() if part.strip())
         print(f"runfold: error: {redact(one_line)}", file=self.err)
 
@@ -330,8 +329,11 @@ def _step_result(status: str, output: bytes | None, error: bytes | None) -> str:
 
 
 def to_json(value: object) -> Any:
-    """`value` made of JSON types: attrs classes become objects (secrets left out), `bytes` the
-    text they hold if UTF-8 else `{"base64": …}`, times ISO 8601, durations seconds."""
+    """`value` made of JSON types, ready for `json.dumps`.
+
+    Attrs classes become objects (secrets left out), `bytes` the text they hold if UTF-8 else
+    `{"base64": …}`, times ISO 8601, durations seconds.
+    """
     cls = type(value)
     if attrs.has(cls):
         return {

@@ -60,8 +60,10 @@ class VerifyReport:
 
 @runtime_checkable
 class IndexRewriter(Protocol):
-    """The optional store capability `--rebuild-index` needs (MemoryStore and SQLiteStore have
-    it): replace a run's index rows without appending, fenced on the run's head."""
+    """The optional store capability `--rebuild-index` needs; every bundled store offers it.
+
+    It replaces a run's index rows without appending, fenced on the run's head.
+    """
 
     async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
         """Replace the run's index rows with `index` (None: remove them)."""
@@ -80,12 +82,14 @@ async def verify_store(
     rebuild: bool = False,
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> VerifyReport:
-    """Replay every run (`list_runs` pages, `read`, `project_run`) and compare its summary, hook
-    and wakeup rows with `run_index(snapshot)`; rows of runs without a summary are found too.
+    """Replay every run and compare its summary, hook and wakeup rows with `run_index`.
 
-    With `rebuild`, a run whose history replays gets its index rows rewritten (the store must
-    offer `rewrite_index`; `ValueError` otherwise). `progress(done, total)` is called as runs
-    are checked. Store errors propagate.
+    Runs are read page by page (`list_runs`, `read`, `project_run`); rows of runs without a
+    summary are found too. With `rebuild`, a run whose history replays gets its index rows
+    rewritten. `progress(done, total)` is called as runs are checked. Store errors propagate.
+
+    Raises:
+        ValueError: `rebuild` is asked of a store without `rewrite_index`.
     """
     if rebuild and not can_rebuild(store):
         raise ValueError(f"{type(store).__name__} cannot rewrite its index (no rewrite_index)")

@@ -35,6 +35,7 @@ __all__ = [
 
 T = TypeVar("T")
 StoreFactory: TypeAlias = Callable[[], Awaitable[EventStore]]
+"""An async callable that returns a fresh, empty store (what `make_store` is)."""
 
 DEFAULT_EXAMPLES = 25
 """Hypothesis examples per property check when nothing else is configured: a quick CI run."""
@@ -48,8 +49,10 @@ SEED_VARIABLE = "RUNFOLD_CONFORMANCE_SEED"
 
 @attrs.frozen(kw_only=True)
 class Capabilities:
-    """What a store offers beyond the core contract; checks needing an absent one are reported
-    "not offered" (a pytest skip), never passed.
+    """What a store offers beyond the core contract.
+
+    Checks needing a capability the store lacks are reported "not offered" (a pytest skip),
+    never passed.
 
     - `global_feed`: `read_all` with store-wide positions.
     - `retention`: `delete_runs`.
@@ -77,9 +80,12 @@ CAPABILITIES: tuple[str, ...] = tuple(field.name for field in attrs.fields(Capab
 
 @attrs.frozen(kw_only=True)
 class Effort:
-    """How hard the hypothesis-driven checks try: `examples` per property (state machine runs
-    included), `seed` (None: a fresh random seed each run), and whether a failure is `shrink`ed
-    to a minimal example (slower) or reported as first found."""
+    """How hard the hypothesis-driven checks try.
+
+    `examples` per property (state machine runs included), `seed` (None: a fresh random seed
+    each run), and whether a failure is `shrink`ed to a minimal example (slower) or reported as
+    first found.
+    """
 
     examples: int = DEFAULT_EXAMPLES
     seed: int | None = DEFAULT_SEED
@@ -89,8 +95,14 @@ class Effort:
     def resolve(
         cls, examples: int | None, seed: int | Literal["random"] | None, shrink: bool = True
     ) -> Effort:
-        """Explicit values first, then `RUNFOLD_CONFORMANCE_EXAMPLES` / `RUNFOLD_CONFORMANCE_SEED`
-        (an integer or "random"), then the quick defaults (25 examples, seed 0)."""
+        """The effort from explicit values, else the environment, else the quick defaults.
+
+        The environment is `RUNFOLD_CONFORMANCE_EXAMPLES` / `RUNFOLD_CONFORMANCE_SEED` (an
+        integer or "random"); the defaults are 25 examples with seed 0.
+
+        Raises:
+            ValueError: Fewer than 1 example, or a seed that is neither an integer nor "random".
+        """
         if examples is None:
             examples = int(os.environ.get(EXAMPLES_VARIABLE, DEFAULT_EXAMPLES))
         if examples < 1:
@@ -100,8 +112,7 @@ class Effort:
         return cls(examples=examples, seed=None if seed == "random" else seed, shrink=shrink)
 
     def settings(self) -> settings:
-        """Hypothesis settings for this effort, independent of any profile the caller's own test
-        suite loaded."""
+        """Hypothesis settings for this effort, whatever profile the caller's test suite loaded."""
         return settings(
             max_examples=self.examples,
             phases=tuple(Phase) if self.shrink else tuple(p for p in Phase if p != Phase.shrink),
@@ -135,8 +146,7 @@ def _parse_seed(text: str) -> int | Literal["random"]:
 
 
 def unique_name(prefix: str = "rf") -> str:
-    """A name no other call returns: lowercase letters and digits, usable as a file, database or
-    schema name."""
+    """A unique name of lowercase letters and digits, for a file, database or schema."""
     return f"{prefix}{uuid.uuid4().hex[:16]}"
 
 
@@ -170,8 +180,11 @@ class Context:
         return reopened
 
     async def corrupt(self, store: EventStore, run_id: str, sequence: int) -> EventStore:
-        """Damage the payload of one stored event (`corrupt_payload`); returns the store to
-        continue with (the same one unless the hook reopened it)."""
+        """Damage the payload of one stored event (`corrupt_payload`).
+
+        Returns:
+            The store to continue with: the same one unless the hook reopened it.
+        """
         replaced = await self.corrupt_hook(store, run_id, sequence)
         if replaced is None:
             return store
@@ -207,8 +220,11 @@ CheckKind: TypeAlias = Literal["store", "sync"]
 
 @attrs.frozen(kw_only=True)
 class Check:
-    """One registered check: its public `name`, the `capability` row it reports under, the
-    capabilities it `requires`, and what it proves (`doc`, the function's docstring)."""
+    """One registered check: its public name, report row, needs, and what it proves.
+
+    `name` is public, `capability` the row it reports under, `requires` the capabilities it
+    needs, and `doc` what it proves (the function's docstring on one line).
+    """
 
     name: str
     capability: str

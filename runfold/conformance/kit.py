@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+import textwrap
 import warnings
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -76,12 +77,14 @@ class StoreConformance:
     tmp_dir: Path
 
     async def make_store(self) -> EventStore:
-        """A fresh, empty store. Called once per check (once per example in property checks)."""
+        """A fresh, empty store, made once per check (once per example in property checks)."""
         raise NotImplementedError(f"{type(self).__name__} must define `async def make_store`")
 
     async def reopen_store(self, store: EventStore) -> EventStore:
-        """A new store over the data of `store`, which the kit has just closed
-        (`Capabilities(reopen=True)`)."""
+        """A new store over the data of `store`, which the kit has just closed.
+
+        Needed with `Capabilities(reopen=True)`.
+        """
         raise NotImplementedError(
             f"{type(self).__name__} offers `reopen` but does not define `reopen_store`"
         )
@@ -89,21 +92,32 @@ class StoreConformance:
     async def corrupt_payload(
         self, store: EventStore, run_id: str, sequence: int
     ) -> EventStore | None:
-        """Damage the stored payload of event `sequence` of `run_id` so it no longer decodes
-        (`Capabilities(corruption=True)`). Return the store to continue with if the damage needed
-        a new one (say, closed, edited and reopened), else None."""
+        """Damage the stored payload of event `sequence` of `run_id` so it no longer decodes.
+
+        Needed with `Capabilities(corruption=True)`.
+
+        Returns:
+            The store to continue with if the damage needed a new one (say, closed, edited
+                and reopened), else None.
+        """
         raise NotImplementedError(
             f"{type(self).__name__} offers `corruption` but does not define `corrupt_payload`"
         )
 
     def unique_name(self, prefix: str = "rf") -> str:
-        """A name no other call returns (lowercase letters and digits): for a database, schema,
-        file or key prefix per store."""
+        """A unique name of lowercase letters and digits: a database, schema or file per store."""
         return unique_name(prefix)
 
     def run_check(self, name: str) -> None:
-        """Run the check called `name` (a `CHECK_NAMES` entry): `pytest.skip` with "not offered:
-        …" when the store lacks a capability it needs; raises what the check raises."""
+        """Run the check called `name` (a `CHECK_NAMES` entry) against stores from `make_store`.
+
+        When the store lacks a capability the check needs, it calls `pytest.skip` with "not
+        offered: …". Otherwise it raises what the check raises (an `AssertionError` naming what
+        the store got wrong).
+
+        Raises:
+            ValueError: No check is called `name`.
+        """
         found = _BY_NAME.get(name)
         if found is None:
             raise ValueError(f"no conformance check is called {name!r}")
@@ -151,7 +165,9 @@ def _test_method(check: Check) -> object:
 
     test.__name__ = check.name
     test.__qualname__ = f"StoreConformance.{check.name}"
-    test.__doc__ = check.doc
+    # A summary line on what the method does, then what the check proves.
+    proves = textwrap.fill(check.doc, 96, break_long_words=False, break_on_hyphens=False)
+    test.__doc__ = f"Run the conformance check `{check.name}` (see `run_check`).\n\n{proves}\n"
     return test
 
 

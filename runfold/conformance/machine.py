@@ -179,8 +179,11 @@ class StoreStateMachine(RuleBasedStateMachine):
         data=st.data(),
     )
     def plan(self, plans: tuple[list[Envelope], ...], data: st.DataObject) -> None:
-        """The history each run will be built from, piece by piece; a drawn prefix of each is
-        appended at once (interleaved), so every example starts from a populated store."""
+        """Draw the history each run will be built from, piece by piece, and append a prefix.
+
+        A drawn prefix of each is appended at once (interleaved), so every example starts from a
+        populated store.
+        """
         self.plans = {history[0].run_id: history for history in plans}
         self.tokens = sorted(
             {e.event.token for h in plans for e in h if isinstance(e.event, HookCreated)}
@@ -231,8 +234,11 @@ class StoreStateMachine(RuleBasedStateMachine):
 
     @rule(run_id=_ANY_RUN, delta=st.sampled_from((-3, -1, 0, 1, 2)))
     def append_refused(self, run_id: str, delta: int) -> None:
-        """An append at a stale, future or negative sequence (`delta` from the head), or an empty
-        one (`delta` 0), is refused the same way."""
+        """An append at a wrong sequence, or an empty one, is refused the same way by both stores.
+
+        The sequence is stale, future or negative (`delta` from the head); `delta` 0 appends
+        nothing.
+        """
         head = self.done.get(run_id, 0)
         at = self.latest
         events: list[Event] = [log("stale")] if head else [created()]
@@ -389,8 +395,10 @@ class StoreStateMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.capabilities.global_feed)
     @rule(start=st.integers(0, 60), limit=st.integers(0, 6))
     def read_all(self, start: int, limit: int) -> None:
-        """The feed holds the same envelopes in the same order, at rising positions, and reading
-        after the `start`-th of them answers the same."""
+        """The feed holds the same envelopes in the same order, at rising positions.
+
+        Reading after the `start`-th of them answers the same too.
+        """
         feed = self._both(lambda s: s.read_all(limit=ALL), "read_all()")
         mine = self._await(self.store.read_all(limit=ALL))
         start = min(start, len(feed))
@@ -411,9 +419,12 @@ class StoreStateMachine(RuleBasedStateMachine):
 
     @rule(later=_LATER)
     def everything_agrees(self, later: timedelta) -> None:
-        """Every query over everything answers the same (reads of every run, summaries, the
-        whole listing, every token's holder, every live hook, every wakeup, the whole feed), and
-        each run's summary is the kernel's derivation from its stored history."""
+        """Every query over everything answers the same, and summaries are the kernel's.
+
+        That is reads of every run, summaries, the whole listing, every token's holder, every
+        live hook, every wakeup and the whole feed; each run's summary is the kernel's
+        derivation from its stored history.
+        """
         now = self._now(later)
         for run_id in (*RUN_IDS, "run-unknown"):
             self._both(_read_of(run_id), f"read({run_id})")

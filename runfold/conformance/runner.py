@@ -14,11 +14,13 @@ import sys
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeAlias, cast
 
 import attrs
 import pytest
 
+from runfold.conformance import _support
 from runfold.conformance._core import CAPABILITIES, GROUPS, Capabilities, Effort
 from runfold.conformance.kit import CHECK_NAMES, CHECKS, StoreConformance
 from runfold.stores.protocol import EventStore
@@ -33,16 +35,24 @@ __all__ = [
 ]
 
 StoreTarget: TypeAlias = type[StoreConformance] | Callable[[], EventStore | Awaitable[EventStore]]
-"""What the kit runs against: a `StoreConformance` subclass (its hooks and capabilities are
-used), or a factory called with no arguments that returns a fresh store or an awaitable of one."""
+"""What the kit runs against: a `StoreConformance` subclass, or a store factory.
+
+A subclass's hooks and capabilities are used; a factory is called with no arguments and returns
+a fresh store or an awaitable of one.
+"""
 
 Outcome: TypeAlias = Literal["passed", "failed", "not offered"]
+"""What became of one check."""
+
+_HELPERS = Path(_support.__file__).resolve()
 
 
 @attrs.frozen(kw_only=True)
 class CheckResult:
-    """How one check went: `outcome` is "passed", "failed" or "not offered"; `detail` says why
-    it failed (or what was not offered)."""
+    """How one check went: `outcome` is "passed", "failed" or "not offered".
+
+    `detail` says why it failed (or what was not offered).
+    """
 
     name: str
     capability: str
@@ -137,7 +147,13 @@ def _describe(exc: BaseException) -> str:
     """The error's message (with hypothesis' notes: the falsifying example) and the line that
     raised it."""
     message = "".join(traceback.format_exception_only(exc)).strip()
-    frames = traceback.extract_tb(exc.__traceback__)
+    # The kit's assertion helpers raise on behalf of the check that called them: name the
+    # check's line (or the store's, when the store raised), not the helper's.
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if Path(frame.filename).resolve() != _HELPERS
+    ]
     if not frames:
         return message
     where = frames[-1]
@@ -191,15 +207,23 @@ def run_conformance(
 ) -> ConformanceReport:
     """Run the conformance kit against the stores `factory` makes and report every check.
 
-    `factory` is a `StoreConformance` subclass or a no-argument callable returning a fresh store
-    (or an awaitable of one; a store class such as `MemoryStore` will do). `examples` and `seed`
-    set the hypothesis effort (None: the class's, else `RUNFOLD_CONFORMANCE_EXAMPLES` /
-    `RUNFOLD_CONFORMANCE_SEED`, else 25 and 0; seed "random" draws a fresh one); `capabilities`
-    overrides what the store offers (a factory defaults to `Capabilities()`: everything but
-    `reopen` and `corruption`, which need `StoreConformance` hooks); `checks` restricts the run
-    to those check names; `shrink=False` reports failing examples unminimized (faster); `on_result`
-    is called as each check finishes. Never raises for a
-    failing check: inspect `report.ok`, `report.failed`, or print the report.
+    Never raises for a failing check: inspect `report.ok`, `report.failed`, or print the report.
+
+    Args:
+        factory: A `StoreConformance` subclass, or a no-argument callable returning a fresh
+            store or an awaitable of one (a store class such as `MemoryStore` will do).
+        examples: Hypothesis examples per property; None: the class's, else
+            `RUNFOLD_CONFORMANCE_EXAMPLES`, else 25.
+        seed: The hypothesis seed, "random" for a fresh one; None: the class's, else
+            `RUNFOLD_CONFORMANCE_SEED`, else 0.
+        capabilities: What the store offers; a factory defaults to `Capabilities()`: everything
+            but `reopen` and `corruption`, which need `StoreConformance` hooks.
+        checks: Run only the checks with these names.
+        shrink: False reports failing examples as found, unminimized (faster).
+        on_result: Called with each check's result as it finishes.
+
+    Raises:
+        ValueError: A name in `checks` is no check's, or the effort is invalid.
     """
     chosen = list(CHECK_NAMES if checks is None else checks)
     by_name = {c.name: c for c in CHECKS}
@@ -234,8 +258,14 @@ def run_conformance(
 
 
 def load_factory(spec: str) -> StoreTarget:
-    """The object `MODULE:NAME` names (NAME may be dotted), importing MODULE with the current
-    directory on `sys.path`, as `python -m` would. `ValueError` when it cannot be found."""
+    """The object `MODULE:NAME` names (NAME may be dotted), importing MODULE as `python -m` would.
+
+    The current directory is added to `sys.path` first when it is not there.
+
+    Raises:
+        ValueError: `spec` is not `MODULE:NAME`, the module or the object cannot be found, or
+            the object is not callable.
+    """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise ValueError(f"expected MODULE:FACTORY, not {spec!r}")
@@ -267,8 +297,11 @@ def _seed(text: str) -> int | Literal["random"]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: run the kit, print the table and any failures; 0 when every offered
-    check passed, 1 when one failed, 2 for a bad target."""
+    """The command line: run the kit, print the table and any failures.
+
+    Returns:
+        The exit code: 0 when every offered check passed, 1 when one failed, 2 for a bad target.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m runfold.conformance",
         description="Run runfold's store conformance kit against a store.",

@@ -124,14 +124,23 @@ START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 # Id pools. `valid_histories()` names new entities `s0, s1, …`, `w0, …`, `h0, …` in creation order,
 # so `commands()` drawing from these pools hits existing entities as well as unknown ones.
 STEP_IDS = ("s0", "s1", "s2", "s3")
+"""Step ids `commands()` draws; `valid_histories()` creates `s0, s1, …` in that order."""
 WAIT_IDS = ("w0", "w1", "w2")
+"""Wait ids `commands()` draws; `valid_histories()` creates `w0, w1, …` in that order."""
 HOOK_IDS = ("h0", "h1", "h2")
+"""Hook ids `commands()` draws; `valid_histories()` creates `h0, h1, …` in that order."""
 TOKENS = ("tok-0", "tok-1", "tok-2")
+"""Hook tokens both strategies draw, so hooks contend for the same tokens."""
 PROGRESS_IDS = ("p0", "p1")
+"""Progress ids `commands()` draws."""
 REFERENCE_IDS = ("c0", "c1")
+"""Child reference ids `commands()` draws."""
 WRITE_IDS = ("wr0", "wr1")
+"""Attribute write ids `commands()` draws."""
 DELIVERY_IDS = ("d0", "d1")
+"""Hook delivery ids `commands()` draws."""
 ATTRIBUTE_KEYS = ("k0", "k1", "k2", "$sys")
+"""Attribute keys `commands()` draws, `$sys` among them for the reserved prefix."""
 _REASONS: tuple[str | None, ...] = (None, "user", "shutdown")
 _DEFAULT_LIMITS = Limits()
 
@@ -790,8 +799,11 @@ def snapshots(
     start: datetime = START,
     limits: Limits = _DEFAULT_LIMITS,
 ) -> st.SearchStrategy[Snapshot]:
-    """Snapshots reachable from valid histories: `project_run` of a `valid_histories()` history or
-    of one of its prefixes (so states a run only passes through are drawn too)."""
+    """Snapshots reachable from valid histories.
+
+    Each is `project_run` of a `valid_histories()` history or of one of its prefixes, so states a
+    run only passes through are drawn too.
+    """
     return _snapshots(run_id, max_commands, start, limits)
 
 
@@ -811,6 +823,7 @@ InvalidHistoryKind: TypeAlias = Literal[
     "outcome_after_outcome",
     "not_an_event",
 ]
+"""The name of a defect `invalid_histories()` can put into a history."""
 
 INVALID_HISTORY_KINDS: tuple[InvalidHistoryKind, ...] = (
     "empty",
@@ -982,12 +995,17 @@ def invalid_histories(
     kinds: Collection[InvalidHistoryKind] = INVALID_HISTORY_KINDS,
     max_commands: int = 20,
 ) -> st.SearchStrategy[InvalidHistory]:
-    """Valid histories with one defect of one of `kinds` (see `INVALID_HISTORY_KINDS`): gaps,
-    repeats, envelopes of another run, sequences not starting at 1, a missing or repeated
-    `run_created`, events after the run ended, wrong step attempts, events for unknown entities or
-    for finished steps, objects that are not events. Each comes with the sequence `HistoryError`
-    must name. A defect that does not fit the drawn history (say, no finished step to finish
-    again) is replaced by an event for an unknown entity.
+    """Valid histories with one defect of one of `kinds`, each with the sequence to blame.
+
+    The defects (`INVALID_HISTORY_KINDS`): gaps, repeats, envelopes of another run, sequences not
+    starting at 1, a missing or repeated `run_created`, events after the run ended, wrong step
+    attempts, events for unknown entities or for finished steps, objects that are not events.
+    Each comes with the sequence `HistoryError` must name. A defect that does not fit the drawn
+    history (say, no finished step to finish again) is replaced by an event for an unknown
+    entity.
+
+    Raises:
+        ValueError: `kinds` is empty.
     """
     chosen = tuple(kinds)
     if not chosen:
@@ -998,8 +1016,10 @@ def invalid_histories(
 def histories(
     run_id: str = DEFAULT_RUN_ID, *, max_commands: int = 20
 ) -> st.SearchStrategy[list[Envelope]]:
-    """Valid histories and invalid ones (see `invalid_histories()`), for error-path tests: a
-    consumer of histories must either project them or report a `HistoryError`."""
+    """Valid histories and invalid ones (see `invalid_histories()`), for error-path tests.
+
+    A consumer of histories must either project them or report a `HistoryError`.
+    """
     return st.one_of(
         valid_histories(run_id, max_commands=max_commands),
         invalid_histories(run_id, max_commands=max_commands).map(lambda bad: bad.history),

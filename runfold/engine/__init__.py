@@ -3,7 +3,7 @@
 `Engine(handler, runtime)` drives runs: it asks a `WorkflowRuntime` for each run's next
 `RuntimeDecision`, records it through the `CommandHandler` (so the kernel decides every rule),
 runs step bodies with retries, and resumes runs when timers fall due or hooks are delivered.
-See `docs/guide-runtime-authors.md`.
+See `docs/reference/engine.md`.
 """
 
 from runfold.engine.engine import Engine, EngineSummary, Resumption, Suspension, SuspensionKind

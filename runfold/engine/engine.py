@@ -95,6 +95,7 @@ __all__ = ["Engine", "EngineSummary", "Resumption", "Suspension", "SuspensionKin
 _log = logging.getLogger("runfold.engine")
 
 SuspensionKind: TypeAlias = Literal["wait", "retry", "deadline", "hook"]
+"""What a `Suspension` waits on: a wait, a delayed step retry, the deadline, or a hook."""
 _KIND_ORDER: dict[str, int] = {"wait": 0, "retry": 1, "deadline": 2, "hook": 3}
 _LIVE: tuple[RunStatus, ...] = ("pending", "running", "cancelling")
 _PAGE = 500
@@ -103,8 +104,10 @@ _MAX_ERROR_CHARS = 4096
 
 @attrs.frozen(kw_only=True)
 class Suspension:
-    """Open work of a live run: a wait, a delayed step retry or the deadline (each `due_at`),
-    or a hook awaiting a delivery (`due_at=None`, never `due`)."""
+    """Open work of a live run: a wait, a delayed retry, the deadline, or a hook.
+
+    Each is due at `due_at`, except a hook awaiting a delivery (`due_at=None`, never `due`).
+    """
 
     run_id: str
     kind: SuspensionKind
@@ -115,8 +118,11 @@ class Suspension:
 
 @attrs.frozen(kw_only=True)
 class Resumption:
-    """What `Engine.resume_due` did for one run: its due wakeups and either the snapshot the
-    drive ended at or the error that stopped it (other runs are resumed regardless)."""
+    """What `Engine.resume_due` did for one run: its due wakeups, and how the drive ended.
+
+    Either `snapshot` is where the drive ended or `error` is what stopped it; other runs are
+    resumed regardless.
+    """
 
     run_id: str
     wakeups: tuple[Wakeup, ...]
@@ -169,10 +175,19 @@ def _describe(exc: BaseException) -> bytes:
 class Engine:
     """Drives workflow runs: asks `runtime` what each run does next and records it durably.
 
-    `handler` supplies the store, the clock and the limits. `observers` see every envelope the
-    engine appends. `max_replay_iterations` bounds how often one `drive` asks the runtime
-    (`ReplayLimitExceeded` past it); `jitter` is the share of a retry delay the replay-stable
-    jitter may take off. Raises `ValueError` for a bound below 1 or a jitter outside [0, 1].
+    Every decision goes through the handler, so the kernel decides every rule; several engines
+    may drive the same run, and each step outcome and the run's end are recorded once.
+
+    Args:
+        handler: Supplies the store, the clock and the limits.
+        runtime: The workflow code: what a run does next, and the step bodies.
+        observers: See every envelope the engine appends.
+        max_replay_iterations: How often one `drive` may ask the runtime before it raises
+            `ReplayLimitExceeded`.
+        jitter: The share of a retry delay the replay-stable jitter may take off.
+
+    Raises:
+        ValueError: `max_replay_iterations` is below 1, or `jitter` is outside [0, 1].
     """
 
     def __init__(
@@ -218,9 +233,12 @@ class Engine:
         """Create and start a run (a new id unless `run_id` is given), then `drive` it.
 
         Idempotent for a given `run_id`: the same definition again drives the existing run (or
-        just returns it once ended). Raises `RunDefinitionConflict` when that id belongs to a run
-        created with another definition, `InvalidCommand` for a malformed one, and whatever
-        `drive` raises.
+        just returns it once ended).
+
+        Raises:
+            RunDefinitionConflict: `run_id` belongs to a run created with another definition.
+            InvalidCommand: The definition is malformed (ids, sizes, attributes, deadline).
+            RunfoldError: Whatever `drive` raises.
         """
         run_id = run_id if run_id is not None else new_run_id()
         create = CreateRun(
@@ -259,14 +277,19 @@ class Engine:
             )
 
     async def drive(self, run_id: str) -> Snapshot:
-        """Ask the runtime for the run's next decision and apply it, until the run ends or
-        waits (on a timer, a hook, a delayed retry, or steps this engine is running).
+        """Apply the runtime's next decisions for the run until it ends or waits.
 
-        A pending run is started; a run past its deadline is timed out. Raises `RunNotFound`,
-        the kernel's `Rejection` of a decision on the freshest view (`NonDeterministic`,
-        `TerminalState`, …), `InvalidDecision`, `ReplayLimitExceeded`, and whatever the runtime
-        raises from `run_workflow`. Nothing half-done is left behind: every append is atomic and
-        driving again continues from the last one.
+        It waits on a timer, a hook, a delayed retry, or steps this engine is running. A pending
+        run is started; a run past its deadline is timed out. Nothing half-done is left behind:
+        every append is atomic, and driving again continues from the last one. The runtime's own
+        exceptions from `run_workflow` propagate unchanged.
+
+        Raises:
+            RunNotFound: The run has no history.
+            Rejection: The kernel refused a decision on the freshest view (`NonDeterministic`,
+                `TerminalState`, …).
+            InvalidDecision: The runtime returned a decision the engine cannot apply.
+            ReplayLimitExceeded: The run did not settle within `max_replay_iterations`.
         """
         history = await self.store.read(run_id)
         if not history:
@@ -285,8 +308,12 @@ class Engine:
     async def resume_wait(self, run_id: str, wait_id: str) -> Snapshot:
         """Complete a wait (due or not: the caller decides when) and drive the run.
 
-        A wait already completed or cancelled, or of a run that ended, is left as it is. Raises
-        `RunNotFound`, `WaitNotFound`, and whatever `drive` raises.
+        A wait already completed or cancelled, or of a run that ended, is left as it is.
+
+        Raises:
+            RunNotFound: The run has no history.
+            WaitNotFound: The run has no such wait.
+            RunfoldError: Whatever `drive` raises.
         """
         await self._settle(run_id, CompleteWait(wait_id=wait_id))
         return await self.drive(run_id)
@@ -294,13 +321,17 @@ class Engine:
     async def resume_due(
         self, now: datetime | None = None, *, limit: int = 100
     ) -> tuple[Resumption, ...]:
-        """Resume what is due at `now` (default: the clock): one `store.due_wakeups` query.
+        """Resume what is due at `now` (default: the clock), with one `store.due_wakeups` query.
 
         Due waits are completed and deadlines passed time their run out; then each run is
         driven once (a delayed retry runs again when the workflow re-schedules its step, once
         due by the handler's clock). A run whose drive fails does not stop the others: its
         `Resumption` carries the error, which is also logged. At most `limit` wakeups are
-        handled per call. Raises `StoreUnavailable`/`StoreClosed` from the store.
+        handled per call.
+
+        Raises:
+            StoreUnavailable: The store could not be reached (safe to retry).
+            StoreClosed: The store was closed.
         """
         now = now if now is not None else self.handler.clock()
         by_run: dict[str, list[Wakeup]] = {}
@@ -333,32 +364,51 @@ class Engine:
     async def deliver(self, token: str, payload: bytes, delivery_id: str | None = None) -> Snapshot:
         """Deliver `payload` to the live hook holding `token`, then drive its run.
 
-        A repeated `delivery_id` with the same payload is recorded once. Raises `HookNotFound`
-        when no live hook holds the token, `RunExpired` for a retained hook of an ended run,
-        `EntityConflict` for a reused `delivery_id` with another payload, and whatever `drive`
-        raises.
+        A repeated `delivery_id` with the same payload is recorded once.
+
+        Raises:
+            HookNotFound: No live hook holds the token.
+            RunExpired: The hook is retained past the end of its run.
+            EntityConflict: `delivery_id` was already received with another payload.
+            RunfoldError: Whatever `drive` raises.
         """
         outcome = await self.handler.deliver(token, payload, delivery_id)
         await self._notify(outcome.appended)
         return await self.drive(outcome.snapshot.run_id)
 
     async def request_cancel(self, run_id: str, reason: str | None = None) -> Snapshot:
-        """Ask a run to cancel and drive it: its open steps, waits and hooks are cancelled and
-        the workflow, seeing `snapshot.cancellation`, must end it as cancelled or failed (it may
-        run cleanup steps first). Raises the kernel's refusal (`TerminalState` for a run that
-        already ended otherwise, `EntityConflict` for another reason while cancelling) and
-        whatever `drive` raises."""
+        """Ask a run to cancel, then drive it so the workflow can end it.
+
+        Its open steps, waits and hooks are cancelled; the workflow, seeing
+        `snapshot.cancellation`, must end the run as cancelled or failed (it may run cleanup
+        steps first).
+
+        Raises:
+            TerminalState: The run already ended otherwise.
+            EntityConflict: The run is already cancelling for another reason.
+            RunfoldError: Whatever `drive` raises.
+        """
         await self._execute(run_id, RequestCancel(reason=reason))
         return await self.drive(run_id)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Snapshot:
-        """End a run as cancelled now, without asking the workflow (no cleanup). Idempotent on
-        a cancelled run; `TerminalState` for one that ended otherwise."""
+        """End a run as cancelled now, without asking the workflow (no cleanup).
+
+        Idempotent on a cancelled run.
+
+        Raises:
+            RunNotFound: The run has no history.
+            TerminalState: The run already ended otherwise.
+        """
         return (await self._execute(run_id, CancelRun(reason=reason))).snapshot
 
     async def time_out(self, run_id: str, reason: str | None = None) -> Snapshot:
-        """End a live run as timed out now (at its deadline, or now if it has none).
-        `TerminalState` for a run that already ended, `RunNotFound` for an unknown one."""
+        """End a live run as timed out now, recording its deadline (or now if it has none).
+
+        Raises:
+            RunNotFound: The run has no history.
+            TerminalState: The run already ended.
+        """
         snapshot = await self.handler.snapshot(run_id)
         deadline = snapshot.deadline if snapshot.deadline is not None else self.handler.clock()
         command = TimeOutRun(deadline=deadline, reason=reason)
@@ -371,8 +421,11 @@ class Engine:
         return await self.store.next_wakeup()
 
     async def open_suspensions(self, now: datetime | None = None) -> tuple[Suspension, ...]:
-        """Every open wait, delayed retry, deadline and awaited hook of live runs, with `due`
-        judged at `now` (default: the clock); by run id, then kind, then subject id."""
+        """Every open wait, delayed retry, deadline and awaited hook of the live runs.
+
+        `due` is judged at `now` (default: the clock); sorted by run id, then kind, then subject
+        id.
+        """
         now = now if now is not None else self.handler.clock()
         found: list[Suspension] = []
         for status in _LIVE:

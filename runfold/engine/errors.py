@@ -1,5 +1,7 @@
-"""The errors `Engine` raises for misuse: a runtime's decision it cannot apply, a start that
-contradicts an existing run, a drive that will not settle.
+"""The errors `Engine` raises for misuse.
+
+A runtime's decision it cannot apply, a start that contradicts an existing run, a drive that
+will not settle.
 
 Each is a `RunfoldError` with a stable `code` and an HTTP-like `status`, and names the run.
 Rules about a run are the kernel's: a decision the kernel refuses surfaces as the kernel's own
@@ -25,25 +27,34 @@ class EngineError(RunfoldError):
 
 
 class RunDefinitionConflict(EngineError):
-    """`Engine.start` was given the id of a run created with another definition (workflow
-    name, version, deployment, input, context, attributes, parent or deadline)."""
+    """`Engine.start` was given the id of a run created with another definition.
+
+    The definition is the workflow name, version, deployment, input, context, attributes,
+    parent and deadline.
+    """
 
     code = "run_definition_conflict"
     status = 409
 
 
 class InvalidDecision(EngineError):
-    """The runtime returned a decision the engine cannot apply: one that changes nothing (the
-    workflow would be asked the same question forever), reuses a finished wait or hook, cancels
-    a run nobody asked to cancel, or repeats a step id within one decision."""
+    """The runtime returned a decision the engine cannot apply.
+
+    That is one that changes nothing (the workflow would be asked the same question forever),
+    reuses a finished wait or hook, cancels a run nobody asked to cancel, or repeats a step id
+    within one decision.
+    """
 
     code = "invalid_decision"
     status = 500
 
 
 class ReplayLimitExceeded(EngineError):
-    """One `drive` asked the runtime `max_replay_iterations` times without the run ending or
-    suspending. Everything decided so far is durable: driving again continues from there."""
+    """One `drive` asked the runtime `max_replay_iterations` times and the run never settled.
+
+    Settling is ending or suspending. Everything decided so far is durable: driving again
+    continues from there.
+    """
 
     code = "replay_limit_exceeded"
     status = 508

@@ -1,5 +1,7 @@
-"""What a runtime plugs into `Engine`: the `WorkflowRuntime` protocol, what it is invoked with,
-the `RuntimeDecision` variants it answers with, and the `EngineObserver` protocol.
+"""What a runtime plugs into `Engine`: the protocols, the invocations, the decisions.
+
+That is the `WorkflowRuntime` protocol, what it is invoked with, the `RuntimeDecision` variants
+it answers with, and the `EngineObserver` protocol.
 
 A runtime's workflow code is a function of the run as it stands: given a `WorkflowInvocation`
 (the snapshot and the history), it returns the one next thing to do. The engine applies that
@@ -74,8 +76,11 @@ class WorkflowInvocation:
 
 @attrs.frozen(kw_only=True)
 class StepInvocation:
-    """One attempt of a step body. Attempts are at least once: `idempotency_key` is stable for
-    the attempt, so a body with side effects can pass it on (to a payment API, say)."""
+    """One attempt of a step body, run at least once.
+
+    `idempotency_key` is stable for the attempt, so a body with side effects can pass it on (to
+    a payment API, say).
+    """
 
     run_id: str
     step_id: str
@@ -118,7 +123,7 @@ class Complete:
 
 @attrs.frozen(kw_only=True)
 class Fail:
-    """End the run as failed."""
+    """End the run as failed with `error` and an optional `error_code`."""
 
     error: bytes
     error_code: str | None = None
@@ -126,8 +131,10 @@ class Fail:
 
 @attrs.frozen(kw_only=True)
 class Cancel:
-    """End the run as cancelled, answering its cancellation request (`InvalidDecision` when
-    nobody requested one)."""
+    """End the run as cancelled, answering its cancellation request.
+
+    The engine raises `InvalidDecision` when nobody requested one.
+    """
 
 
 @attrs.frozen(kw_only=True)
@@ -139,9 +146,11 @@ class TimeOut:
 
 @attrs.frozen(kw_only=True)
 class ScheduleStep:
-    """Run a step (created on first use) and record its outcome; also an item of
-    `ScheduleSteps`. A step already finished is skipped; one waiting for a delayed retry
-    suspends the run until the retry is due."""
+    """Run a step (created on first use) and record its outcome; also an item of `ScheduleSteps`.
+
+    A step already finished is skipped; one waiting for a delayed retry suspends the run until
+    the retry is due.
+    """
 
     step_id: str
     step_name: str
@@ -162,8 +171,10 @@ class ScheduleSteps:
 
 @attrs.frozen(kw_only=True)
 class WaitUntil:
-    """A durable timer: suspend until `resume_at` (then the wait completes and the workflow is
-    asked again). A wait already due completes at once."""
+    """A durable timer: suspend until `resume_at`, when the wait completes and the run goes on.
+
+    The workflow is asked again then. A wait already due completes at once.
+    """
 
     wait_id: str
     resume_at: datetime
@@ -212,7 +223,7 @@ def _changes(value: Mapping[str, str | None]) -> Mapping[str, str | None]:
 
 @attrs.frozen(kw_only=True)
 class UpdateAttributes:
-    """Set attributes (a `None` value removes the key). `write_id` makes the write happen once."""
+    """Set attributes (a `None` value removes the key); `write_id` makes the write happen once."""
 
     changes: Mapping[str, str | None] = attrs.field(converter=_changes)
     write_id: str | None = None
@@ -238,8 +249,10 @@ RuntimeDecision: TypeAlias = (
 
 
 class WorkflowRuntime(Protocol):
-    """Runs workflow code and step bodies for `Engine`. Where the code runs is the runtime's
-    business (in process, in a worker pool, behind an RPC)."""
+    """Runs workflow code and step bodies for `Engine`.
+
+    Where the code runs is the runtime's business (in process, in a worker pool, behind an RPC).
+    """
 
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
         """The next thing to do for the run in `invocation`; must be deterministic.

@@ -239,8 +239,10 @@ def encode_event(event: Event) -> tuple[str, int, bytes]:
 
 
 decode_event = default_codec.decode
-"""`decode_event(type, schema_version, payload)`: the stored event, with the default codec;
-raises `EventDecodeError`."""
+"""Decode a stored event with the default codec: `decode_event(type, schema_version, payload)`.
+
+Raises `EventDecodeError` for bytes that do not decode into that type and version.
+"""
 
 
 _CORRELATION_FIELDS: dict[type[Event], str] = {
@@ -264,7 +266,10 @@ _CORRELATION_FIELDS: dict[type[Event], str] = {
 
 
 def correlation_id(event: Event) -> str | None:
-    """The entity id an event belongs to: step, wait, hook, attribute write, progress or child
-    id (a log line belongs to its step); None for run-level events."""
+    """The entity id an event belongs to, or None for run-level events.
+
+    That is the step, wait, hook, attribute write, progress or child id; a log line belongs to
+    its step.
+    """
     name = _CORRELATION_FIELDS.get(type(event))
     return None if name is None else getattr(event, name)

@@ -1,5 +1,8 @@
-"""Commands (`RULES.md`): what a caller asks of a run. `decide` turns one into events or a
-`Rejection`. Attrs classes: frozen, slotted, keyword-only. Hook tokens never appear in a repr."""
+"""Commands (`RULES.md`): what a caller asks of a run.
+
+`decide` turns a command into events or a `Rejection`. Attrs classes: frozen, slotted,
+keyword-only. Hook tokens never appear in a repr.
+"""
 
 from __future__ import annotations
 
@@ -59,8 +62,12 @@ def _attribute_changes(
 
 
 class Command:
-    """Base of every command class. `ends_run` marks the commands that may always add one more
-    event past `Limits.max_events_per_run`, so a full run can still end."""
+    """Base of every command class.
+
+    `ends_run` marks the commands that may always add one more event past
+    `Limits.max_events_per_run`, so a full run can still end. Any command whose fields are
+    malformed (wrong type, empty or oversized id, naive datetime) is an `InvalidCommand`.
+    """
 
     __slots__ = ()
     ends_run: ClassVar[bool] = False
@@ -79,6 +86,13 @@ class Decision:
 
 @attrs.frozen(kw_only=True)
 class CreateRun(Command):
+    """Create a run (`RunCreated`) without starting it.
+
+    `decide` rejects it with `EntityConflict` when the run already exists, and with
+    `InvalidAttributes` for bad `attributes` (keys starting with `$` need `allow_reserved`).
+    `deadline` is when the run times out; `parent_run_id` names the run that started this one.
+    """
+
     workflow_name: str
     input: bytes
     workflow_version: str | None = None
@@ -94,17 +108,34 @@ class CreateRun(Command):
 
 @attrs.frozen(kw_only=True)
 class StartRun(Command):
+    """Start a run (`RunStarted`), creating it first from `create` when it has no history.
+
+    A no-op on a running or cancelling run. `decide` rejects it with `RunNotFound` when the run has
+    no history and `create` is None, and with `RunExpired` once the run has ended.
+    """
+
     create: CreateRun | None = None
 
 
 @attrs.frozen(kw_only=True)
 class CompleteRun(Command):
+    """End the run successfully with `output` (`RunCompleted`).
+
+    `decide` rejects it with `TerminalState` on a cancelling run (it ends cancelled, failed or timed
+    out) and on a run that has ended.
+    """
+
     ends_run: ClassVar[bool] = True
     output: bytes
 
 
 @attrs.frozen(kw_only=True)
 class FailRun(Command):
+    """End the run as failed with `error` and an optional `error_code` (`RunFailed`).
+
+    `decide` rejects it with `TerminalState` once the run has ended.
+    """
+
     ends_run: ClassVar[bool] = True
     error: bytes
     error_code: str | None = None
@@ -112,17 +143,35 @@ class FailRun(Command):
 
 @attrs.frozen(kw_only=True)
 class RequestCancel(Command):
+    """Ask the run to cancel (`CancelRequested`): it turns `cancelling`, its live work cancelled.
+
+    A no-op on a cancelled run and on one already cancelling for the same `reason`. `decide` rejects
+    it with `EntityConflict` when the run is cancelling for another reason, and with `TerminalState`
+    on a run that ended otherwise.
+    """
+
     reason: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class CancelRun(Command):
+    """End the run as cancelled (`RunCancelled`).
+
+    A no-op on a cancelled run; `decide` rejects it with `TerminalState` on a run that ended
+    otherwise.
+    """
+
     ends_run: ClassVar[bool] = True
     reason: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class TimeOutRun(Command):
+    """End the run as timed out because its `deadline` passed (`RunTimedOut`).
+
+    `decide` rejects it with `TerminalState` once the run has ended.
+    """
+
     ends_run: ClassVar[bool] = True
     deadline: datetime
     reason: str | None = None
@@ -130,6 +179,14 @@ class TimeOutRun(Command):
 
 @attrs.frozen(kw_only=True)
 class SetAttributes(Command):
+    """Change the run's attributes (`AttributesSet`); a change whose value is None removes the key.
+
+    `changes` also accepts a mapping (`{"key": "value", "gone": None}`). `decide` rejects it with
+    `InvalidAttributes` (a bad key or value, a `$` key without `allow_reserved`, too many
+    attributes), `EntityConflict` when `write_id` was already applied, and `TerminalState` once the
+    run has ended.
+    """
+
     changes: tuple[AttributeChange, ...] = attrs.field(converter=_attribute_changes)
     writer: Writer = WorkflowWriter()
     write_id: str | None = None
@@ -138,6 +195,13 @@ class SetAttributes(Command):
 
 @attrs.frozen(kw_only=True)
 class RecordProgress(Command):
+    """Record the progress report `progress_id` (`ProgressRecorded`), once per id.
+
+    The same report again is a no-op; other content under the same id is `NonDeterministic`.
+    `decide` rejects with `InvalidCommand` a negative `completed` or a `total` below it, and with
+    `TerminalState` a new report once the run has ended.
+    """
+
     progress_id: str
     completed: int
     total: int | None = None
@@ -147,6 +211,12 @@ class RecordProgress(Command):
 
 @attrs.frozen(kw_only=True)
 class LinkChild(Command):
+    """Link a child operation to the run under `reference_id` (`ChildLinked`), once per id.
+
+    The same link again is a no-op; other content under the same id is `NonDeterministic`. `decide`
+    rejects a new link with `TerminalState` once the run has ended.
+    """
+
     reference_id: str
     kind: str
     operation_id: str
@@ -156,6 +226,12 @@ class LinkChild(Command):
 
 @attrs.frozen(kw_only=True)
 class RecordLog(Command):
+    """Record a log line at `level`, from the workflow or the step `step_id` (`LogRecorded`).
+
+    `decide` rejects it with `InvalidCommand` for a level other than info, warning or error, and
+    with `TerminalState` once the run has ended.
+    """
+
     level: LogLevel
     message: str
     step_id: str | None = None
@@ -167,6 +243,12 @@ class RecordLog(Command):
 
 @attrs.frozen(kw_only=True)
 class CreateStep(Command):
+    """Create a pending step (`StepCreated`) without starting it.
+
+    `decide` rejects it with `EntityConflict` when the step exists with the same definition,
+    `NonDeterministic` when it exists with another, and `TerminalState` once the run has ended.
+    """
+
     step_id: str
     step_name: str
     input: bytes
@@ -184,18 +266,39 @@ class LazyStep:
 
 @attrs.frozen(kw_only=True)
 class StartStep(Command):
+    """Start a step's next attempt (`StepStarted`), creating the step from `lazy` if it is new.
+
+    With `lazy`, an existing step is an `EntityConflict`: another caller created it, and only the
+    creator runs the body. `decide` also rejects it with `StepNotFound` (no such step and no
+    `lazy`), `TerminalState` (the step has ended), `RunExpired` (the run has ended) and `TooEarly`
+    (a retry before its `retry_after`).
+    """
+
     step_id: str
     lazy: LazyStep | None = None
 
 
 @attrs.frozen(kw_only=True)
 class CompleteStep(Command):
+    """End a pending or running step with `output` (`StepCompleted`).
+
+    A running step may still complete after its run ended (a late outcome). `decide` rejects it
+    with `StepNotFound`, `TerminalState` (the step has ended) and `RunExpired` (a pending step of
+    an ended run).
+    """
+
     step_id: str
     output: bytes
 
 
 @attrs.frozen(kw_only=True)
 class FailStep(Command):
+    """End a pending or running step as failed with `error` (`StepFailed`).
+
+    `retryable` records how the runtime classified the error. `decide` rejects it like
+    `CompleteStep`: `StepNotFound`, `TerminalState`, `RunExpired`.
+    """
+
     step_id: str
     error: bytes
     retryable: bool = False
@@ -203,6 +306,13 @@ class FailStep(Command):
 
 @attrs.frozen(kw_only=True)
 class RetryStep(Command):
+    """Send a running step back to pending after a failed attempt (`StepRetrying`).
+
+    The next `StartStep` is refused with `TooEarly` before `retry_after`. `decide` rejects it with
+    `StepNotFound`, `TerminalState` (the step has ended), `InvalidCommand` (the step is not running,
+    or its retry budget is spent: use `FailStep`) and `RunExpired` (the run has ended).
+    """
+
     step_id: str
     error: bytes
     retry_after: datetime | None = None
@@ -210,6 +320,12 @@ class RetryStep(Command):
 
 @attrs.frozen(kw_only=True)
 class CancelStep(Command):
+    """Cancel a pending or running step (`StepCancelled`).
+
+    `decide` rejects it with `StepNotFound`, `TerminalState` (the step has ended) and `RunExpired`
+    (the run has ended).
+    """
+
     step_id: str
     reason: str | None = None
 
@@ -219,12 +335,24 @@ class CancelStep(Command):
 
 @attrs.frozen(kw_only=True)
 class CreateWait(Command):
+    """Create a durable timer the run waits on until `resume_at` (`WaitCreated`).
+
+    `decide` rejects it with `EntityConflict` when the wait exists with the same `resume_at`,
+    `NonDeterministic` when it exists with another, and `TerminalState` once the run has ended.
+    """
+
     wait_id: str
     resume_at: datetime
 
 
 @attrs.frozen(kw_only=True)
 class CompleteWait(Command):
+    """Complete a waiting wait (`WaitCompleted`).
+
+    `decide` rejects it with `WaitNotFound`, `EntityConflict` (already completed), `TerminalState`
+    (cancelled) and `RunExpired` (the run has ended).
+    """
+
     wait_id: str
 
 
@@ -233,6 +361,15 @@ class CompleteWait(Command):
 
 @attrs.frozen(kw_only=True)
 class CreateHook(Command):
+    """Open a hook that outside callers deliver to by its `token` (`HookCreated`).
+
+    When another hook holds the token (`decide`'s `token_holder`, or a live hook of this run), the
+    decision is a `HookConflict` event instead: the workflow sees the conflict in its history.
+    `decide` rejects it with `EntityConflict` for an existing `hook_id`, `InvalidCommand` for a
+    `retain_token_until` past `Limits.max_token_retention`, and `TerminalState` once the run has
+    ended. The token is a bearer secret: it never appears in a repr.
+    """
+
     hook_id: str
     token: str = attrs.field(repr=False)
     metadata: bytes | None = None
@@ -242,6 +379,14 @@ class CreateHook(Command):
 
 @attrs.frozen(kw_only=True)
 class ReceiveHook(Command):
+    """Deliver `payload` to an active hook (`HookReceived`).
+
+    A repeated `delivery_id` with the same payload is a no-op (a lost-ack retry is safe); with
+    another payload it is an `EntityConflict`. `decide` rejects it with `HookNotFound` for an
+    unknown, disposed or cancelled hook, and with `RunExpired` when the run has ended but the hook
+    still retains its token.
+    """
+
     hook_id: str
     payload: bytes
     delivery_id: str | None = None
@@ -249,4 +394,10 @@ class ReceiveHook(Command):
 
 @attrs.frozen(kw_only=True)
 class DisposeHook(Command):
+    """Close an active hook and free its token (`HookDisposed`).
+
+    `decide` rejects it with `HookNotFound` (unknown, or its run ended without retaining the
+    token), `EntityConflict` (already disposed) and `TerminalState` (cancelled).
+    """
+
     hook_id: str

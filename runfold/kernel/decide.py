@@ -940,12 +940,29 @@ def decide(
     token_holder: HookHolder | None = None,
     run_id: str | None = None,
 ) -> Decision:
-    """Decide what `command` means for the run in `snapshot` (None: the run has no history).
+    """Decide what `command` means for the run in `snapshot`: events to append, or a rejection.
 
-    Returns the events to append, or an empty `Decision(idempotent=True)` when the command had
-    already taken effect. Raises a `Rejection` subclass naming what was wrong, and nothing else.
-    `token_holder` is what the store said holds a `CreateHook` token; `run_id` only names the
-    run in messages when `snapshot` is None.
+    Pure: no clock, no I/O, no randomness. Law (decide ∘ apply is closed): for a snapshot of a
+    valid history, either `decide` raises a `Rejection` or `project_run(history + events)` is
+    valid. It raises a `Rejection` subclass naming what was wrong, and nothing else.
+
+    Args:
+        snapshot: The run's snapshot; None when the run has no history.
+        command: What the caller asks; each command class lists the rejections it may meet.
+        now: The time of the decision (timezone-aware), e.g. for retry and retention deadlines.
+        limits: The bounds the command and the resulting history are checked against.
+        token_holder: What the store says holds a `CreateHook` command's token, if anything.
+        run_id: Names the run in messages when `snapshot` is None.
+
+    Returns:
+        The events to append; an empty `Decision(idempotent=True)` when the command had
+            already taken effect.
+
+    Raises:
+        InvalidCommand: A malformed command (a field's type, size or id), or a naive `now`.
+        RunNotSupported: The run was stamped by a newer kernel spec than this one.
+        HistoryLimitExceeded: The events would take the run past `Limits.max_events_per_run`.
+        Rejection: Any other refusal of the rules (`RunNotFound`, `TerminalState`, …).
     """
     if snapshot is not None:
         run_id = snapshot.run_id

@@ -64,7 +64,10 @@ class RunfoldError(Exception):
 
 
 class Rejection(RunfoldError):
-    """A command refused by `decide`. Nothing was written."""
+    """A command refused by `decide`; nothing was written.
+
+    Subclasses say why; `run_id` names the run when it is known.
+    """
 
     code = "rejected"
     status = 400
@@ -89,14 +92,20 @@ class EntityNotFound(Rejection):
 
 
 class StepNotFound(EntityNotFound):
+    """The command names a step the run does not have."""
+
     code = "step_not_found"
 
 
 class WaitNotFound(EntityNotFound):
+    """The command names a wait the run does not have."""
+
     code = "wait_not_found"
 
 
 class HookNotFound(EntityNotFound):
+    """The command names a hook the run does not have or no longer exposes (disposed, ended)."""
+
     code = "hook_not_found"
 
 
@@ -251,15 +260,17 @@ class CorruptEvent(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """Transient: connection lost, database locked past its timeout. Safe to retry."""
+    """The store could not be reached for now (connection lost, database locked): safe to retry."""
 
     code = "store_unavailable"
     status = 503
 
 
 class StoreOpenError(StoreError):
-    """A store cannot be opened: not a runfold database, written by a newer runfold, or not
-    writable. Not transient: retrying will not help."""
+    """A store cannot be opened: not a runfold database, or written by a newer runfold.
+
+    Also raised for a store that is not writable. Not transient: retrying will not help.
+    """
 
     code = "store_open_error"
     status = 500

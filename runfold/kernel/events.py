@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 LogLevel: TypeAlias = Literal["info", "warning", "error"]
+"""The level of a `LogRecorded` line."""
 
 
 def _frozen_mapping(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -67,7 +68,11 @@ def _frozen_mapping(value: Mapping[str, str]) -> Mapping[str, str]:
 
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
-    """How often and how fast a step is retried. `max_attempts` counts every attempt."""
+    """How often and how fast a step is retried; `max_attempts` counts every attempt.
+
+    The kernel enforces `max_attempts` (a `RetryStep` past it is an `InvalidCommand`); the
+    runtime applies the backoff (`runfold.engine.retry_delay`) and `non_retryable_error_codes`.
+    """
 
     max_attempts: int = 3
     initial_interval: timedelta = timedelta(seconds=1)
@@ -98,13 +103,18 @@ class StepWriter:
 
 
 Writer: TypeAlias = WorkflowWriter | StepWriter
+"""Who wrote an attribute change: the workflow or one step attempt."""
 
 
 # --- events -------------------------------------------------------------------------------------
 
 
 class Event:
-    """Base of every event class. `event_type` is the wire name, stable forever."""
+    """Base of every event class: a fact recorded in a run's history.
+
+    `event_type` is the wire name, stable forever; `schema_version` is the payload's version
+    (older ones are lifted by upcasters on read).
+    """
 
     __slots__ = ()
     event_type: ClassVar[str]
@@ -113,6 +123,13 @@ class Event:
 
 @attrs.frozen(kw_only=True)
 class RunCreated(Event):
+    """The run exists, with its workflow, input and definition: always the first event.
+
+    The run is `pending` until `RunStarted`. `spec_version` is the kernel spec that wrote the
+    run; a run stamped newer than this kernel's `SPEC_VERSION` is refused with
+    `RunNotSupported`, never misread.
+    """
+
     event_type: ClassVar[str] = "run_created"
     workflow_name: str
     input: bytes
@@ -129,17 +146,23 @@ class RunCreated(Event):
 
 @attrs.frozen(kw_only=True)
 class RunStarted(Event):
+    """The run began executing: `pending` became `running`."""
+
     event_type: ClassVar[str] = "run_started"
 
 
 @attrs.frozen(kw_only=True)
 class RunCompleted(Event):
+    """The run ended successfully with `output` (status `completed`)."""
+
     event_type: ClassVar[str] = "run_completed"
     output: bytes
 
 
 @attrs.frozen(kw_only=True)
 class RunFailed(Event):
+    """The run ended as failed with `error` and an optional `error_code` (status `failed`)."""
+
     event_type: ClassVar[str] = "run_failed"
     error: bytes
     error_code: str | None = None
@@ -147,18 +170,28 @@ class RunFailed(Event):
 
 @attrs.frozen(kw_only=True)
 class CancelRequested(Event):
+    """Cancellation was requested: the run is `cancelling`.
+
+    Its live steps, waiting waits and active hooks were cancelled with this event; the run then
+    ends with `RunCancelled`, `RunFailed` or `RunTimedOut`.
+    """
+
     event_type: ClassVar[str] = "cancel_requested"
     reason: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class RunCancelled(Event):
+    """The run ended as cancelled (status `cancelled`), with an optional `reason`."""
+
     event_type: ClassVar[str] = "run_cancelled"
     reason: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class RunTimedOut(Event):
+    """The run ended because its `deadline` passed (status `timed_out`)."""
+
     event_type: ClassVar[str] = "run_timed_out"
     deadline: datetime
     reason: str | None = None
@@ -166,6 +199,12 @@ class RunTimedOut(Event):
 
 @attrs.frozen(kw_only=True)
 class AttributesSet(Event):
+    """Attribute changes written to the run by `writer`: the workflow or one step attempt.
+
+    A change whose value is None removed its key. A `write_id` is applied once per run; keys
+    starting with `$` were allowed only with `allow_reserved`.
+    """
+
     event_type: ClassVar[str] = "attributes_set"
     changes: tuple[AttributeChange, ...]
     writer: Writer = WorkflowWriter()
@@ -175,6 +214,8 @@ class AttributesSet(Event):
 
 @attrs.frozen(kw_only=True)
 class ProgressRecorded(Event):
+    """A progress report: `completed` of `total` units for `progress_id`, once per id."""
+
     event_type: ClassVar[str] = "progress_recorded"
     progress_id: str
     completed: int
@@ -185,6 +226,11 @@ class ProgressRecorded(Event):
 
 @attrs.frozen(kw_only=True)
 class ChildLinked(Event):
+    """A child operation linked to the run under `reference_id`, once per id.
+
+    `kind` and `operation_id` name the operation; `child_run_id` is the child run, if it is one.
+    """
+
     event_type: ClassVar[str] = "child_linked"
     reference_id: str
     kind: str
@@ -195,6 +241,8 @@ class ChildLinked(Event):
 
 @attrs.frozen(kw_only=True)
 class LogRecorded(Event):
+    """A log line at `level` from the workflow or the step `step_id`; the snapshot counts it."""
+
     event_type: ClassVar[str] = "log_recorded"
     level: LogLevel
     message: str
@@ -204,6 +252,8 @@ class LogRecorded(Event):
 
 @attrs.frozen(kw_only=True)
 class StepCreated(Event):
+    """A step exists with its name, input and retry policy: `pending`, no attempt started yet."""
+
     event_type: ClassVar[str] = "step_created"
     step_id: str
     step_name: str
@@ -213,6 +263,8 @@ class StepCreated(Event):
 
 @attrs.frozen(kw_only=True)
 class StepStarted(Event):
+    """A step's attempt number `attempt` (the previous one plus one) began: status `running`."""
+
     event_type: ClassVar[str] = "step_started"
     step_id: str
     attempt: int
@@ -220,6 +272,8 @@ class StepStarted(Event):
 
 @attrs.frozen(kw_only=True)
 class StepCompleted(Event):
+    """A step ended successfully with `output` (status `completed`)."""
+
     event_type: ClassVar[str] = "step_completed"
     step_id: str
     output: bytes
@@ -227,6 +281,11 @@ class StepCompleted(Event):
 
 @attrs.frozen(kw_only=True)
 class StepFailed(Event):
+    """A step ended as failed with `error` (status `failed`).
+
+    `retryable` is how the runtime classified the error; the step will not run again either way.
+    """
+
     event_type: ClassVar[str] = "step_failed"
     step_id: str
     error: bytes
@@ -235,6 +294,12 @@ class StepFailed(Event):
 
 @attrs.frozen(kw_only=True)
 class StepRetrying(Event):
+    """A running step's attempt failed and the step will run again: back to `pending`.
+
+    Its next attempt may not start before `retry_after` (if set), which the index lists as a
+    `retry` wakeup.
+    """
+
     event_type: ClassVar[str] = "step_retrying"
     step_id: str
     error: bytes
@@ -243,6 +308,8 @@ class StepRetrying(Event):
 
 @attrs.frozen(kw_only=True)
 class StepCancelled(Event):
+    """A pending or running step was cancelled (status `cancelled`)."""
+
     event_type: ClassVar[str] = "step_cancelled"
     step_id: str
     reason: str | None = None
@@ -250,6 +317,8 @@ class StepCancelled(Event):
 
 @attrs.frozen(kw_only=True)
 class WaitCreated(Event):
+    """A durable timer: the run waits until `resume_at` (status `waiting`)."""
+
     event_type: ClassVar[str] = "wait_created"
     wait_id: str
     resume_at: datetime
@@ -257,12 +326,20 @@ class WaitCreated(Event):
 
 @attrs.frozen(kw_only=True)
 class WaitCompleted(Event):
+    """A wait is over (status `completed`)."""
+
     event_type: ClassVar[str] = "wait_completed"
     wait_id: str
 
 
 @attrs.frozen(kw_only=True)
 class HookCreated(Event):
+    """A hook was opened: outside callers deliver to it by `token` until it is disposed.
+
+    The token is a bearer secret (never in a repr) and unique among live hooks across runs.
+    `retain_token_until` keeps the token held (and the hook disposable) after the run ends.
+    """
+
     event_type: ClassVar[str] = "hook_created"
     hook_id: str
     token: str = attrs.field(repr=False)
@@ -273,6 +350,8 @@ class HookCreated(Event):
 
 @attrs.frozen(kw_only=True)
 class HookReceived(Event):
+    """A payload delivered to an active hook, with the caller's optional `delivery_id`."""
+
     event_type: ClassVar[str] = "hook_received"
     hook_id: str
     payload: bytes
@@ -281,12 +360,19 @@ class HookReceived(Event):
 
 @attrs.frozen(kw_only=True)
 class HookDisposed(Event):
+    """A hook was closed: it takes no more deliveries and its token is free again."""
+
     event_type: ClassVar[str] = "hook_disposed"
     hook_id: str
 
 
 @attrs.frozen(kw_only=True)
 class HookConflict(Event):
+    """A hook could not be created because the hook of run `holder_run_id` holds its token.
+
+    No hook `hook_id` exists afterwards; the workflow learns of the conflict from its history.
+    """
+
     event_type: ClassVar[str] = "hook_conflict"
     hook_id: str
     token: str = attrs.field(repr=False)
@@ -338,5 +424,8 @@ class Envelope:
 
 
 make_envelope = frozen_factory(Envelope)
-"""`make_envelope(run_id, sequence, event, recorded_at, position)`: a positional constructor
-for `Envelope` about twice as fast as `Envelope(...)`; stores use it when decoding rows."""
+"""A positional `Envelope` constructor, about twice as fast as `Envelope(...)`.
+
+`make_envelope(run_id, sequence, event, recorded_at, position)`: every field, in order, with no
+default applied; stores use it when decoding rows.
+"""

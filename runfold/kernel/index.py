@@ -1,5 +1,7 @@
-"""The records stores speak (`STORES.md`) and `run_index`, the kernel's projection of a run's
-index rows. A store writes `run_index(snapshot_after_append)` in the append's transaction."""
+"""The records stores speak (`STORES.md`) and `run_index`, the projection of a run's index rows.
+
+A store writes `run_index(snapshot_after_append)` in the append's transaction.
+"""
 
 from __future__ import annotations
 
@@ -23,12 +25,13 @@ __all__ = [
 ]
 
 WakeupKind: TypeAlias = Literal["wait", "retry", "deadline"]
+"""What a `Wakeup` is for: a wait's timer, a delayed step retry, or the run's deadline."""
 T = TypeVar("T")
 
 
 @attrs.frozen(kw_only=True)
 class RunSummary:
-    """The listing row of a run."""
+    """The listing row of a run, as `EventStore.list_runs` and `get_runs` return it."""
 
     run_id: str
     workflow_name: str
@@ -43,7 +46,7 @@ class RunSummary:
 
 @attrs.frozen(kw_only=True)
 class HookClaim:
-    """A hook token a run holds. `retained_until=None`: held while the run is live."""
+    """A hook token a run holds; `retained_until=None` means held while the run is live."""
 
     token: str = attrs.field(repr=False)
     hook_id: str
@@ -83,7 +86,7 @@ class Page(Generic[T]):
 
 @attrs.frozen(kw_only=True)
 class RunIndex:
-    """Every index row of one run: replaced as a whole on each append."""
+    """Every index row of one run, replaced as a whole on each append."""
 
     summary: RunSummary
     hooks: tuple[HookClaim, ...]
@@ -95,7 +98,8 @@ def run_index(snapshot: Snapshot) -> RunIndex:
 
     While the run is live its active hooks hold their tokens (`retained_until=None`); once it
     ended, only active hooks with `retain_token_until` keep holding theirs until then. Wakeups
-    exist only while the run is live. Cost: O(open work), never O(history).
+    exist only while the run is live. Cost: O(open work), never O(history). Pure and
+    deterministic: the same snapshot always gives the same rows.
     """
     summary = RunSummary(
         run_id=snapshot.run_id,

@@ -14,7 +14,12 @@ SPEC_VERSION = 1
 
 @attrs.frozen(kw_only=True)
 class Limits:
-    """Bounds `decide` enforces. Defaults follow `RULES.md`."""
+    """The bounds `decide` enforces (`project_run` re-checks the attribute ones).
+
+    Defaults follow `RULES.md`. A command over a bound is an `InvalidCommand`
+    (`InvalidAttributes` for attributes); a decision past `max_events_per_run` is a
+    `HistoryLimitExceeded`.
+    """
 
     max_id_length: int = 256
     """Longest identifier (run, step, wait, hook, write, progress, child ids), in characters."""

@@ -71,12 +71,18 @@ __all__ = [
 RunStatus: TypeAlias = Literal[
     "pending", "running", "cancelling", "completed", "failed", "cancelled", "timed_out"
 ]
+"""Where a run is in its life: live (pending, running, cancelling) or ended."""
 StepStatus: TypeAlias = Literal["pending", "running", "completed", "failed", "cancelled"]
+"""Where a step is: pending or running while live, then completed, failed or cancelled."""
 WaitStatus: TypeAlias = Literal["waiting", "completed", "cancelled"]
+"""Where a wait is: waiting, then completed or cancelled."""
 HookStatus: TypeAlias = Literal["active", "disposed", "cancelled"]
+"""Where a hook is: active (it takes deliveries), then disposed or cancelled."""
 
 TERMINAL_RUN_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out"})
+"""The statuses of a run that has ended; only its retained hook tokens outlive it."""
 LIVE_RUN_STATUSES: frozenset[str] = frozenset({"pending", "running", "cancelling"})
+"""The statuses of a run that has not ended."""
 _LIVE_STEP = frozenset({"pending", "running"})
 _DEFAULT_LIMITS = Limits()
 
@@ -86,6 +92,8 @@ _DEFAULT_LIMITS = Limits()
 
 @attrs.frozen(kw_only=True)
 class StepState:
+    """A step as the run's history leaves it: definition, status, attempts and outcome."""
+
     step_id: str
     step_name: str
     status: StepStatus
@@ -103,6 +111,8 @@ class StepState:
 
 @attrs.frozen(kw_only=True)
 class WaitState:
+    """A wait (a durable timer) as the run's history leaves it."""
+
     wait_id: str
     status: WaitStatus
     resume_at: datetime
@@ -122,6 +132,8 @@ class Delivery:
 
 @attrs.frozen(kw_only=True)
 class HookState:
+    """A hook as the run's history leaves it; its token is a secret kept out of its repr."""
+
     hook_id: str
     token: str = attrs.field(repr=False)
     status: HookStatus
@@ -274,10 +286,12 @@ def _empty_values() -> PView[Any, Any]:
 
 @attrs.frozen(kw_only=True, eq=True, hash=False)
 class Snapshot:
-    """Where a run stands after its last event. Immutable; derive newer ones with `apply`.
+    """Where a run stands after its last event: immutable; derive newer ones with `apply`.
 
     `steps`, `waits`, `hooks` map ids to frozen states; `progress` and `children` map ids to the
     recording event; `attribute_write_ids` maps each attribute write id to its sequence.
+    Entity states and `deadline` stay as they were when the run ends: what still needs a host's
+    attention is `wakeups()`, empty for an ended run.
     """
 
     run_id: str
@@ -331,7 +345,12 @@ class Snapshot:
         )
 
     def open_waits(self) -> tuple[WaitState, ...]:
-        """Waits still waiting, in creation order."""
+        """Waits still waiting, in creation order.
+
+        Entity state only: an ended run keeps its waits as they were, so this still lists them
+        after the run ends. A host deciding what to wake should use `wakeups()`, which is empty
+        for an ended run.
+        """
         return tuple(self.waits[w] for w in self.waits if w in self.waiting_wait_ids)
 
     def active_hooks(self) -> tuple[HookState, ...]:
@@ -339,7 +358,11 @@ class Snapshot:
         return tuple(self.hooks[h] for h in self.hooks if h in self.active_hook_ids)
 
     def due_retries(self, now: datetime) -> tuple[StepState, ...]:
-        """Pending steps whose `retry_after` is at or before `now`, earliest first."""
+        """Pending steps whose `retry_after` is at or before `now`, earliest first.
+
+        Entity state only, like `open_waits`: it does not look at the run's status, so an ended
+        run's delayed retries are still listed; `wakeups()` is what a host should act on.
+        """
         due = []
         for step_id in self.retrying_step_ids:
             record = self.steps.raw(step_id)

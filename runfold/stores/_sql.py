@@ -79,7 +79,8 @@ def run_filters(
 ) -> tuple[str, list[Any]]:
     """The `WHERE …` clause (or "") and its parameters for a `list_runs` query, newest first.
 
-    Raises `ValueError` for a cursor `encode_cursor` did not make.
+    Raises:
+        ValueError: `cursor` is not one `summary_page` made.
     """
     clauses: list[str] = []
     params: list[Any] = []
@@ -116,8 +117,13 @@ def summary_page(rows: Sequence[Any], limit: int) -> Page[RunSummary]:
 def hook_filters(
     mark: str, *, run_id: str | None, cursor: str | None, now: datetime
 ) -> tuple[str, list[Any]]:
-    """The `WHERE …` clause and parameters of a `list_hooks` query: live or still-retained
-    claims at `now`, by `(run_id, hook_id)`. Raises `ValueError` for a foreign cursor."""
+    """The `WHERE …` clause and parameters of a `list_hooks` query, placeholders written `mark`.
+
+    It selects the claims live or still retained at `now`, after `cursor`, by `(run_id, hook_id)`.
+
+    Raises:
+        ValueError: `cursor` is not one `hook_page` made.
+    """
     clauses = [f"(retained_until IS NULL OR retained_until > {mark})"]
     params: list[Any] = [time_key(now)]
     if run_id is not None:

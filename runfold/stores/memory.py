@@ -88,6 +88,7 @@ class MemoryStore:
         await self.close()
 
     async def close(self) -> None:
+        """Close the store; later calls raise `StoreClosed`, closing again is harmless."""
         self._closed = True
 
     def _check_open(self) -> None:
@@ -105,6 +106,16 @@ class MemoryStore:
         index: RunIndex,
         recorded_at: datetime,
     ) -> list[Envelope]:
+        """Append `events` if the run's head is `expected_sequence`, all or nothing.
+
+        See `EventStore.append_if_sequence`.
+
+        Raises:
+            SequenceConflict: The run's head is not `expected_sequence`; nothing was written.
+            TokenConflict: Another run's live or retained hook holds a token of `index`.
+            ValueError: `events` is empty, or `index` is another run's.
+            StoreClosed: The store was closed.
+        """
         check_append(run_id, events, index)
         encoded = [encode_event(event) for event in events]  # fails before anything is written
         async with self._lock:
@@ -154,13 +165,17 @@ class MemoryStore:
                 raise TokenConflict(claim.token, held[0], held[1].hook_id)
 
     async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
-        """Replace the run's index rows with `index` (None: remove them) and append nothing: the
-        repair behind `runfold verify --rebuild-index`. An optional capability, not part of
-        `EventStore`.
+        """Replace the run's index rows with `index` (None: remove them), appending nothing.
 
-        Fenced like an append: `index` must describe the run's head (`index.summary.last_sequence`;
-        0, no events, for None), else `SequenceConflict`; a token another run's live hook holds
-        at `now` raises `TokenConflict`. Nothing is written when either is raised.
+        The repair behind `runfold verify --rebuild-index`: an optional capability, not part of
+        `EventStore`. Fenced like an append; nothing is written when it raises.
+
+        Raises:
+            SequenceConflict: `index` does not describe the run's head
+                (`index.summary.last_sequence`; 0, no events, for None).
+            TokenConflict: Another run's live hook holds a token of `index` at `now`.
+            ValueError: `index` is another run's.
+            StoreClosed: The store was closed.
         """
         if index is not None and index.summary.run_id != run_id:
             raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
@@ -212,6 +227,7 @@ class MemoryStore:
     async def read(
         self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
     ) -> list[Envelope]:
+        """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
         async with self._lock:
             self._check_open()
             rows = self._rows.get(run_id, [])
@@ -225,6 +241,7 @@ class MemoryStore:
         return [self._envelope(row) for row in chosen]
 
     async def head(self, run_id: str) -> int:
+        """The run's last sequence; 0 for an unknown run."""
         async with self._lock:
             self._check_open()
             return len(self._rows.get(run_id, ()))
@@ -238,6 +255,7 @@ class MemoryStore:
         limit: int | None = None,
         descending: bool = False,
     ) -> list[Envelope]:
+        """The run's envelopes whose `correlation_id` matches (`EventStore.read_by_correlation`)."""
         async with self._lock:
             self._check_open()
             matching = [r for r in self._rows.get(run_id, ()) if r.correlation_id == correlation_id]
@@ -245,6 +263,7 @@ class MemoryStore:
         return [self._envelope(row) for row in rows]
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+        """The global feed: every run's envelopes after `after_position`, in position order."""
         async with self._lock:
             self._check_open()
             start = bisect.bisect_right(self._feed, after_position, key=_position)
@@ -263,6 +282,7 @@ class MemoryStore:
         cursor: str | None = None,
         limit: int = 20,
     ) -> Page[RunSummary]:
+        """Run summaries, newest first, filtered and a page at a time (`EventStore.list_runs`)."""
         bound: tuple[int, str] | None = None
         if cursor is not None:
             micros, run_id = decode_cursor(cursor, 2)
@@ -293,12 +313,14 @@ class MemoryStore:
         return Page(items=items, cursor=next_cursor, has_more=has_more)
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+        """Summaries in the order asked, None for unknown ids."""
         async with self._lock:
             self._check_open()
             found = {rid: self._indexes[rid].summary for rid in run_ids if rid in self._indexes}
         return [found.get(rid) for rid in run_ids]
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+        """The live holder of a hook token at `now`, or None."""
         async with self._lock:
             self._check_open()
             held = self._tokens.get(token)
@@ -315,6 +337,7 @@ class MemoryStore:
         limit: int = 100,
         now: datetime,
     ) -> Page[HookHolder]:
+        """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
         bound = tuple(decode_cursor(cursor, 2)) if cursor is not None else None
         async with self._lock:
             self._check_open()
@@ -342,12 +365,14 @@ class MemoryStore:
         return found
 
     async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
+        """Wakeups due at `now`, oldest first, at most `limit`."""
         async with self._lock:
             self._check_open()
             due = [w for w in self._wakeups() if w.due_at <= now]
         return due[: max(limit, 0)]
 
     async def next_wakeup(self) -> Wakeup | None:
+        """The earliest pending wakeup, or None."""
         async with self._lock:
             self._check_open()
             found = self._wakeups()
@@ -356,6 +381,7 @@ class MemoryStore:
     # --- retention ----------------------------------------------------------------------------
 
     async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+        """Delete up to `limit` runs that ended before `terminal_before` (see the protocol)."""
         async with self._lock:
             self._check_open()
             ended = sorted(

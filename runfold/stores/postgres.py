@@ -558,7 +558,7 @@ def _channel(schema: str) -> str:
 
 
 class PostgresStore:
-    """An `EventStore` in a PostgreSQL schema. Open with `await PostgresStore.open(dsn)`."""
+    """An `EventStore` in a PostgreSQL schema, opened with `await PostgresStore.open(dsn)`."""
 
     def __init__(self, pool: Pool, schema: str, *, owns_pool: bool, feed_wait: float) -> None:
         """Use `PostgresStore.open`; this wraps a pool it has already opened."""
@@ -606,8 +606,10 @@ class PostgresStore:
         feed_wait: float = 0.1,
         migrate: bool = True,
     ) -> PostgresStore:
-        """Open the store in `schema` of the database `dsn` names, or on an existing `pool`
-        (whose connections must be in autocommit mode; the store leaves it open on close).
+        """Open the store in `schema` of the database `dsn` names, or on an existing `pool`.
+
+        An existing pool's connections must be in autocommit mode; the store leaves it open on
+        close.
         Without `schema`, a `schema` query parameter of a URL `dsn` names it
         (`postgresql://host/db?schema=tenant_a`), else it is `runfold`.
 
@@ -678,6 +680,7 @@ class PostgresStore:
         await self.close()
 
     async def close(self) -> None:
+        """Close the store; later calls raise `StoreClosed`, closing again is harmless."""
         if self._closed:
             return
         self._closed = True
@@ -905,6 +908,11 @@ class PostgresStore:
         index: RunIndex,
         recorded_at: datetime,
     ) -> list[Envelope]:
+        """Append `events` if the run's head is `expected_sequence`, all or nothing.
+
+        `EventStore.append_if_sequence`, with its errors. One round trip when nothing else is
+        in flight; appends made meanwhile are written together, each with its own outcome.
+        """
         check_append(run_id, events, index)
         if len(events) >= POSITIONS_PER_TRANSACTION:
             raise ValueError(f"at most {POSITIONS_PER_TRANSACTION - 1:,} events per append")
@@ -1083,6 +1091,7 @@ class PostgresStore:
     async def read(
         self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
     ) -> list[Envelope]:
+        """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
         return await self._read(run_id, None, after, limit, descending)
 
     async def read_by_correlation(
@@ -1094,6 +1103,7 @@ class PostgresStore:
         limit: int | None = None,
         descending: bool = False,
     ) -> list[Envelope]:
+        """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
         return await self._read(run_id, correlation_id, after, limit, descending)
 
     async def _read(
@@ -1125,10 +1135,12 @@ class PostgresStore:
         return _envelopes(rows)
 
     async def head(self, run_id: str) -> int:
+        """The run's last sequence; 0 for an unknown run."""
         rows = await self._fetch(f"SELECT head FROM {self._s}.runs WHERE run_id = %s", (run_id,))
         return int(rows[0][0]) if rows else 0
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+        """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
         rows = await self._fetch(
             f"SELECT {_EVENT_COLUMNS} FROM {self._s}.read_feed(%s, %s, %s)",
             (after_position, max(limit, 0), round(self._feed_wait * 1000)),
@@ -1138,8 +1150,9 @@ class PostgresStore:
     async def subscribe(
         self, after_position: int = 0, *, poll_interval: float = 1.0, batch: int = 1000
     ) -> AsyncGenerator[Envelope, None]:
-        """Every envelope of the feed after `after_position`, in feed order, as it commits:
-        an endless async iterator (end it with `aclose()`, e.g. via `contextlib.aclosing`).
+        """Every envelope of the feed after `after_position`, in feed order, as it commits.
+
+        An endless async iterator: end it with `aclose()`, e.g. via `contextlib.aclosing`.
 
         Between batches it waits on `LISTEN`, on a pooled connection it keeps while it runs,
         and reads again at least every `poll_interval` seconds: the feed also moves when an
@@ -1212,6 +1225,7 @@ class PostgresStore:
         cursor: str | None = None,
         limit: int = 20,
     ) -> Page[RunSummary]:
+        """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
         where, params = run_filters(
             "%s",
             workflow_name=workflow_name,
@@ -1228,6 +1242,7 @@ class PostgresStore:
         return summary_page(rows, limit)
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+        """Summaries in the order asked, None for unknown ids."""
         if not run_ids:
             self._check_open()
             return []
@@ -1239,6 +1254,7 @@ class PostgresStore:
         return [found.get(run_id) for run_id in run_ids]
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+        """The live holder of a hook token at `now`, or None."""
         rows = await self._fetch(
             f"SELECT run_id, hook_id, retained_until FROM {self._s}.tokens "
             "WHERE token = %s AND (retained_until IS NULL OR retained_until > %s)",
@@ -1257,6 +1273,7 @@ class PostgresStore:
         limit: int = 100,
         now: datetime,
     ) -> Page[HookHolder]:
+        """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
         where, params = hook_filters("%s", run_id=run_id, cursor=cursor, now=now)
         rows = await self._fetch(
             f"SELECT run_id, hook_id, retained_until FROM {self._s}.hooks {where} "
@@ -1266,6 +1283,7 @@ class PostgresStore:
         return hook_page(rows, limit)
 
     async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
+        """Wakeups due at `now`, oldest first, at most `limit`."""
         rows = await self._fetch(
             f"SELECT run_id, kind, subject_id, due_at FROM {self._s}.wakeups WHERE due_at <= %s "
             "ORDER BY due_at, run_id, kind, subject_id LIMIT %s",
@@ -1274,6 +1292,7 @@ class PostgresStore:
         return [wakeup_from_row(row) for row in rows]
 
     async def next_wakeup(self) -> Wakeup | None:
+        """The earliest pending wakeup, or None."""
         rows = await self._fetch(
             f"SELECT run_id, kind, subject_id, due_at FROM {self._s}.wakeups "
             "ORDER BY due_at, run_id, kind, subject_id LIMIT 1"
@@ -1283,8 +1302,9 @@ class PostgresStore:
     # --- repair and retention -----------------------------------------------------------------
 
     async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
-        """Replace the run's index rows with `index` (None: remove them) and append nothing: the
-        repair behind `runfold verify --rebuild-index`. An optional capability, not part of
+        """Replace the run's index rows with `index` (None: remove them), appending nothing.
+
+        The repair behind `runfold verify --rebuild-index`: an optional capability, not part of
         `EventStore`.
 
         Fenced like an append, in one transaction: `index` must describe the run's head
@@ -1311,6 +1331,7 @@ class PostgresStore:
         await self._append_one(_Append(run_id, index.summary.last_sequence, (), index, now))
 
     async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+        """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
         s = self._s
         [(count,)] = await self._fetch(
             self._drop_sql(

@@ -32,7 +32,12 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @runtime_checkable
 class EventStore(Protocol):
-    """An async store of run histories and their index rows. Stores are async context managers."""
+    """An async store of run histories and their index rows; stores are async context managers.
+
+    Every method of a closed store raises `StoreClosed`; a store that cannot be reached raises
+    `StoreUnavailable` (transient: safe to retry). `runfold.conformance.StoreConformance` checks
+    a store against this contract.
+    """
 
     async def append_if_sequence(
         self,
@@ -43,19 +48,38 @@ class EventStore(Protocol):
         index: RunIndex,
         recorded_at: datetime,
     ) -> list[Envelope]:
-        """Atomically: if the run's head is `expected_sequence` (0: no such run yet), write
-        `events` at `expected+1 …`, replace the run's index rows with `index`, return the
-        envelopes. Otherwise raise `SequenceConflict(run_id, expected, actual)` having written
-        nothing. A token in `index` held by another run's live or still-retained hook (retention
-        judged at `recorded_at`) raises `TokenConflict`, also having written nothing. An empty
-        `events` is a `ValueError`."""
+        """Append `events` and replace the index rows, if the run's head is `expected_sequence`.
+
+        All or nothing: the events get sequences `expected_sequence + 1 …` and the run's index
+        rows become `index`, in one atomic step, or nothing is written.
+
+        Args:
+            run_id: The run to append to.
+            expected_sequence: The head the caller decided on; 0 means the run must not exist.
+            events: The events to append, at least one.
+            index: The run's index rows after the append (`run_index` of the new snapshot).
+            recorded_at: Stamped on every envelope; hook retention is judged at this time.
+
+        Returns:
+            The envelopes written, in sequence order.
+
+        Raises:
+            SequenceConflict: The head is not `expected_sequence` (`actual` says what it is).
+            TokenConflict: A token in `index` is held by another run's live or retained hook.
+            ValueError: `events` is empty, or `index` is another run's.
+        """
         ...
 
     async def read(
         self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
     ) -> list[Envelope]:
-        """The run's envelopes with `sequence > after` (or `< after` when descending and
-        `after > 0`), in order, at most `limit`. Unknown run: `[]`."""
+        """The run's envelopes after `after`, in sequence order, at most `limit`; `[]` if unknown.
+
+        Descending, the envelopes come newest first, below `after` when `after > 0`.
+
+        Raises:
+            CorruptEvent: A stored event of the run does not decode.
+        """
         ...
 
     async def head(self, run_id: str) -> int:
@@ -84,8 +108,13 @@ class EventStore(Protocol):
         cursor: str | None = None,
         limit: int = 20,
     ) -> Page[RunSummary]:
-        """Run summaries, newest first (`created_at`, then `run_id`, descending); filters
-        combine; pass `cursor` back for the next page."""
+        """Run summaries, newest first (`created_at`, then `run_id`); pass `cursor` back for more.
+
+        Filters combine. A page never repeats or skips a run, even while runs are created.
+
+        Raises:
+            ValueError: `cursor` is not one this store made.
+        """
         ...
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
@@ -93,8 +122,11 @@ class EventStore(Protocol):
         ...
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
-        """The live holder of a hook token, or None. A hook retained past its run's end holds
-        its token until `retained_until`; after that it is free."""
+        """The live holder of a hook token, or None.
+
+        A hook retained past its run's end holds its token until `retained_until` (judged at
+        `now`); after that the token is free.
+        """
         ...
 
     async def list_hooks(
@@ -105,7 +137,11 @@ class EventStore(Protocol):
         limit: int = 100,
         now: datetime,
     ) -> Page[HookHolder]:
-        """Live and still-retained hooks, by `(run_id, hook_id)`."""
+        """Live and still-retained hooks (at `now`), by `(run_id, hook_id)`, a page at a time.
+
+        Raises:
+            ValueError: `cursor` is not one this store made.
+        """
         ...
 
     async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
@@ -117,18 +153,26 @@ class EventStore(Protocol):
         ...
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
-        """The global feed: envelopes of every run with `position > after_position`, in
-        position order; no event may later appear with a position below one returned."""
+        """The global feed: envelopes of every run after `after_position`, in position order.
+
+        No event may later appear with a position below one already returned, so a tailing
+        reader never skips one.
+        """
         ...
 
     async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
-        """Retention: delete up to `limit` terminal runs that ended before `terminal_before`,
-        with their events and index rows; a run whose hook still retains its token past
-        `terminal_before` is kept. Returns how many runs were deleted."""
+        """Delete up to `limit` runs that ended before `terminal_before`, with all their rows.
+
+        Retention: a run whose hook still retains its token past `terminal_before` is kept.
+        Deleted run ids and freed tokens may be used again.
+
+        Returns:
+            How many runs were deleted.
+        """
         ...
 
     async def close(self) -> None:
-        """Release connections; later calls raise `StoreClosed`."""
+        """Release connections; later calls raise `StoreClosed`, and closing again is harmless."""
         ...
 
     async def __aenter__(self) -> Self: ...
@@ -148,7 +192,11 @@ def encode_cursor(*parts: str | int) -> str:
 
 
 def decode_cursor(cursor: str, count: int) -> list[str]:
-    """The `count` parts of a cursor made by `encode_cursor`; `ValueError` if it is not one."""
+    """The `count` parts of a cursor made by `encode_cursor`.
+
+    Raises:
+        ValueError: `cursor` is not one `encode_cursor` made with `count` parts.
+    """
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (ValueError, UnicodeDecodeError):
@@ -165,8 +213,11 @@ def time_key(value: datetime) -> int:
 
 
 def check_append(run_id: str, events: Sequence[Event], index: RunIndex) -> None:
-    """The argument rules of `append_if_sequence` every store shares: `ValueError` for an empty
-    batch or an index computed for another run."""
+    """Check the arguments of `append_if_sequence` the way every store must.
+
+    Raises:
+        ValueError: `events` is empty, or `index` was computed for another run.
+    """
     if not events:
         raise ValueError("append_if_sequence needs at least one event")
     if index.summary.run_id != run_id:

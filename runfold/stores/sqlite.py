@@ -166,7 +166,7 @@ def _settle(request: _Append, outcome: list[Envelope] | BaseException) -> None:
 
 
 class SQLiteStore:
-    """An `EventStore` in one SQLite file. Open with `await SQLiteStore.open(path)`."""
+    """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`."""
 
     def __init__(self, db: aiosqlite.Connection, path: str) -> None:
         """Use `SQLiteStore.open`; this wraps a connection it has already prepared."""
@@ -238,6 +238,7 @@ class SQLiteStore:
         await self.close()
 
     async def close(self) -> None:
+        """Close the store; later calls raise `StoreClosed`, closing again is harmless."""
         if self._closed:
             return
         self._closed = True
@@ -270,6 +271,11 @@ class SQLiteStore:
         index: RunIndex,
         recorded_at: datetime,
     ) -> list[Envelope]:
+        """Append `events` if the run's head is `expected_sequence`, all or nothing.
+
+        `EventStore.append_if_sequence`, with its errors. Appends made while a transaction is
+        in flight are written together in the next one, each with its own outcome.
+        """
         check_append(run_id, events, index)
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
@@ -344,6 +350,7 @@ class SQLiteStore:
     async def read(
         self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
     ) -> list[Envelope]:
+        """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
         rows = await self._run(_read_rows, run_id, None, after, limit, descending)
         return self._envelopes(rows)
 
@@ -356,13 +363,16 @@ class SQLiteStore:
         limit: int | None = None,
         descending: bool = False,
     ) -> list[Envelope]:
+        """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
         rows = await self._run(_read_rows, run_id, correlation_id, after, limit, descending)
         return self._envelopes(rows)
 
     async def head(self, run_id: str) -> int:
+        """The run's last sequence; 0 for an unknown run."""
         return await self._run(_head, run_id)
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+        """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
         rows = await self._run(
             _fetch,
             "SELECT run_id, sequence, type, schema_version, payload, recorded_at, position "
@@ -383,6 +393,7 @@ class SQLiteStore:
         cursor: str | None = None,
         limit: int = 20,
     ) -> Page[RunSummary]:
+        """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
         where, params = run_filters(
             "?",
             workflow_name=workflow_name,
@@ -400,6 +411,7 @@ class SQLiteStore:
         return summary_page(rows, limit)
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+        """Summaries in the order asked, None for unknown ids."""
         wanted = list(dict.fromkeys(run_ids))
         if not wanted:
             return []
@@ -412,6 +424,7 @@ class SQLiteStore:
         return [found.get(run_id) for run_id in run_ids]
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+        """The live holder of a hook token at `now`, or None."""
         rows = await self._run(
             _fetch,
             "SELECT run_id, hook_id, retained_until FROM hooks "
@@ -431,6 +444,7 @@ class SQLiteStore:
         limit: int = 100,
         now: datetime,
     ) -> Page[HookHolder]:
+        """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
         where, params = hook_filters("?", run_id=run_id, cursor=cursor, now=now)
         rows = await self._run(
             _fetch,
@@ -441,6 +455,7 @@ class SQLiteStore:
         return hook_page(rows, limit)
 
     async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
+        """Wakeups due at `now`, oldest first, at most `limit`."""
         rows = await self._run(
             _fetch,
             "SELECT run_id, kind, subject_id, due_at FROM wakeups WHERE due_at <= ? "
@@ -450,6 +465,7 @@ class SQLiteStore:
         return [wakeup_from_row(row) for row in rows]
 
     async def next_wakeup(self) -> Wakeup | None:
+        """The earliest pending wakeup, or None."""
         rows = await self._run(
             _fetch,
             "SELECT run_id, kind, subject_id, due_at FROM wakeups "
@@ -459,8 +475,9 @@ class SQLiteStore:
         return wakeup_from_row(rows[0]) if rows else None
 
     async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
-        """Replace the run's index rows with `index` (None: remove them) and append nothing: the
-        repair behind `runfold verify --rebuild-index`. An optional capability, not part of
+        """Replace the run's index rows with `index` (None: remove them), appending nothing.
+
+        The repair behind `runfold verify --rebuild-index`: an optional capability, not part of
         `EventStore`.
 
         Fenced like an append, in one transaction: `index` must describe the run's head
@@ -475,6 +492,7 @@ class SQLiteStore:
     # --- retention ----------------------------------------------------------------------------
 
     async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+        """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         return await self._run(_delete_runs, time_key(terminal_before), max(limit, 0))
