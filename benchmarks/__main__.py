@@ -1,5 +1,6 @@
-"""`python -m benchmarks [--quick] [--only NAME] [--out DIR]`: run the benchmarks, write
-`performance.md` (default into `docs/`). Nothing here asserts a time."""
+"""`python -m benchmarks [--quick] [--only NAME] [--out DIR] [--postgres DSN]`: run the
+benchmarks, write `performance.md` and its charts (`assets/performance/*.png`) into DIR
+(default `docs/`). Nothing here asserts a time."""
 
 from __future__ import annotations
 
@@ -7,104 +8,50 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
-from benchmarks.harness import Result, machine_lines
-from benchmarks.kernel import bench_apply, bench_fold, bench_memory, bench_replay
-from benchmarks.postgres import bench_postgres_append, bench_postgres_concurrency
-from benchmarks.sqlite import (
-    bench_sqlite_append,
-    bench_sqlite_concurrency,
-    bench_sqlite_replay,
-)
-from benchmarks.workloads import PAYLOAD_BYTES
+from benchmarks.commands import bench_commands
+from benchmarks.harness import Remark, Result
+from benchmarks.kernel import bench_apply, bench_fold, bench_memory
+from benchmarks.postgres import POSTGRES
+from benchmarks.replay import bench_replay
+from benchmarks.report import format_value, render
+from benchmarks.sqlite import SQLITE
+from benchmarks.workflows import bench_workflows
+from benchmarks.writes import bench_append, bench_contention
 
-BENCHMARKS: dict[str, Callable[[bool], list[Result]]] = {
+BENCHMARKS: dict[str, Callable[[bool], Sequence[Result | Remark]]] = {
     "fold": bench_fold,
     "apply": bench_apply,
     "replay": bench_replay,
     "memory": bench_memory,
-    "sqlite-append": bench_sqlite_append,
-    "sqlite-concurrency": bench_sqlite_concurrency,
-    "sqlite-replay": bench_sqlite_replay,
-    "postgres-append": bench_postgres_append,
-    "postgres-concurrency": bench_postgres_concurrency,
+    "sqlite-append": partial(bench_append, SQLITE),
+    "postgres-append": partial(bench_append, POSTGRES),
+    "sqlite-contention": partial(bench_contention, SQLITE),
+    "postgres-contention": partial(bench_contention, POSTGRES),
+    "commands": bench_commands,
+    "workflows": bench_workflows,
 }
+CHARTS = Path("assets") / "performance"
+"""Where the charts go, relative to the page (which links them relatively)."""
 
 
-def _format_rate(value: float, unit: str) -> str:
-    return f"{value:,.0f} {unit}"
-
-
-def _required_ratio(result: Result) -> tuple[str, float] | None:
-    """The bound a row's anchor asks for: ("≥", 0.8) from "target ≥ 0.8×", ("≤", 2.0) from
-    "target ≤ 2×", or ("≥", 1.0) for a fixed-rate target such as "target 1,000,000 events/s"."""
-    anchor = result.anchor or ""
-    found = re.search(r"target(?: for \d+:)? ([≥≤]) ([\d.]+)×", anchor)
-    if found:
-        return found.group(1), float(found.group(2))
-    if anchor.startswith("target "):
-        return "≥", 1.0
-    return None
-
-
-def _misses(ratio: float, required: tuple[str, float]) -> bool:
-    direction, bound = required
-    return ratio < bound if direction == "≥" else ratio > bound
-
-
-def render(results: list[Result], command: str) -> str:
-    missed: list[str] = []
-    lines = [
-        "# Performance",
-        "",
-        "Measured on:",
-        "",
-        *machine_lines(),
-        "",
-        f"Reproduce with `{command}` (from a clone, after `make install`).",
-        "Each figure is the median of several timed runs after a warm-up; the spread is the "
-        "range (max − min) as a percentage of the median. Ratios compare with the anchor named "
-        "in the same row, measured in the same run.",
-        "",
-        "Peers run in the same process and run, on the same machine and file system: "
-        "`eventsourcing` with its POPO, SQLite and PostgreSQL recorders (its documented "
-        "`Application`/`repository.get` path, no snapshots), the raw `sqlite3` and psycopg "
-        "loops with one INSERT per transaction. Every SQLite contender runs in WAL mode with "
-        "`synchronous=FULL`; Postgres runs with `synchronous_commit=on`. Payloads are "
-        f"{PAYLOAD_BYTES} bytes for everyone (strings for `eventsourcing`, which has no bytes "
-        "transcoder by default). Each timed run follows a warm-up run.",
-        "",
-        "| benchmark | case | median | spread | ratio | anchor | note |",
-        "| --- | --- | ---: | ---: | ---: | --- | --- |",
-    ]
-    for r in results:
-        ratio = f"{r.ratio:.2f}×" if r.ratio is not None else "–"
-        required = _required_ratio(r)
-        is_runfold = not r.case.startswith(("eventsourcing", "raw")) and r.ratio != 1.0
-        if (
-            is_runfold
-            and required is not None
-            and r.ratio is not None
-            and _misses(r.ratio, required)
-        ):
-            missed.append(f"- **{r.benchmark}**: {r.case}: {ratio} against {r.anchor}.")
-        lines.append(
-            f"| {r.benchmark} | {r.case} | {_format_rate(r.value.median, r.unit)} | "
-            f"±{r.value.spread_percent() / 2:.0f}% | {ratio} | {r.anchor or '–'} | {r.note} |"
-        )
-    if missed:
-        lines += ["", "## Below target", "", "Where runfold misses a target, as measured:", ""]
-        lines += missed
-    return "\n".join(lines) + "\n"
+def _slug(group: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", group.lower()).strip("-")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
-    parser.add_argument("--only", choices=sorted(BENCHMARKS), action="append")
-    parser.add_argument("--out", type=Path, default=Path("docs"), help="where performance.md goes")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, few repeats")
+    parser.add_argument("--only", choices=list(BENCHMARKS), action="append")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("docs"),
+        help="where performance.md and assets/performance/*.png go",
+    )
     parser.add_argument(
         "--postgres",
         metavar="DSN",
@@ -113,20 +60,34 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.postgres:
         os.environ["RUNFOLD_BENCH_POSTGRES_DSN"] = args.postgres
-    chosen = args.only or list(BENCHMARKS)
     results: list[Result] = []
-    for name in chosen:
+    remarks: list[Remark] = []
+    for name in args.only or list(BENCHMARKS):
         print(f"benchmark {name} …", file=sys.stderr, flush=True)
-        for result in BENCHMARKS[name](args.quick):
-            ratio = f"  ({result.ratio:.2f}× {result.anchor})" if result.ratio is not None else ""
-            print(f"  {result.case}: {_format_rate(result.value.median, result.unit)}{ratio}")
-            results.append(result)
+        for found in BENCHMARKS[name](args.quick):
+            if isinstance(found, Remark):
+                print(f"  {found.text}", file=sys.stderr)
+                remarks.append(found)
+                continue
+            ratio = "".join(f"  ({c.ratio:.2f}× {c.anchor})" for c in found.comparisons)
+            where = found.on.split(",")[0]
+            value = format_value(found.value.median, found.unit)
+            print(f"  {found.case} [{where}]: {value}{ratio}")
+            results.append(found)
+    # Imported late: matplotlib takes a second to import, and only the charts need it.
+    from benchmarks.charts import draw_group
+
+    charts: dict[str, str] = {}
+    for group in dict.fromkeys(r.group for r in results):
+        chart = CHARTS / f"{_slug(group)}.png"
+        draw_group(group, [r for r in results if r.group == group], args.out / chart)
+        charts[group] = chart.as_posix()
     command = "python -m benchmarks" + (" --quick" if args.quick else "")
-    if args.only:
-        command += "".join(f" --only {name}" for name in args.only)
+    command += "".join(f" --only {name}" for name in args.only or [])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "performance.md").write_text(render(results, command))
-    print(f"wrote {args.out / 'performance.md'}", file=sys.stderr)
+    page = args.out / "performance.md"
+    page.write_text(render(results, remarks, command=command, charts=charts))
+    print(f"wrote {page} and {len(charts)} chart(s) in {args.out / CHARTS}", file=sys.stderr)
     return 0
 
 

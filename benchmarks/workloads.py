@@ -1,24 +1,47 @@
-"""The histories benchmarks replay: step-heavy runs, as a workflow engine writes them."""
+"""What benchmarks work on: step-heavy histories (as a workflow engine writes them), runs
+written into a store, and the event and workflow shapes the write benchmarks use."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from runfold import (
     Envelope,
     Event,
+    EventStore,
+    LogRecorded,
+    MemoryStore,
     RunCreated,
     RunStarted,
+    Snapshot,
     StepCompleted,
     StepCreated,
     StepStarted,
+    apply,
+    project_run,
+    run_index,
 )
 
-__all__ = ["PAYLOAD_BYTES", "T0", "step_events", "step_heavy_history"]
+__all__ = [
+    "LOG_EVENT",
+    "NEW_RUN_EVENTS",
+    "PAYLOAD_BYTES",
+    "T0",
+    "WORKFLOW_STEPS",
+    "memory_store",
+    "seed_run",
+    "step_events",
+    "step_heavy_history",
+]
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PAYLOAD_BYTES = 64
 """Size of every step input and output: a small serialized JSON document."""
+NEW_RUN_EVENTS = 2
+"""Events of a run just created and started (`run_created`, `run_started`)."""
 
 
 def step_events(first_step: int, count: int) -> list[Event]:
@@ -56,3 +79,38 @@ def step_heavy_history(events: int, run_id: str = "run-bench") -> list[Envelope]
             Envelope(run_id=run_id, sequence=index, event=event, recorded_at=recorded_at)
         )
     return history
+
+
+LOG_EVENT = LogRecorded(level="info", message="x" * PAYLOAD_BYTES)
+"""What write benchmarks append: one event that changes nothing but the run's head."""
+
+
+async def seed_run(store: EventStore, run_id: str, size: int, *, chunk: int = 1_000) -> Snapshot:
+    """Write a step-heavy run of `size` events into `store`, `chunk` events per append."""
+    events = [envelope.event for envelope in step_heavy_history(size, run_id)]
+    snapshot: Snapshot | None = None
+    for start in range(0, size, chunk):
+        batch = [
+            Envelope(run_id=run_id, sequence=sequence, event=event, recorded_at=T0)
+            for sequence, event in enumerate(events[start : start + chunk], start=start + 1)
+        ]
+        snapshot = apply(snapshot, batch) if snapshot is not None else project_run(batch)
+        await store.append_if_sequence(
+            run_id, start, [e.event for e in batch], index=run_index(snapshot), recorded_at=T0
+        )
+    assert snapshot is not None
+    return snapshot
+
+
+@contextlib.contextmanager
+def memory_store(loop: asyncio.AbstractEventLoop) -> Iterator[EventStore]:
+    """A fresh `MemoryStore`, closed afterwards (the in-memory counterpart of a backend's)."""
+    store = MemoryStore()
+    try:
+        yield store
+    finally:
+        loop.run_until_complete(store.close())
+
+
+WORKFLOW_STEPS = 10
+"""Steps of the workflow benchmark's sequential workflow; each passes its output to the next."""

@@ -1,0 +1,61 @@
+"""What a database gives the benchmarks that run on several of them (appends, contention,
+replay, command cost, workflows): runfold's store on it, the raw driver floor, and the peers'
+settings, all on the same file system or server with the same durability."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from benchmarks.harness import Target
+from runfold import EventStore
+
+__all__ = ["Backend"]
+
+
+class Backend(Protocol):
+    name: str
+    """As rows and headings say it: "SQLite", "PostgreSQL"."""
+    floor: str
+    """The raw driver as rows name it: "raw sqlite3", "raw psycopg"."""
+    parallel_writers: bool
+    """Whether the database runs writers in parallel, so that a raw floor with several
+    connections means something (SQLite has one writer at a time)."""
+    append_vs_raw: Target
+    append_vs_eventsourcing: Target
+    distinct_vs_one: Mapping[int, Target]
+    """Targets of N writers on distinct runs against one writer, by N."""
+    distinct_vs_raw: Mapping[int, Target]
+    """Targets of N writers on distinct runs against the raw floor with N connections, by N."""
+    replay_vs_eventsourcing: Target | None
+
+    def version(self) -> str | None:
+        """The database's version, or None (said on stderr) when it cannot be reached."""
+        ...
+
+    def describe(self) -> str:
+        """The "on" column: what runs where, with its durability settings."""
+        ...
+
+    def store(
+        self, loop: asyncio.AbstractEventLoop, *, connections: int = 1
+    ) -> AbstractContextManager[EventStore]:
+        """A fresh, empty runfold store (a new file or schema), closed and removed afterwards."""
+        ...
+
+    def raw_inserts(
+        self, loop: asyncio.AbstractEventLoop, *, writers: int, count: int, batch: int
+    ) -> AbstractContextManager[Callable[[], None]]:
+        """The floor: the bare driver, `writers` connections each committing `count`
+        transactions of `batch` INSERTs into a table keyed like runfold's."""
+        ...
+
+    def eventsourcing_env(self) -> AbstractContextManager[dict[str, str]]:
+        """Settings of a fresh `eventsourcing` recorder on this database."""
+        ...
+
+    def dbos_config(self) -> AbstractContextManager[dict[str, str]]:
+        """`DBOSConfig` entries for a fresh DBOS system database on this database."""
+        ...

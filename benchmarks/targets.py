@@ -1,0 +1,71 @@
+"""The goals issue #7 sets, each a bound on one ratio; the page's summary has one row per goal,
+in this order, and lists every row that misses one under "Below target"."""
+
+from __future__ import annotations
+
+from benchmarks.harness import Target
+
+__all__ = [
+    "ALL_TARGETS",
+    "COMMAND_COST_FLAT",
+    "DECODE_FOLD_VS_EVENTSOURCING",
+    "FOLD_RATE",
+    "FOLD_RATE_EVENTS_PER_SECOND",
+    "POSTGRES_8_WRITERS_VS_RAW",
+    "POSTGRES_APPEND_VS_EVENTSOURCING",
+    "POSTGRES_APPEND_VS_RAW",
+    "SNAPSHOT_MEMORY",
+    "SQLITE_64_TASKS_VS_ONE",
+    "SQLITE_APPEND_VS_EVENTSOURCING",
+    "SQLITE_APPEND_VS_RAW",
+    "SQLITE_REPLAY_VS_EVENTSOURCING",
+]
+
+FOLD_RATE_EVENTS_PER_SECOND = 1_000_000
+FOLD_RATE = Target(goal="fold ≥ 1,000,000 events/s (project_run)", bound=1.0)
+DECODE_FOLD_VS_EVENTSOURCING = Target(
+    goal="decode + fold ≥ 10× eventsourcing replay (POPO recorder)", bound=10.0
+)
+SNAPSHOT_MEMORY = Target(
+    goal="snapshot memory ≤ 2× the run's encoded events (encode_event output)",
+    bound=2.0,
+    at_most=True,
+)
+SQLITE_APPEND_VS_RAW = Target(
+    goal="SQLite sequential append ≥ 0.8× raw sqlite3 (synchronous=FULL)", bound=0.8
+)
+SQLITE_APPEND_VS_EVENTSOURCING = Target(
+    goal="SQLite sequential append ≥ 1× eventsourcing SQLite recorder", bound=1.0
+)
+SQLITE_64_TASKS_VS_ONE = Target(
+    goal="SQLite 64 tasks on distinct runs ≥ 3× one sequential writer", bound=3.0
+)
+SQLITE_REPLAY_VS_EVENTSOURCING = Target(
+    goal="SQLite read + fold of 25,000 events ≥ 10× eventsourcing SQLite replay", bound=10.0
+)
+POSTGRES_APPEND_VS_EVENTSOURCING = Target(
+    goal="Postgres sequential append ≥ 1× eventsourcing PostgreSQL recorder", bound=1.0
+)
+POSTGRES_APPEND_VS_RAW = Target(goal="Postgres sequential append ≥ 0.8× raw psycopg", bound=0.8)
+POSTGRES_8_WRITERS_VS_RAW = Target(
+    goal="Postgres 8 writers on distinct runs ≥ 0.8× raw psycopg with 8 connections", bound=0.8
+)
+COMMAND_COST_FLAT = Target(
+    goal="command cost independent of history length: execute on a 20,000-event run "
+    "≥ 0.8× the rate on a 10-event run (every store)",
+    bound=0.8,
+)
+
+ALL_TARGETS = (
+    FOLD_RATE,
+    DECODE_FOLD_VS_EVENTSOURCING,
+    SNAPSHOT_MEMORY,
+    SQLITE_APPEND_VS_RAW,
+    SQLITE_APPEND_VS_EVENTSOURCING,
+    SQLITE_64_TASKS_VS_ONE,
+    SQLITE_REPLAY_VS_EVENTSOURCING,
+    POSTGRES_APPEND_VS_EVENTSOURCING,
+    POSTGRES_APPEND_VS_RAW,
+    POSTGRES_8_WRITERS_VS_RAW,
+    COMMAND_COST_FLAT,
+)
