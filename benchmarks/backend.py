@@ -52,6 +52,13 @@ class Backend(Protocol):
         transactions of `batch` INSERTs into a table keyed like runfold's."""
         ...
 
+    def thread_hops(
+        self, loop: asyncio.AbstractEventLoop, *, count: int
+    ) -> AbstractContextManager[Callable[[], None] | None]:
+        """`count` no-op calls through the driver's worker thread, or None for a driver that
+        runs on the event loop: the hand-off every append pays beside its own SQL."""
+        ...
+
     def eventsourcing_env(self) -> AbstractContextManager[dict[str, str]]:
         """Settings of a fresh `eventsourcing` recorder on this database."""
         ...

@@ -69,6 +69,12 @@ class PostgresBackend:
         return f"PostgreSQL {self.version()} on {_where()}, synchronous_commit=on"
 
     @contextlib.contextmanager
+    def thread_hops(
+        self, loop: asyncio.AbstractEventLoop, *, count: int
+    ) -> Iterator[Callable[[], None] | None]:
+        yield None  # psycopg's async connection runs on the event loop itself
+
+    @contextlib.contextmanager
     def _schema(self) -> Iterator[str]:
         """A fresh schema on the server, dropped afterwards."""
         name = f"runfold_bench_{uuid.uuid4().hex[:10]}"

@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import aiosqlite
+
 from benchmarks.harness import Target
 from benchmarks.targets import (
     SQLITE_64_TASKS_VS_ONE,
@@ -115,6 +117,23 @@ class SQLiteBackend:
                 yield work
             finally:
                 conn.close()
+
+    @contextlib.contextmanager
+    def thread_hops(
+        self, loop: asyncio.AbstractEventLoop, *, count: int
+    ) -> Iterator[Callable[[], None] | None]:
+        # aiosqlite runs each call on its connection's thread: `SELECT 1` there and back.
+        with self._file("hops") as path:
+            conn = loop.run_until_complete(aiosqlite.connect(path))
+
+            async def calls() -> None:
+                for _ in range(count):
+                    await conn.execute_fetchall("SELECT 1")
+
+            try:
+                yield lambda: loop.run_until_complete(calls())
+            finally:
+                loop.run_until_complete(conn.close())
 
     @contextlib.contextmanager
     def eventsourcing_env(self) -> Iterator[dict[str, str]]:

@@ -156,6 +156,9 @@ def bench_append(backend: Backend, quick: bool) -> list[Result]:
                 ),
                 "runfold": store_appends(loop, store, writers=1, count=appends, batch=per_append),
             }
+            hops = stack.enter_context(backend.thread_hops(loop, count=appends))
+            if per_append == 1 and hops is not None:
+                contenders["hops"] = hops
             with contextlib.suppress(ImportError):
                 from benchmarks.es_peer import eventsourcing_appends
 
@@ -207,6 +210,22 @@ def _append_rows(
             ),
         ),
     ]
+    hops = rates.get("hops")
+    if hops is not None:
+        # Raw commit time plus one hop per append: what any store on this driver could reach.
+        ceiling = 1 / (1 / raw.median + 1 / hops.median)
+        rows.append(
+            Result(
+                group=group,
+                case=f"{appends:,} no-op calls through the driver's thread (SELECT 1 there and "
+                "back): the hop an append pays beside its SQL",
+                on=on,
+                unit="calls/s",
+                value=hops,
+                note=f"raw commits plus one hop each would reach {ceiling:,.0f} events/s, "
+                f"{ceiling / raw.median:.2f}× {floor}",
+            )
+        )
     if peer is not None:
         rows.append(
             Result(
