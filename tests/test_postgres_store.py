@@ -1,10 +1,11 @@
-"""`PostgresStore` specifics (`STORES.md`, PostgresStore): what the generic contract tests miss.
+"""`PostgresStore` specifics (`STORES.md`, PostgresStore): what the conformance kit misses.
 
 Always against the real server (`tests/postgres_support.py`; under `CI=true` a missing server
 fails these tests): opening and migrating (concurrently, and the refusals), races across
 separate connections, the gap-safe feed under commits out of order, `subscribe`, a backend
 killed mid-append, lost connections, corruption, hostile text, group commit, and a role without
-DDL rights. The generic contract runs against PostgreSQL through the `store` fixture.
+DDL rights. The generic contract runs against PostgreSQL through the conformance kit
+(`tests/test_conformance.py`).
 
 Races are made certain rather than likely: a blocker transaction on its own connection holds
 the row, key or token every contender needs, the test waits until all of them queue behind it
@@ -50,12 +51,12 @@ from runfold import (
     open_store,
     project_run,
 )
+from runfold.conformance._support import created, envelopes_for, hook, index_after, log, write
 from runfold.stores import PostgresStore
 from runfold.stores.postgres import POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
 from runfold.stores.protocol import encode_cursor, time_key
 from tests.conftest import T0, Clock
 from tests.postgres_support import DSN, admin, schema_name
-from tests.test_store_contract import created, envelopes_for, hook, index_after, log, write
 
 ANYWHERE = 10.0
 """Seconds a test waits for what should happen at once before it fails."""

@@ -1,10 +1,10 @@
-"""`SQLiteStore` specifics (`STORES.md`, SQLite backend): what the generic contract tests miss.
+"""`SQLiteStore` specifics (`STORES.md`, SQLite backend): what the conformance kit misses.
 
 Opening (schema, migrations, PRAGMAs, clear refusals), group commit, locking, corruption, SQL
 parameters, durability across close and reopen, and several processes sharing one file: racing
 appenders (`tests/sqlite_worker.py race`) and an appender killed with SIGKILL over and over
-(`tests/sqlite_worker.py crash`). The generic contract runs against SQLite through the `store`
-fixture (`RUNFOLD_TEST_BACKENDS`, in `tests/conftest.py`).
+(`tests/sqlite_worker.py crash`). The generic contract runs against SQLite (a file and
+`:memory:`) through the conformance kit (`tests/test_conformance.py`).
 
 A few checks look at the store's own connection (`SQLiteStore._run`), because PRAGMAs such as
 `synchronous` and `busy_timeout` are per connection and invisible from any other.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from runfold.conformance._core import Context, check
 from runfold.conformance._support import (
@@ -14,6 +15,7 @@ from runfold.conformance._support import (
     hook,
     index_after,
     log,
+    plain,
     positions,
     raises,
     sequences,
@@ -21,6 +23,7 @@ from runfold.conformance._support import (
     write,
 )
 from runfold.kernel import (
+    Envelope,
     Event,
     LogRecorded,
     RunStarted,
@@ -77,21 +80,36 @@ async def append_first_at_zero(ctx: Context, store: EventStore) -> None:
 @check("append")
 async def append_at_head(ctx: Context, store: EventStore) -> None:
     """Appends at the head continue the numbering densely (1, 2, 3 …) across batches, whatever
-    other runs do in between; every batch carries its own `recorded_at`; with a global feed the
-    returned positions are set and rise."""
-    first = await write(store, "r", *started(), at=T0)
-    await write(store, "noise", created(), at=T0)
-    second = await write(store, "r", log("a"), log("b"), at=T0 + MINUTE)
-    await write(store, "noise", RunStarted(), at=T0 + MINUTE)
-    later = T0 + 2 * MINUTE
-    third = await write(store, "r", StepCreated(step_id="s", step_name="n", input=b""), at=later)
-    assert sequences(first + second + third) == [1, 2, 3, 4, 5]
-    recorded = [e.recorded_at for e in first + second + third]
-    assert recorded == [T0] * 2 + [T0 + MINUTE] * 2 + [later]
-    assert await store.read("r") == first + second + third
-    assert await store.head("r") == 5
+    other runs do in between; every batch carries its own `recorded_at`; `head` is the run's last
+    sequence after every append (its own or another run's); with a global feed the returned
+    positions are set and rise."""
+    batches: list[tuple[str, list[Event], datetime]] = [
+        ("r", list(started()), T0),
+        ("noise", [created(), RunStarted(), log()], T0),
+        ("r", [log("a"), log("b")], T0 + MINUTE),
+        ("noise", [log()], T0 + MINUTE),
+        ("r", [StepCreated(step_id="s", step_name="n", input=b"")], T0 + 2 * MINUTE),
+    ]
+    assert await store.head("r") == 0, "head of a run with no events is not 0"
+    heads = {"r": 0, "noise": 0}
+    mine: list[Envelope] = []
+    for run_id, events, at in batches:
+        appended = await write(store, run_id, *events, at=at)
+        wanted = [(run_id, heads[run_id] + n, e, at) for n, e in enumerate(events, start=1)]
+        assert plain(appended) == wanted, (
+            f"an append to {run_id!r} at {heads[run_id]} returned {plain(appended)}"
+        )
+        heads[run_id] += len(events)
+        head = await store.head("r")
+        assert head == heads["r"], (
+            f"head('r') is {head}, not {heads['r']}, after an append to {run_id!r}"
+        )
+        if run_id == "r":
+            mine += appended
+    assert sequences(mine) == [1, 2, 3, 4, 5]
+    assert await store.read("r") == mine, "read('r') differs from what the appends returned"
     if ctx.capabilities.global_feed:
-        positions(first + second + third)
+        positions(mine)
 
 
 @check("append")

@@ -137,6 +137,12 @@ async def summary_agrees_with_kernel(ctx: Context, store: EventStore) -> None:
         assert summary is not None
         statuses.append(summary.status)
     assert statuses == ["pending", "running", "running", "cancelling", "cancelled"]
+    [final] = await store.get_runs(["r"])
+    assert final is not None
+    times = (final.created_at, final.updated_at, final.completed_at)
+    assert times == (T0, T0 + 4 * MINUTE, T0 + 4 * MINUTE), f"created/updated/completed: {times}"
+    rest = (final.workflow_name, final.parent_run_id, final.last_sequence, dict(final.attributes))
+    assert rest == ("wf", "p", 5, {"k": "v"}), f"workflow/parent/last sequence/attributes: {rest}"
 
 
 _ENDINGS: dict[str, list[Event]] = {
@@ -152,7 +158,11 @@ async def index_follows_run_end(ctx: Context, store: EventStore) -> None:
     """When a run ends (each terminal status), its index rows change in the same append: the
     summary shows the status and `completed_at`, `list_runs(status=…)` finds it, its hooks
     release their tokens (but a retaining hook keeps its own), and its waits, retries and
-    deadline stop being wakeups."""
+    deadline stop being wakeups: `due_wakeups` and `next_wakeup` then answer with the live runs'
+    wakeups only, and with nothing once none is left."""
+    assert await store.next_wakeup() is None, "an empty store has a next wakeup"
+    live = wakeup("live", "wait", "w", T0 + 3 * HOUR)
+    await write(store, "live", *started(), WaitCreated(wait_id="w", resume_at=live.due_at))
     for status, ending in _ENDINGS.items():
         run_id = f"r-{status}"
         await write(
@@ -178,8 +188,11 @@ async def index_follows_run_end(ctx: Context, store: EventStore) -> None:
         assert await store.find_hook(f"kept-{status}", now=now) == holder(
             run_id, "kept", T0 + 2 * HOUR
         )
-        assert [w for w in await store.due_wakeups(FAR, limit=ALL) if w.run_id == run_id] == []
-    assert await store.next_wakeup() is None
+        assert await store.due_wakeups(FAR, limit=ALL) == [live], f"wakeups after run {status}"
+        assert await store.next_wakeup() == live, f"next wakeup after run {status}"
+    await write(store, "live", WaitCompleted(wait_id="w"), at=T0 + 2 * MINUTE)
+    assert await store.due_wakeups(FAR, limit=ALL) == [], "wakeups with no live wait left"
+    assert await store.next_wakeup() is None, "a next wakeup with no live wait left"
 
 
 def _distinct_tokens(history: list[Envelope]) -> list[Envelope]:
@@ -534,6 +547,7 @@ async def list_hooks_filter_and_cursor(ctx: Context, store: EventStore) -> None:
         (None, 4),
         (None, 6),
         ("r1", 2),
+        ("r1", 3),
         ("r2", 1),
         ("r4", 5),
     ]:
@@ -555,7 +569,10 @@ async def list_hooks_filter_and_cursor(ctx: Context, store: EventStore) -> None:
 async def due_wakeups_oldest_first(ctx: Context, store: EventStore) -> None:
     """`due_wakeups(now)` lists the waits, delayed retries and deadlines of live runs due at or
     before `now`, oldest first (ties by run id, kind, subject id), at most `limit`;
-    `next_wakeup` is the earliest; finished work and ended runs have none."""
+    `next_wakeup` is the earliest (None when there is none); finished work and ended runs have
+    none."""
+    assert await store.due_wakeups(FAR) == [], "an empty store has due wakeups"
+    assert await store.next_wakeup() is None, "an empty store has a next wakeup"
     await write(
         store,
         "w",
@@ -581,6 +598,14 @@ async def due_wakeups_oldest_first(ctx: Context, store: EventStore) -> None:
     await write(store, "t-b", *started(), WaitCreated(wait_id="w", resume_at=T0 + 6 * MINUTE))
     await write(
         store,
+        "t-a",
+        created(deadline=T0 + 6 * MINUTE),
+        RunStarted(),
+        WaitCreated(wait_id="y", resume_at=T0 + 6 * MINUTE),
+        WaitCreated(wait_id="x", resume_at=T0 + 6 * MINUTE),
+    )
+    await write(
+        store,
         "ended",
         created(deadline=T0 + MINUTE),
         RunStarted(),
@@ -590,6 +615,9 @@ async def due_wakeups_oldest_first(ctx: Context, store: EventStore) -> None:
     expected = [
         wakeup("w", "wait", "w2", T0 + 5 * MINUTE),
         wakeup("d", "deadline", "d", T0 + 6 * MINUTE),
+        wakeup("t-a", "deadline", "t-a", T0 + 6 * MINUTE),
+        wakeup("t-a", "wait", "x", T0 + 6 * MINUTE),
+        wakeup("t-a", "wait", "y", T0 + 6 * MINUTE),
         wakeup("t-b", "wait", "w", T0 + 6 * MINUTE),
         wakeup("r", "retry", "s1", T0 + 7 * MINUTE),
         wakeup("w", "wait", "w1", T0 + 10 * MINUTE),
@@ -598,16 +626,18 @@ async def due_wakeups_oldest_first(ctx: Context, store: EventStore) -> None:
         (T0, 100, 0),
         (T0 + 5 * MINUTE - timedelta(microseconds=1), 100, 0),
         (T0 + 5 * MINUTE, 100, 1),
-        (T0 + 6 * MINUTE, 100, 3),
-        (T0 + HOUR, 100, 5),
+        (T0 + 6 * MINUTE, 100, 6),
+        (T0 + 9 * MINUTE, 100, 7),
+        (T0 + HOUR, 100, 8),
         (T0 + HOUR, 2, 2),
+        (T0 + HOUR, 4, 4),
         (T0 + HOUR, 0, 0),
     ]:
         got = await store.due_wakeups(now, limit=limit)
         assert got == expected[:count], f"due_wakeups({now}, limit={limit})"
-    assert await store.next_wakeup() == expected[0]
+    assert await store.next_wakeup() == expected[0], "next_wakeup is not the earliest wakeup"
     await write(store, "w", WaitCompleted(wait_id="w2"), at=T0 + MINUTE)
-    assert await store.next_wakeup() == expected[1]
+    assert await store.next_wakeup() == expected[1], "next_wakeup kept a completed wait"
 
 
 # --- retention ----------------------------------------------------------------------------------
@@ -667,7 +697,10 @@ async def delete_runs_before_cutoff(ctx: Context, store: EventStore) -> None:
     for run_id in doomed:
         assert await store.read(run_id) == [], f"{run_id} still has events"
         assert await store.head(run_id) == 0
-        assert await store.read_by_correlation(run_id, "s") == []
+        for correlation in ("s", "h"):
+            assert await store.read_by_correlation(run_id, correlation) == [], (
+                f"{run_id} still has events correlated with {correlation!r}"
+            )
     assert await store.get_runs(doomed) == [None] * len(doomed)
     assert sorted(await all_run_ids(store)) == kept
     if ctx.capabilities.global_feed:

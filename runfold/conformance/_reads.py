@@ -20,6 +20,7 @@ from runfold.conformance._support import (
     T0,
     created,
     hook,
+    kernel_summary,
     log,
     plain,
     started,
@@ -262,7 +263,8 @@ _ENDINGS: list[list[Event]] = [
 @check("reads")
 async def round_trip_every_event_type(ctx: Context, store: EventStore) -> None:
     """Every event type, with every optional field set, reads back equal (through `read`,
-    `read_by_correlation` and, when offered, `read_all`) in runs ending each possible way."""
+    `read_by_correlation` and, when offered, `read_all`) in runs ending each possible way, and
+    each run's summary (its non-ASCII and reserved attributes included) is the kernel's."""
     covered = {type(e) for e in _EVERY_BODY} | {type(e) for end in _ENDINGS for e in end}
     assert covered == set(EVENT_TYPES.values()), "the kit misses an event type"
     for number, ending in enumerate(_ENDINGS):
@@ -276,6 +278,10 @@ async def round_trip_every_event_type(ctx: Context, store: EventStore) -> None:
         assert [e.event for e in await store.read_by_correlation(run_id, "s1")] == [
             e for e in events if correlation_id(e) == "s1"
         ]
+        [summary] = await store.get_runs([run_id])
+        assert summary == await kernel_summary(store, run_id), (
+            f"the summary of run {run_id!r} differs from the kernel's: {summary}"
+        )
     if ctx.capabilities.global_feed:
         feed = await store.read_all(limit=ALL)
         assert [e.event for e in feed] == [e for end in _ENDINGS for e in _EVERY_BODY + end]
@@ -296,7 +302,8 @@ _PAYLOADS: list[bytes] = [
 async def round_trip_payload_bytes(ctx: Context, store: EventStore) -> None:
     """Every payload byte survives: empty payloads, NUL bytes, all 256 byte values, 1 MiB and
     2 MiB payloads read back identical in every payload field (input, context, output, error,
-    delivery), through `read` and the feed, and fold to the same snapshot."""
+    delivery), through `read`, `read_by_correlation` and the feed, and fold to the same
+    snapshot."""
     for number, payload in enumerate(_PAYLOADS):
         run_id = f"r{number}"
         events: list[Event] = [
@@ -312,6 +319,10 @@ async def round_trip_payload_bytes(ctx: Context, store: EventStore) -> None:
         assert [e.event for e in appended] == events
         stored = await store.read(run_id)
         assert [e.event for e in stored] == events, f"a {len(payload)}-byte payload changed"
+        correlated = await store.read_by_correlation(run_id, "s1")
+        assert [e.event for e in correlated] == events[2:4], (
+            f"a {len(payload)}-byte payload changed through read_by_correlation"
+        )
         loaded = project_run(stored)
         assert loaded.input == loaded.context == loaded.error == payload
         assert loaded.steps["s1"].output == payload
