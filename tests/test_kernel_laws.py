@@ -963,3 +963,22 @@ def test_commands_cover_every_command_class() -> None:
     assert seen == set(COMMAND_CLASSES)
     with pytest.raises(ValueError, match="no strategy"):
         commands(types=[Command])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        commands,
+        lambda: commands(malformed=True),
+        strategies.events,
+        snapshots,
+        valid_histories,
+        histories,
+        invalid_histories,
+    ],
+    ids=["commands", "malformed commands", "events", "snapshots", "valid", "any", "invalid"],
+)
+def test_strategy_reprs_stay_readable(make: Any) -> None:
+    # Hypothesis prints strategies in its reports, and warns (an error here) about any single
+    # repr past 30 kB: large literals or repeated weighted options would bloat them.
+    assert len(repr(make())) < 100_000

@@ -156,8 +156,11 @@ _OFFSETS = (
 
 def _weighted(*options: tuple[int, st.SearchStrategy[T]]) -> st.SearchStrategy[T]:
     """Draw from one of `options` with the given integer weights (shrinks towards the first)."""
-    table = [strategy for weight, strategy in options for _ in range(weight)]
-    return st.sampled_from(table).flatmap(lambda strategy: strategy)
+    # Sampling indices, not the strategies themselves: a table of repeated strategies would
+    # repeat their reprs too, and nested weights made reports of hundreds of kB.
+    strategies = [strategy for _, strategy in options]
+    table = [n for n, (weight, _) in enumerate(options) for _ in range(weight)]
+    return st.sampled_from(table).flatmap(strategies.__getitem__)
 
 
 def _choose(draw: st.DrawFn, options: Sequence[tuple[int, str]]) -> str:
@@ -223,7 +226,9 @@ def _payloads(invalid: bool) -> st.SearchStrategy[bytes]:
     )
     if not invalid:
         return valid
-    too_big = st.just(b"\x00" * (_DEFAULT_LIMITS.max_payload_bytes + 1))
+    # Over-limit values are built by `.map`: as literals they would sit in the strategy's
+    # repr, which hypothesis prints in reports (and warns about past 30 kB).
+    too_big = st.just(_DEFAULT_LIMITS.max_payload_bytes + 1).map(bytes)
     return _weighted((20, valid), (1, too_big))
 
 
@@ -231,7 +236,7 @@ def _texts(invalid: bool) -> st.SearchStrategy[str]:
     valid = _weighted((3, st.sampled_from(("", "why", "😀 astral", "nul\x00"))), (1, _SAFE_TEXT))
     if not invalid:
         return valid
-    broken = st.sampled_from(("\ud800", "x" * (_DEFAULT_LIMITS.max_payload_bytes + 1)))
+    broken = st.just("\ud800") | st.just(_DEFAULT_LIMITS.max_payload_bytes + 1).map("x".__mul__)
     return _weighted((15, valid), (1, broken))
 
 
