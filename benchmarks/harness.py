@@ -10,9 +10,11 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
 import attrs
+
+from runfold import EventStore
 
 __all__ = [
     "Comparison",
@@ -27,6 +29,7 @@ __all__ = [
     "event_loop",
     "interleaved",
     "measure",
+    "opened",
     "percentiles",
     "timed_rounds",
 ]
@@ -199,6 +202,16 @@ def event_loop() -> Iterator[asyncio.AbstractEventLoop]:
         yield loop
     finally:
         loop.close()
+
+
+@contextlib.contextmanager
+def opened(loop: asyncio.AbstractEventLoop, opening: Awaitable[EventStore]) -> Iterator[EventStore]:
+    """The store `opening` gives, closed afterwards."""
+    store = loop.run_until_complete(opening)
+    try:
+        yield store
+    finally:
+        loop.run_until_complete(store.close())
 
 
 def cpu_model() -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from benchmarks.harness import Target
+from benchmarks.harness import Target, opened
 from benchmarks.targets import (
     POSTGRES_8_WRITERS_VS_RAW,
     POSTGRES_APPEND_VS_EVENTSOURCING,
@@ -91,15 +91,11 @@ class PostgresBackend:
         self, loop: asyncio.AbstractEventLoop, *, connections: int = 1
     ) -> Iterator[EventStore]:
         with self._schema() as schema:
-            store = loop.run_until_complete(
-                PostgresStore.open(
-                    _dsn(), schema=schema, pool_min=connections, pool_max=connections
-                )
+            opening = PostgresStore.open(
+                _dsn(), schema=schema, pool_min=connections, pool_max=connections
             )
-            try:
+            with opened(loop, opening) as store:
                 yield store
-            finally:
-                loop.run_until_complete(store.close())
 
     @contextlib.contextmanager
     def raw_inserts(

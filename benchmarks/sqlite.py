@@ -14,7 +14,7 @@ from pathlib import Path
 
 import aiosqlite
 
-from benchmarks.harness import Target
+from benchmarks.harness import Target, opened
 from benchmarks.targets import (
     SQLITE_64_TASKS_VS_ONE,
     SQLITE_APPEND_VS_EVENTSOURCING,
@@ -80,12 +80,11 @@ class SQLiteBackend:
     ) -> Iterator[EventStore]:
         # SQLiteStore has one connection whatever `connections` says; appends that arrive
         # together share its transactions (group commit).
-        with self._file("runfold") as path:
-            store = loop.run_until_complete(SQLiteStore.open(path, synchronous="FULL"))
-            try:
-                yield store
-            finally:
-                loop.run_until_complete(store.close())
+        with (
+            self._file("runfold") as path,
+            opened(loop, SQLiteStore.open(path, synchronous="FULL")) as store,
+        ):
+            yield store
 
     @contextlib.contextmanager
     def raw_inserts(

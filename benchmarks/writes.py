@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from benchmarks.backend import Backend
@@ -17,7 +16,6 @@ from benchmarks.workloads import LOG_EVENT, NEW_RUN_EVENTS, PAYLOAD_BYTES, T0, s
 from runfold import (
     CommandHandler,
     Envelope,
-    Event,
     EventStore,
     RecordLog,
     RunIndex,
@@ -80,19 +78,9 @@ class _ConflictCounting:
         self._store = store
         self.conflicts = 0
 
-    async def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        *,
-        index: RunIndex,
-        recorded_at: datetime,
-    ) -> list[Envelope]:
+    async def append_if_sequence(self, *args: Any, **kwargs: Any) -> list[Envelope]:
         try:
-            return await self._store.append_if_sequence(
-                run_id, expected_sequence, events, index=index, recorded_at=recorded_at
-            )
+            return await self._store.append_if_sequence(*args, **kwargs)
         except SequenceConflict:
             self.conflicts += 1
             raise
