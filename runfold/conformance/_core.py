@@ -30,6 +30,7 @@ __all__ = [
     "Effort",
     "StoreFactory",
     "check",
+    "parse_seed",
     "unique_name",
 ]
 
@@ -108,7 +109,7 @@ class Effort:
         if examples < 1:
             raise ValueError(f"examples must be at least 1, not {examples}")
         if seed is None:
-            seed = _parse_seed(os.environ.get(SEED_VARIABLE, str(DEFAULT_SEED)))
+            seed = parse_seed(os.environ.get(SEED_VARIABLE, str(DEFAULT_SEED)))
         return cls(examples=examples, seed=None if seed == "random" else seed, shrink=shrink)
 
     def settings(self) -> settings:
@@ -136,7 +137,8 @@ class Effort:
         return seeded
 
 
-def _parse_seed(text: str) -> int | Literal["random"]:
+def parse_seed(text: str) -> int | Literal["random"]:
+    """A hypothesis seed from text: an integer, or "random"; `ValueError` for anything else."""
     if text == "random":
         return "random"
     try:

@@ -21,7 +21,7 @@ import attrs
 import pytest
 
 from runfold.conformance import _support
-from runfold.conformance._core import CAPABILITIES, GROUPS, Capabilities, Effort
+from runfold.conformance._core import CAPABILITIES, GROUPS, Capabilities, Effort, parse_seed
 from runfold.conformance.kit import CHECK_NAMES, CHECKS, StoreConformance
 from runfold.stores.protocol import EventStore
 
@@ -286,14 +286,10 @@ def load_factory(spec: str) -> StoreTarget:
 
 
 def _seed(text: str) -> int | Literal["random"]:
-    if text == "random":
-        return "random"
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"a seed is an integer or 'random', not {text!r}"
-        ) from None
+        return parse_seed(text)
+    except ValueError as exc:  # argparse shows only this class's message
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,7 @@ import copy
 import functools
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar, get_args
 
 import attrs
 from hypothesis import strategies as st
@@ -830,20 +830,7 @@ InvalidHistoryKind: TypeAlias = Literal[
 ]
 """The name of a defect `invalid_histories()` can put into a history."""
 
-INVALID_HISTORY_KINDS: tuple[InvalidHistoryKind, ...] = (
-    "empty",
-    "gap",
-    "repeat",
-    "foreign_run",
-    "not_from_one",
-    "missing_run_created",
-    "run_created_again",
-    "after_terminal",
-    "wrong_attempt",
-    "unknown_entity",
-    "outcome_after_outcome",
-    "not_an_event",
-)
+INVALID_HISTORY_KINDS: tuple[InvalidHistoryKind, ...] = get_args(InvalidHistoryKind)
 """Every defect `invalid_histories()` can put into a history."""
 
 

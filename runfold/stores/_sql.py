@@ -1,7 +1,7 @@
 """What the SQL stores (SQLite, PostgreSQL) share: row ↔ record mapping and the run listing.
 
 Both keep times as integer microseconds since the Unix epoch and the same `runs` columns, so the
-code that turns rows into `RunSummary`/`Wakeup` records and builds a `list_runs` query lives here
+code that turns rows into `RunSummary`/`Wakeup` records and builds the listing queries lives here
 once; `mark` is the driver's parameter placeholder (`?` or `%s`).
 """
 
@@ -13,15 +13,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runfold.kernel import HookHolder, Page, RunSummary, Wakeup
-from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
+from runfold.stores.protocol import (
+    hook_cursor_key,
+    hooks_page,
+    run_cursor_key,
+    runs_page,
+    time_key,
+)
 
 __all__ = [
     "SUMMARY_COLUMNS",
     "from_key",
-    "hook_filters",
     "hook_page",
+    "list_hooks_query",
+    "list_runs_query",
     "optional_time",
-    "run_filters",
     "summary_from_row",
     "summary_page",
     "wakeup_from_row",
@@ -68,19 +74,21 @@ def wakeup_from_row(row: Any) -> Wakeup:
     return Wakeup(run_id=run_id, kind=kind, subject_id=subject_id, due_at=from_key(due_at))
 
 
-def run_filters(
+def list_runs_query(
     mark: str,
+    table: str,
     *,
     workflow_name: str | None,
     status: str | None,
     parent_run_id: str | None,
     created_before: datetime | None,
     cursor: str | None,
+    limit: int,
 ) -> tuple[str, list[Any]]:
-    """The `WHERE …` clause (or "") and its parameters for a `list_runs` query, newest first.
+    """The `list_runs` query on `table` and its parameters: `limit + 1` rows, newest first.
 
     Raises:
-        ValueError: `cursor` is not one `summary_page` made.
+        ValueError: `cursor` is not one `runs_page` made.
     """
     clauses: list[str] = []
     params: list[Any] = []
@@ -96,33 +104,31 @@ def run_filters(
         clauses.append(f"created_at < {mark}")
         params.append(time_key(created_before))
     if cursor is not None:
-        micros, last_run_id = decode_cursor(cursor, 2)
         clauses.append(f"(created_at, run_id) < ({mark}, {mark})")
-        params += [int(micros), last_run_id]
-    return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
+        params += run_cursor_key(cursor)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    params.append(max(limit, 0) + 1)
+    return (
+        f"SELECT {SUMMARY_COLUMNS} FROM {table} {where} "
+        f"ORDER BY created_at DESC, run_id DESC LIMIT {mark}",
+        params,
+    )
 
 
 def summary_page(rows: Sequence[Any], limit: int) -> Page[RunSummary]:
-    """The page of `list_runs` from up to `limit + 1` rows (the extra row says `has_more`)."""
-    items = tuple(summary_from_row(row) for row in rows[: max(limit, 0)])
-    has_more = len(rows) > len(items)
-    next_cursor = (
-        encode_cursor(time_key(items[-1].created_at), items[-1].run_id)
-        if has_more and items
-        else None
-    )
-    return Page(items=items, cursor=next_cursor, has_more=has_more)
+    """The page of `list_runs` from the rows of `list_runs_query`."""
+    return runs_page([summary_from_row(row) for row in rows], limit)
 
 
-def hook_filters(
-    mark: str, *, run_id: str | None, cursor: str | None, now: datetime
+def list_hooks_query(
+    mark: str, table: str, *, run_id: str | None, cursor: str | None, limit: int, now: datetime
 ) -> tuple[str, list[Any]]:
-    """The `WHERE …` clause and parameters of a `list_hooks` query, placeholders written `mark`.
+    """The `list_hooks` query on `table` and its parameters: `limit + 1` rows, after `cursor`.
 
-    It selects the claims live or still retained at `now`, after `cursor`, by `(run_id, hook_id)`.
+    It selects the claims live or still retained at `now`, by `(run_id, hook_id)`.
 
     Raises:
-        ValueError: `cursor` is not one `hook_page` made.
+        ValueError: `cursor` is not one `hooks_page` made.
     """
     clauses = [f"(retained_until IS NULL OR retained_until > {mark})"]
     params: list[Any] = [time_key(now)]
@@ -130,18 +136,19 @@ def hook_filters(
         clauses.append(f"run_id = {mark}")
         params.append(run_id)
     if cursor is not None:
-        last_run, last_hook = decode_cursor(cursor, 2)
         clauses.append(f"(run_id, hook_id) > ({mark}, {mark})")
-        params += [last_run, last_hook]
-    return f"WHERE {' AND '.join(clauses)}", params
+        params += hook_cursor_key(cursor)
+    params.append(max(limit, 0) + 1)
+    return (
+        f"SELECT run_id, hook_id, retained_until FROM {table} WHERE {' AND '.join(clauses)} "
+        f"ORDER BY run_id, hook_id LIMIT {mark}",
+        params,
+    )
 
 
 def hook_page(rows: Sequence[Any], limit: int) -> Page[HookHolder]:
-    """The page of `list_hooks` from up to `limit + 1` `(run_id, hook_id, retained_until)` rows."""
-    items = tuple(
-        HookHolder(run_id=r, hook_id=h, retained_until=optional_time(t))
-        for r, h, t in rows[: max(limit, 0)]
+    """The page of `list_hooks` from the rows of `list_hooks_query`."""
+    return hooks_page(
+        [HookHolder(run_id=r, hook_id=h, retained_until=optional_time(t)) for r, h, t in rows],
+        limit,
     )
-    has_more = len(rows) > len(items)
-    next_cursor = encode_cursor(items[-1].run_id, items[-1].hook_id) if has_more and items else None
-    return Page(items=items, cursor=next_cursor, has_more=has_more)

@@ -37,7 +37,14 @@ from runfold.kernel import (
     encode_event,
     make_envelope,
 )
-from runfold.stores.protocol import check_append, decode_cursor, encode_cursor, time_key
+from runfold.stores.protocol import (
+    check_append,
+    hook_cursor_key,
+    hooks_page,
+    run_cursor_key,
+    runs_page,
+    time_key,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -283,10 +290,7 @@ class MemoryStore:
         limit: int = 20,
     ) -> Page[RunSummary]:
         """Run summaries, newest first, filtered and a page at a time (`EventStore.list_runs`)."""
-        bound: tuple[int, str] | None = None
-        if cursor is not None:
-            micros, run_id = decode_cursor(cursor, 2)
-            bound = (int(micros), run_id)
+        bound = run_cursor_key(cursor) if cursor is not None else None
         async with self._lock:
             self._check_open()
             summaries = [index.summary for index in self._indexes.values()]
@@ -303,14 +307,7 @@ class MemoryStore:
             key=lambda s: (time_key(s.created_at), s.run_id),
             reverse=True,
         )
-        items = tuple(chosen[: max(limit, 0)])
-        has_more = len(chosen) > len(items)
-        next_cursor = (
-            encode_cursor(time_key(items[-1].created_at), items[-1].run_id)
-            if has_more and items
-            else None
-        )
-        return Page(items=items, cursor=next_cursor, has_more=has_more)
+        return runs_page(chosen, limit)
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown ids."""
@@ -338,7 +335,7 @@ class MemoryStore:
         now: datetime,
     ) -> Page[HookHolder]:
         """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
-        bound = tuple(decode_cursor(cursor, 2)) if cursor is not None else None
+        bound = hook_cursor_key(cursor) if cursor is not None else None
         async with self._lock:
             self._check_open()
             held = list(self._tokens.values())
@@ -352,12 +349,7 @@ class MemoryStore:
             ),
             key=lambda h: (h.run_id, h.hook_id),
         )
-        items = tuple(chosen[: max(limit, 0)])
-        has_more = len(chosen) > len(items)
-        next_cursor = (
-            encode_cursor(items[-1].run_id, items[-1].hook_id) if has_more and items else None
-        )
-        return Page(items=items, cursor=next_cursor, has_more=has_more)
+        return hooks_page(chosen, limit)
 
     def _wakeups(self) -> list[Wakeup]:
         found = [w for index in self._indexes.values() for w in index.wakeups]

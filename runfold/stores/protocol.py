@@ -9,10 +9,10 @@ a live hook token is held by one hook only.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import Protocol, Self, TypeVar, runtime_checkable
 
 from runfold.kernel import (
     Envelope,
@@ -25,9 +25,20 @@ from runfold.kernel import (
     Wakeup,
 )
 
-__all__ = ["EventStore", "check_append", "decode_cursor", "encode_cursor", "time_key"]
+__all__ = [
+    "EventStore",
+    "check_append",
+    "decode_cursor",
+    "encode_cursor",
+    "hook_cursor_key",
+    "hooks_page",
+    "run_cursor_key",
+    "runs_page",
+    "time_key",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -205,6 +216,54 @@ def decode_cursor(cursor: str, count: int) -> list[str]:
     if len(parts) != count:
         raise ValueError(f"malformed cursor {cursor!r}")
     return parts
+
+
+def run_cursor_key(cursor: str) -> tuple[int, str]:
+    """The `(time_key(created_at), run_id)` a `runs_page` cursor continues after.
+
+    Raises:
+        ValueError: `cursor` is not one `runs_page` made.
+    """
+    micros, run_id = decode_cursor(cursor, 2)
+    try:
+        return int(micros), run_id
+    except ValueError:
+        raise ValueError(f"malformed cursor {cursor!r}") from None
+
+
+def hook_cursor_key(cursor: str) -> tuple[str, str]:
+    """The `(run_id, hook_id)` a `hooks_page` cursor continues after.
+
+    Raises:
+        ValueError: `cursor` is not one `hooks_page` made.
+    """
+    run_id, hook_id = decode_cursor(cursor, 2)
+    return run_id, hook_id
+
+
+def runs_page(newest_first: Sequence[RunSummary], limit: int) -> Page[RunSummary]:
+    """The `list_runs` page of the first `limit` summaries; any summary past them means more.
+
+    Fetch `limit + 1` (newest first, `created_at` then `run_id`) to learn `has_more`; the cursor
+    decodes with `run_cursor_key`.
+    """
+    return _page(newest_first, limit, lambda s: encode_cursor(time_key(s.created_at), s.run_id))
+
+
+def hooks_page(ordered: Sequence[HookHolder], limit: int) -> Page[HookHolder]:
+    """The `list_hooks` page of the first `limit` holders (by `run_id`, then `hook_id`).
+
+    As `runs_page`: fetch `limit + 1`; the cursor decodes with `hook_cursor_key`.
+    """
+    return _page(ordered, limit, lambda h: encode_cursor(h.run_id, h.hook_id))
+
+
+def _page(found: Sequence[T], limit: int, cursor_of: Callable[[T], str]) -> Page[T]:
+    items = tuple(found[: max(limit, 0)])
+    has_more = len(found) > len(items)
+    return Page(
+        items=items, cursor=cursor_of(items[-1]) if has_more and items else None, has_more=has_more
+    )
 
 
 def time_key(value: datetime) -> int:

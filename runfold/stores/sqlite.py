@@ -53,10 +53,10 @@ from runfold.kernel import (
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     from_key,
-    hook_filters,
     hook_page,
+    list_hooks_query,
+    list_runs_query,
     optional_time,
-    run_filters,
     summary_from_row,
     summary_page,
     wakeup_from_row,
@@ -394,21 +394,17 @@ class SQLiteStore:
         limit: int = 20,
     ) -> Page[RunSummary]:
         """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
-        where, params = run_filters(
+        query, params = list_runs_query(
             "?",
+            "runs",
             workflow_name=workflow_name,
             status=status,
             parent_run_id=parent_run_id,
             created_before=created_before,
             cursor=cursor,
+            limit=limit,
         )
-        rows = await self._run(
-            _fetch,
-            f"SELECT {SUMMARY_COLUMNS} FROM runs {where} "
-            "ORDER BY created_at DESC, run_id DESC LIMIT ?",
-            (*params, max(limit, 0) + 1),
-        )
-        return summary_page(rows, limit)
+        return summary_page(await self._run(_fetch, query, params), limit)
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown ids."""
@@ -445,14 +441,10 @@ class SQLiteStore:
         now: datetime,
     ) -> Page[HookHolder]:
         """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
-        where, params = hook_filters("?", run_id=run_id, cursor=cursor, now=now)
-        rows = await self._run(
-            _fetch,
-            f"SELECT run_id, hook_id, retained_until FROM hooks {where} "
-            "ORDER BY run_id, hook_id LIMIT ?",
-            (*params, max(limit, 0) + 1),
+        query, params = list_hooks_query(
+            "?", "hooks", run_id=run_id, cursor=cursor, limit=limit, now=now
         )
-        return hook_page(rows, limit)
+        return hook_page(await self._run(_fetch, query, params), limit)
 
     async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
         """Wakeups due at `now`, oldest first, at most `limit`."""
