@@ -150,7 +150,7 @@ async def _check_run(
     differences = _differences(summary, hooks, wakeups, expected, now)
     if expected is not None:
         for claim in expected.hooks:
-            if claim.retained_until is None or claim.retained_until > now:
+            if claim.holds_at(now):
                 holder = await store.find_hook(claim.token, now=now)
                 if holder is None or (holder.run_id, holder.hook_id) != (run_id, claim.hook_id):
                     differences.append(f"the token of hook {claim.hook_id!r} is not indexed to it")
@@ -194,7 +194,7 @@ def _differences(
             run_id=expected.summary.run_id, hook_id=c.hook_id, retained_until=c.retained_until
         )
         for c in expected.hooks
-        if c.retained_until is None or c.retained_until > now
+        if c.holds_at(now)
     }
     if hooks != live_claims:
         found.append(

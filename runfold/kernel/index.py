@@ -52,6 +52,10 @@ class HookClaim:
     hook_id: str
     retained_until: datetime | None
 
+    def holds_at(self, moment: datetime) -> bool:
+        """Whether the claim still holds its token at `moment` (its retention not yet past)."""
+        return self.retained_until is None or self.retained_until > moment
+
 
 @attrs.frozen(kw_only=True)
 class HookHolder:

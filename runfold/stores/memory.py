@@ -67,10 +67,6 @@ def _position(row: _Row) -> int:
     return row.position
 
 
-def _claim_is_live(claim: HookClaim, now: datetime) -> bool:
-    return claim.retained_until is None or claim.retained_until > now
-
-
 class MemoryStore:
     """An `EventStore` in process memory: for tests, examples, and as the conformance oracle."""
 
@@ -165,10 +161,10 @@ class MemoryStore:
     def _check_claims(self, run_id: str, index: RunIndex, now: datetime) -> None:
         """`TokenConflict` if another run's live hook holds a token `index` claims at `now`."""
         for claim in index.hooks:
-            if not _claim_is_live(claim, now):
+            if not claim.holds_at(now):
                 continue  # an expired claim (a late append to an ended run) holds nothing
             held = self._tokens.get(claim.token)
-            if held is not None and held[0] != run_id and _claim_is_live(held[1], now):
+            if held is not None and held[0] != run_id and held[1].holds_at(now):
                 raise TokenConflict(claim.token, held[0], held[1].hook_id)
 
     async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
@@ -208,7 +204,7 @@ class MemoryStore:
         if index is not None:
             self._indexes[run_id] = index
             for claim in index.hooks:
-                if now is None or _claim_is_live(claim, now):  # expired: must not displace
+                if now is None or claim.holds_at(now):  # expired: must not displace
                     self._tokens[claim.token] = (run_id, claim)
 
     # --- reads --------------------------------------------------------------------------------
@@ -321,7 +317,7 @@ class MemoryStore:
         async with self._lock:
             self._check_open()
             held = self._tokens.get(token)
-        if held is None or not _claim_is_live(held[1], now):
+        if held is None or not held[1].holds_at(now):
             return None
         run_id, claim = held
         return HookHolder(run_id=run_id, hook_id=claim.hook_id, retained_until=claim.retained_until)
@@ -343,7 +339,7 @@ class MemoryStore:
             (
                 HookHolder(run_id=rid, hook_id=c.hook_id, retained_until=c.retained_until)
                 for rid, c in held
-                if _claim_is_live(c, now)
+                if c.holds_at(now)
                 and (run_id is None or rid == run_id)
                 and (bound is None or (rid, c.hook_id) > bound)
             ),
@@ -383,7 +379,7 @@ class MemoryStore:
                     if index.summary.status in TERMINAL_RUN_STATUSES
                     and index.summary.completed_at is not None
                     and index.summary.completed_at < terminal_before
-                    and all(_claim_is_live(c, terminal_before) is False for c in index.hooks)
+                    and not any(c.holds_at(terminal_before) for c in index.hooks)
                 ),
                 key=lambda s: (s.completed_at, s.run_id),
             )[: max(limit, 0)]

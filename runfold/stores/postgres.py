@@ -471,13 +471,7 @@ class _Append:
         self.future: asyncio.Future[int] | None = None
         # A claim already expired (a late append to an ended run) holds nothing and displaces
         # no one; of two claims of one token the last wins, as a row keyed by token would.
-        self.claims = list(
-            {
-                c.token: c
-                for c in index.hooks
-                if c.retained_until is None or c.retained_until > recorded_at
-            }.values()
-        )
+        self.claims = list({c.token: c for c in index.hooks if c.holds_at(recorded_at)}.values())
         encoded = [encode_event(event) for event in events]
         summary = index.summary
         attributes = summary.attributes

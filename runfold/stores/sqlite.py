@@ -610,7 +610,7 @@ def _live_claims(
     """The claims of `index` live at `at`; `TokenConflict` if another run's live hook holds one."""
     now = time_key(at)
     # A claim already expired (a late append to an ended run) holds nothing and displaces no one.
-    claims = [c for c in index.hooks if c.retained_until is None or c.retained_until > at]
+    claims = [c for c in index.hooks if c.holds_at(at)]
     for claim in claims:
         held = conn.execute(
             "SELECT run_id, hook_id, retained_until FROM hooks WHERE token = ?", (claim.token,)

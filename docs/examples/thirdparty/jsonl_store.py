@@ -76,10 +76,6 @@ def _maybe_time(micros: int | None) -> datetime | None:
     return None if micros is None else _time(micros)
 
 
-def _live(claim: HookClaim, now: datetime) -> bool:
-    return claim.retained_until is None or claim.retained_until > now
-
-
 def _cursor(*parts: Any) -> str:
     return base64.urlsafe_b64encode(json.dumps(parts).encode()).decode()
 
@@ -257,7 +253,7 @@ class JsonlStore:
         self._drop_index(run_id)
         self._indexes[run_id] = index
         for claim in index.hooks:
-            if _live(claim, at):  # an expired claim holds nothing
+            if claim.holds_at(at):  # an expired claim holds nothing
                 self._holders[claim.token] = (run_id, claim)
 
     # --- append -------------------------------------------------------------------------------
@@ -283,10 +279,10 @@ class JsonlStore:
             for claim in index.hooks:
                 held = self._holders.get(claim.token)
                 if (
-                    _live(claim, recorded_at)
+                    claim.holds_at(recorded_at)
                     and held is not None
                     and held[0] != run_id
-                    and _live(held[1], recorded_at)
+                    and held[1].holds_at(recorded_at)
                 ):
                     raise TokenConflict(claim.token, held[0], held[1].hook_id)
             first = self._next_position
@@ -423,7 +419,7 @@ class JsonlStore:
         async with self._lock:
             self._open_file()
             held = self._holders.get(token)
-        if held is None or not _live(held[1], now):
+        if held is None or not held[1].holds_at(now):
             return None
         return HookHolder(
             run_id=held[0], hook_id=held[1].hook_id, retained_until=held[1].retained_until
@@ -446,7 +442,7 @@ class JsonlStore:
             (
                 HookHolder(run_id=r, hook_id=c.hook_id, retained_until=c.retained_until)
                 for r, c in held
-                if _live(c, now)
+                if c.holds_at(now)
                 and (run_id is None or r == run_id)
                 and (bound is None or (r, c.hook_id) > bound)
             ),
@@ -488,7 +484,7 @@ class JsonlStore:
                     if index.summary.status in TERMINAL_RUN_STATUSES
                     and index.summary.completed_at is not None
                     and index.summary.completed_at < terminal_before
-                    and not any(_live(c, terminal_before) for c in index.hooks)
+                    and not any(c.holds_at(terminal_before) for c in index.hooks)
                 ),
                 key=lambda s: (s.completed_at or EPOCH, s.run_id),
             )[: max(limit, 0)]
