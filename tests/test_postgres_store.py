@@ -51,7 +51,15 @@ from runfold import (
     open_store,
     project_run,
 )
-from runfold.conformance._support import created, envelopes_for, hook, index_after, log, write
+from runfold.conformance._support import (
+    created,
+    envelopes_for,
+    hook,
+    index_after,
+    kernel_summary,
+    log,
+    write,
+)
 from runfold.stores import PostgresStore
 from runfold.stores.postgres import POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
 from runfold.stores.protocol import encode_cursor, time_key
@@ -703,6 +711,37 @@ async def test_concurrent_appends_share_transactions_and_keep_their_own_outcomes
         assert len(transactions) < len(appended)  # they went together
         feed = await store.read_all(limit=10_000)
         assert [e.run_id for e in feed].count("r3") == 3 and await store.head("thief") == 1
+
+
+async def test_single_event_appends_in_one_statement_write_what_append_events_would(
+    schema: str,
+) -> None:
+    """A single-event append onto a run without hooks or wakeups skips `append_events`; where
+    that statement writes nothing, the store says why or hands the append to the function."""
+    deadline = T0 + timedelta(hours=1)
+    async with opened(schema) as store:
+        await write(store, "plain", created(), RunStarted())
+        await write(store, "timed", created(deadline=deadline), RunStarted())
+        for n in range(3):
+            await write(store, "plain", log(f"p{n}"), at=T0 + timedelta(seconds=n))
+            await write(store, "timed", log(f"t{n}"))
+        # The last wakeup goes with a single event: the run had one, so the function clears it.
+        await write(store, "timed", RunCompleted(output=b""), at=T0 + timedelta(minutes=5))
+        for run_id in ("plain", "timed"):
+            assert await store.get_runs([run_id]) == [await kernel_summary(store, run_id)]
+        assert await store.due_wakeups(deadline + timedelta(days=1)) == []
+        assert rows(f'SELECT count(*) FROM "{schema}".wakeups') == [(0,)]
+        head, index = await prepared(store, "plain", [log("late")])
+        with pytest.raises(SequenceConflict) as conflict:
+            await store.append_if_sequence("plain", head - 1, [log()], index=index, recorded_at=T0)
+        assert (conflict.value.expected, conflict.value.actual) == (head - 1, head)
+        _, ghost = await prepared(store, "ghost", [created()])
+        with pytest.raises(SequenceConflict) as conflict:
+            await store.append_if_sequence("ghost", 4, [log()], index=ghost, recorded_at=T0)
+        assert conflict.value.actual == 0
+        feed = await store.read_all(limit=100)
+        assert [e.position for e in feed] == sorted(e.position for e in feed)
+        assert [e.sequence for e in feed if e.run_id == "plain"] == list(range(1, head + 1))
 
 
 async def test_retained_token_past_its_deadline_gives_way_to_another_run(schema: str) -> None:

@@ -455,7 +455,18 @@ class _Append:
     """One append as an `append_request`, encoded before any SQL runs (a bad event fails
     without a round trip), and the future its caller awaits when it goes in a group commit."""
 
-    __slots__ = ("claims", "count", "expected", "future", "run_id", "wire")
+    __slots__ = (
+        "attributes",
+        "claims",
+        "count",
+        "encoded",
+        "events",
+        "expected",
+        "future",
+        "index",
+        "recorded_at",
+        "run_id",
+    )
 
     def __init__(
         self,
@@ -467,24 +478,61 @@ class _Append:
     ) -> None:
         self.run_id = run_id
         self.expected = expected
+        self.events = events
         self.count = len(events)
+        self.index = index
+        self.recorded_at = recorded_at
         self.future: asyncio.Future[int] | None = None
         # A claim already expired (a late append to an ended run) holds nothing and displaces
         # no one; of two claims of one token the last wins, as a row keyed by token would.
         self.claims = list({c.token: c for c in index.hooks if c.holds_at(recorded_at)}.values())
-        encoded = [encode_event(event) for event in events]
-        summary = index.summary
-        attributes = summary.attributes
-        self.wire = _record(
+        self.encoded = [encode_event(event) for event in events]
+        attributes = index.summary.attributes
+        self.attributes = json.dumps(dict(attributes), sort_keys=True) if attributes else "{}"
+
+    @property
+    def plain(self) -> bool:
+        """One event onto an existing run that keeps no hook claims and no wakeups, which
+        `_PLAIN_APPEND` may write (`plain_parameters`)."""
+        return self.count == 1 and self.expected > 0 and not self.claims and not self.index.wakeups
+
+    def plain_parameters(self) -> tuple[Any, ...]:
+        """The parameters of `_PLAIN_APPEND`."""
+        summary = self.index.summary
+        ((event_type, version, payload),) = self.encoded
+        completed_at = summary.completed_at
+        return (
+            summary.status,
+            time_key(summary.updated_at),
+            None if completed_at is None else time_key(completed_at),
+            summary.last_sequence,
+            self.attributes,
+            self.expected,
+            self.run_id,
+            self.expected,
+            self.expected,
+            event_type,
+            version,
+            correlation_id(self.events[0]),
+            payload,
+            time_key(self.recorded_at),
+            self.run_id,
+        )
+
+    def wire(self) -> bytes:
+        """The binary `append_request`."""
+        encoded, summary, index = self.encoded, self.index.summary, self.index
+        expected = self.expected
+        return _record(
             (
-                (_TEXT, run_id.encode()),
+                (_TEXT, self.run_id.encode()),
                 # A head is never negative: out of range, -1 conflicts as the value would.
                 (_INT4, _I4.pack(expected if _I4_MIN <= expected <= _I4_MAX else -1)),
                 _array_field(_TEXT, [event_type.encode() for event_type, _, _ in encoded]),
                 _array_field(_INT4, [_I4.pack(version) for _, version, _ in encoded]),
-                _array_field(_TEXT, [_utf8(correlation_id(event)) for event in events]),
+                _array_field(_TEXT, [_utf8(correlation_id(event)) for event in self.events]),
                 _array_field(_BYTEA, [payload for _, _, payload in encoded]),
-                (_INT8, _i8(recorded_at)),
+                (_INT8, _i8(self.recorded_at)),
                 (_TEXT, summary.workflow_name.encode()),
                 (_TEXT, summary.status.encode()),
                 (_TEXT, _utf8(summary.parent_run_id)),
@@ -492,10 +540,7 @@ class _Append:
                 (_INT8, _i8(summary.updated_at)),
                 (_INT8, _i8(summary.completed_at)),
                 (_INT4, _I4.pack(summary.last_sequence)),
-                (
-                    _TEXT,
-                    json.dumps(dict(attributes), sort_keys=True).encode() if attributes else b"{}",
-                ),
+                (_TEXT, self.attributes.encode()),
                 *(_claims_fields(self.claims) if self.claims else _NO_CLAIMS),
                 *(_wakeups_fields(index.wakeups) if index.wakeups else _NO_WAKEUPS),
             )
@@ -509,6 +554,32 @@ class _Append:
                 self.future.set_exception(outcome)
             else:
                 self.future.set_result(outcome)
+
+
+_PLAIN_APPEND = """
+WITH moved AS (
+    UPDATE {s}.runs SET status = %s, updated_at = %s, completed_at = %s, last_sequence = %s,
+        attributes = %s, head = %s + 1,
+        head_position = pg_current_xact_id()::text::bigint * 1000000 + 1
+    WHERE run_id = %s AND head = %s AND NOT has_hooks AND NOT has_wakeups
+        AND head_position < (pg_current_xact_id()::text::bigint + 1) * 1000000
+    RETURNING run_id, head_position
+), written AS (
+    INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id, payload,
+        recorded_at, position)
+    SELECT run_id, %s::integer + 1, %s, %s, %s, %s, %s, head_position FROM moved
+)
+-- The run's head (as the statement's snapshot saw it) is looked up only when nothing was written.
+SELECT coalesce((SELECT head_position - 1 FROM moved),
+    -1 - coalesce((SELECT head FROM {s}.runs WHERE run_id = %s), 0))
+"""
+"""A plain append (`_Append.plain`) in one statement with scalar parameters: it writes what
+`append_events` would (the same head and feed-order checks, on a run that had no hooks and no
+wakeups either), without the plpgsql call, the arrays and the upkeep of hooks and wakeups, which
+took about a third of the server's time for a single event. It returns the base position (never
+negative) or, where it writes nothing, `-1 - head` for the head its snapshot saw: another head
+is a `SequenceConflict`; the expected one leaves `append_events` to say why (a commit since the
+snapshot, hook or wakeup rows to clear, a feed-order retry)."""
 
 
 def _envelopes(rows: Sequence[tuple[Any, ...]]) -> list[Envelope]:
@@ -582,6 +653,7 @@ class PostgresStore:
         self._channel = _channel(schema)
         s = self._s = _quote(schema)
         self._append_sql = f"SELECT {s}.append_events(%b)"
+        self._plain_sql = _PLAIN_APPEND.format(s=s)
         self._batch_sql = f"SELECT state, base, detail FROM {s}.append_batch(%b)"
         # The types of `append_request` values and arrays, once the schema is known.
         self._request: type[_Wire] = _Wire
@@ -983,8 +1055,18 @@ class PostgresStore:
             try:
                 conn = await self._getconn()
                 try:
-                    cursor = await conn.execute(self._append_sql, (self._request(request.wire),))
-                    row = await cursor.fetchone()
+                    row = None
+                    if request.plain:
+                        cursor = await conn.execute(self._plain_sql, request.plain_parameters())
+                        row = await cursor.fetchone()
+                        assert row is not None
+                        head = -1 - row[0]
+                        if head >= 0 and head != request.expected:
+                            raise SequenceConflict(request.run_id, request.expected, head)
+                    if row is None or row[0] < 0:  # not plain, or it was not sure why not
+                        wire = self._request(request.wire())
+                        cursor = await conn.execute(self._append_sql, (wire,))
+                        row = await cursor.fetchone()
                 finally:
                     await self._putconn(conn)
                 assert row is not None
@@ -1003,7 +1085,7 @@ class PostgresStore:
         if len(batch) == 1:
             await self._settle_alone(batch[0])
             return
-        requests = self._requests(_array(self._request.oid, [r.wire for r in batch]))
+        requests = self._requests(_array(self._request.oid, [r.wire() for r in batch]))
         try:
             conn = await self._getconn()
             try:
