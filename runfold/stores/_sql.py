@@ -8,11 +8,21 @@ once; `mark` is the driver's parameter placeholder (`?` or `%s`).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runfold.kernel import HookHolder, Page, RunSummary, Wakeup
+from runfold.kernel import (
+    CorruptEvent,
+    Envelope,
+    EventDecodeError,
+    HookHolder,
+    Page,
+    RunSummary,
+    Wakeup,
+    decode_event,
+    make_envelope,
+)
 from runfold.stores.protocol import (
     hook_cursor_key,
     hooks_page,
@@ -23,6 +33,7 @@ from runfold.stores.protocol import (
 
 __all__ = [
     "SUMMARY_COLUMNS",
+    "envelopes_from_rows",
     "from_key",
     "hook_page",
     "list_hooks_query",
@@ -45,6 +56,26 @@ SUMMARY_COLUMNS = (
 def from_key(micros: int) -> datetime:
     """The UTC time stored as `micros` (see `time_key`)."""
     return _EPOCH + timedelta(microseconds=micros)
+
+
+def envelopes_from_rows(rows: Iterable[Sequence[Any]]) -> list[Envelope]:
+    """Decode event rows `(run_id, sequence, type, schema_version, payload, recorded_at key,
+    position)`; a row that does not decode, or has a column of the wrong type, is
+    `CorruptEvent` naming its run and sequence."""
+    result = []
+    last_key: int | None = None
+    recorded_at = _EPOCH
+    for run_id, sequence, event_type, version, payload, recorded, position in rows:
+        try:
+            if recorded != last_key:  # rows of one batch share their time: build it once
+                last_key, recorded_at = recorded, from_key(recorded)
+            event = decode_event(event_type, version, payload)
+        except EventDecodeError as exc:
+            raise CorruptEvent(run_id, sequence, exc.reason) from None
+        except (TypeError, ValueError, OverflowError) as exc:  # e.g. SQLite's loose typing
+            raise CorruptEvent(run_id, sequence, f"malformed row: {exc}") from None
+        result.append(make_envelope(run_id, sequence, event, recorded_at, position))
+    return result
 
 
 def optional_time(micros: int | None) -> datetime | None:

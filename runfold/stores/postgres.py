@@ -50,10 +50,8 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from runfold.kernel import (
     TERMINAL_RUN_STATUSES,
-    CorruptEvent,
     Envelope,
     Event,
-    EventDecodeError,
     HookClaim,
     HookHolder,
     Page,
@@ -68,13 +66,12 @@ from runfold.kernel import (
     TokenConflict,
     Wakeup,
     correlation_id,
-    default_codec,
     encode_event,
     make_envelope,
 )
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
-    from_key,
+    envelopes_from_rows,
     hook_page,
     list_hooks_query,
     list_runs_query,
@@ -580,23 +577,6 @@ took about a third of the server's time for a single event. It returns the base 
 negative) or, where it writes nothing, `-1 - head` for the head its snapshot saw: another head
 is a `SequenceConflict`; the expected one leaves `append_events` to say why (a commit since the
 snapshot, hook or wakeup rows to clear, a feed-order retry)."""
-
-
-def _envelopes(rows: Sequence[tuple[Any, ...]]) -> list[Envelope]:
-    """Decode event rows (`_EVENT_COLUMNS`); a row that does not decode is `CorruptEvent`."""
-    decode = default_codec.decode
-    result = []
-    last_key: int | None = None
-    recorded_at = from_key(0)
-    for run_id, sequence, event_type, version, payload, recorded, position in rows:
-        if recorded != last_key:  # rows of one batch share their time: build it once
-            last_key, recorded_at = recorded, from_key(recorded)
-        try:
-            event = decode(event_type, version, payload)
-        except EventDecodeError as exc:
-            raise CorruptEvent(run_id, sequence, exc.reason) from None
-        result.append(make_envelope(run_id, sequence, event, recorded_at, position))
-    return result
 
 
 def _split_schema(dsn: str) -> tuple[str, str | None]:
@@ -1208,7 +1188,7 @@ class PostgresStore:
             f"ORDER BY sequence {'DESC' if descending else 'ASC'} LIMIT %s",
             params,
         )
-        return _envelopes(rows)
+        return envelopes_from_rows(rows)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""
@@ -1221,7 +1201,7 @@ class PostgresStore:
             f"SELECT {_EVENT_COLUMNS} FROM {self._s}.read_feed(%s, %s, %s)",
             (after_position, max(limit, 0), round(self._feed_wait * 1000)),
         )
-        return _envelopes(rows)
+        return envelopes_from_rows(rows)
 
     async def subscribe(
         self, after_position: int = 0, *, poll_interval: float = 1.0, batch: int = 1000

@@ -29,10 +29,8 @@ from typing import Any, Literal, Self, TypeVar
 import aiosqlite
 
 from runfold.kernel import (
-    CorruptEvent,
     Envelope,
     Event,
-    EventDecodeError,
     HookClaim,
     HookHolder,
     Page,
@@ -46,13 +44,12 @@ from runfold.kernel import (
     TokenConflict,
     Wakeup,
     correlation_id,
-    default_codec,
     encode_event,
     make_envelope,
 )
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
-    from_key,
+    envelopes_from_rows,
     hook_page,
     list_hooks_query,
     list_runs_query,
@@ -330,29 +327,12 @@ class SQLiteStore:
 
     # --- reads --------------------------------------------------------------------------------
 
-    def _envelopes(self, rows: list[Any]) -> list[Envelope]:
-        decode = default_codec.decode
-        result = []
-        last_key: int | None = None
-        recorded_at = _EPOCH
-        for row_run_id, sequence, event_type, version, payload, recorded, position in rows:
-            try:
-                if recorded != last_key:  # rows of one batch share their time: build it once
-                    last_key, recorded_at = recorded, from_key(recorded)
-                event = decode(event_type, version, payload)
-            except EventDecodeError as exc:
-                raise CorruptEvent(row_run_id, sequence, exc.reason) from None
-            except (TypeError, ValueError, OverflowError) as exc:  # a column of the wrong type
-                raise CorruptEvent(row_run_id, sequence, f"malformed row: {exc}") from None
-            result.append(make_envelope(row_run_id, sequence, event, recorded_at, position))
-        return result
-
     async def read(
         self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
     ) -> list[Envelope]:
         """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
         rows = await self._run(_read_rows, run_id, None, after, limit, descending)
-        return self._envelopes(rows)
+        return envelopes_from_rows(rows)
 
     async def read_by_correlation(
         self,
@@ -365,7 +345,7 @@ class SQLiteStore:
     ) -> list[Envelope]:
         """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
         rows = await self._run(_read_rows, run_id, correlation_id, after, limit, descending)
-        return self._envelopes(rows)
+        return envelopes_from_rows(rows)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""
@@ -379,7 +359,7 @@ class SQLiteStore:
             "FROM events WHERE position > ? ORDER BY position LIMIT ?",
             (after_position, max(limit, 0)),
         )
-        return self._envelopes(rows)
+        return envelopes_from_rows(rows)
 
     # --- index queries ------------------------------------------------------------------------
 
