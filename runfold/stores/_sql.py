@@ -59,9 +59,12 @@ def from_key(micros: int) -> datetime:
 
 
 def envelopes_from_rows(rows: Iterable[Sequence[Any]]) -> list[Envelope]:
-    """Decode event rows `(run_id, sequence, type, schema_version, payload, recorded_at key,
-    position)`; a row that does not decode, or has a column of the wrong type, is
-    `CorruptEvent` naming its run and sequence."""
+    """The envelopes of event rows, decoded.
+
+    A row is `(run_id, sequence, type, schema_version, payload, recorded_at key, position)`; one
+    that does not decode, or has a column of the wrong type, is `CorruptEvent` naming its run
+    and sequence.
+    """
     result = []
     last_key: int | None = None
     recorded_at = _EPOCH
