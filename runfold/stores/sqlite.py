@@ -562,9 +562,20 @@ def _read_rows(
     ).fetchall()
 
 
+_RUN_STATE = (
+    "SELECT (SELECT max(sequence) FROM events WHERE run_id = ?1), runs.status, "
+    "runs.completed_at, EXISTS (SELECT 1 FROM hooks WHERE run_id = ?1), "
+    "EXISTS (SELECT 1 FROM wakeups WHERE run_id = ?1) "
+    "FROM (SELECT 1) LEFT JOIN runs ON runs.run_id = ?1"
+)
+"""The run's head and what its index rows hold now: status and end time (None, None without
+a runs row), and whether it has hook and wakeup rows."""
+
+
 def _append_one(conn: sqlite3.Connection, request: _Append, next_position: int) -> list[Envelope]:
     run_id = request.run_id
-    head = _head(conn, run_id)
+    last, *before = conn.execute(_RUN_STATE, (run_id,)).fetchone()
+    head = last or 0
     if head != request.expected:
         raise SequenceConflict(run_id, request.expected, head)
     now = time_key(request.recorded_at)
@@ -577,7 +588,7 @@ def _append_one(conn: sqlite3.Connection, request: _Append, next_position: int) 
             for n, (event_type, version, payload, correlation) in enumerate(request.rows, start=1)
         ],
     )
-    _write_index(conn, run_id, request.index, claims)
+    _write_index(conn, run_id, request.index, claims, tuple(before))
     return [
         make_envelope(run_id, head + n, event, request.recorded_at, next_position + n)
         for n, event in enumerate(request.events, start=1)
@@ -601,20 +612,31 @@ def _live_claims(
 
 
 def _write_index(
-    conn: sqlite3.Connection, run_id: str, index: RunIndex, claims: list[HookClaim]
+    conn: sqlite3.Connection,
+    run_id: str,
+    index: RunIndex,
+    claims: list[HookClaim],
+    before: tuple[str | None, int | None, int, int] | None = None,
 ) -> None:
-    """Replace the run's summary, hook and wakeup rows (`claims`: its hooks to keep)."""
+    """Replace the run's summary, hook and wakeup rows (`claims`: its hooks to keep).
+
+    `before` is what `_RUN_STATE` found (None: unknown, so everything is rewritten).
+    """
     summary = index.summary
+    completed_at = None if summary.completed_at is None else time_key(summary.completed_at)
     # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting all
-    # five runs indexes; the update touches the row and only the indexes whose columns it sets
-    # (so never the fixed name, parent and creation time), which halves the pages a
-    # single-event append writes to the WAL.
+    # five runs indexes. SQLite rewrites an index whenever the SET clause names one of its
+    # columns, whatever the value, so status and end time are set only when they change (a
+    # run's fixed name, parent and creation time never are): most appends then write no runs
+    # index page at all.
+    unchanged = before is not None and before[:2] == (summary.status, completed_at)
     conn.execute(
         "INSERT INTO runs (run_id, workflow_name, status, parent_run_id, created_at, updated_at, "
         "completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, "
-        "updated_at = excluded.updated_at, completed_at = excluded.completed_at, "
-        "last_sequence = excluded.last_sequence, attributes = excluded.attributes",
+        "ON CONFLICT (run_id) DO UPDATE SET "
+        + ("" if unchanged else "status = excluded.status, completed_at = excluded.completed_at, ")
+        + "updated_at = excluded.updated_at, last_sequence = excluded.last_sequence, "
+        "attributes = excluded.attributes",
         (
             run_id,
             summary.workflow_name,
@@ -622,12 +644,13 @@ def _write_index(
             summary.parent_run_id,
             time_key(summary.created_at),
             time_key(summary.updated_at),
-            None if summary.completed_at is None else time_key(summary.completed_at),
+            completed_at,
             summary.last_sequence,
             json.dumps(dict(summary.attributes), sort_keys=True),
         ),
     )
-    conn.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
+    if before is None or before[2]:
+        conn.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
     if claims:
         conn.executemany(
             "INSERT OR REPLACE INTO hooks (token, run_id, hook_id, retained_until) "
@@ -642,7 +665,8 @@ def _write_index(
                 for c in claims
             ],
         )
-    conn.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
+    if before is None or before[3]:
+        conn.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
     if index.wakeups:
         conn.executemany(
             "INSERT INTO wakeups (run_id, kind, subject_id, due_at) VALUES (?, ?, ?, ?)",
