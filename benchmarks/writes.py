@@ -233,7 +233,7 @@ def bench_contention(backend: Backend, quick: bool) -> list[Result]:
     `CommandHandler`), with the conflict rate of the shared run."""
     if backend.version() is None:
         return []
-    total = 32 if quick else 640
+    total = 32 if quick else 2_560  # rounds of a few hundred ms: shorter ones were noisy
     shared_total = 8 if quick else 128
     repeats = 2 if quick else 5
     group = f"{backend.name} contention"

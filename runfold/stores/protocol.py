@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 T = TypeVar("T")
 
 
@@ -268,7 +269,7 @@ def _page(found: Sequence[T], limit: int, cursor_of: Callable[[T], str]) -> Page
 
 def time_key(value: datetime) -> int:
     """Microseconds since the Unix epoch: the exact, sortable form stores keep times in."""
-    return (value - _EPOCH) // timedelta(microseconds=1)
+    return (value - _EPOCH) // _MICROSECOND
 
 
 def check_append(run_id: str, events: Sequence[Event], index: RunIndex) -> None:
