@@ -99,8 +99,10 @@ POSITIONS_PER_TRANSACTION = 1_000_000
 NOTIFY_INTERVAL = 0.025
 """Seconds between two `NOTIFY`s of one store: appends in between share the next one."""
 MAX_WRITES = 2
-"""The fewest append transactions a store keeps in flight; it keeps as many as its pool has
-connections if that is more. Appends beyond wait for a group commit."""
+"""The fewest append transactions a store keeps in flight.
+
+It keeps as many as its pool has connections if that is more; appends beyond wait for a group
+commit."""
 _BATCH_LIMIT = 64
 """Appends per group commit: each is a subtransaction, and a transaction keeps up to 64
 subtransaction ids in shared memory before other sessions' snapshots slow down."""
