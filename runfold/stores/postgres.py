@@ -965,8 +965,9 @@ class PostgresStore:
     ) -> list[Envelope]:
         """Append `events` if the run's head is `expected_sequence`, all or nothing.
 
-        `EventStore.append_if_sequence`, with its errors. One round trip when nothing else is
-        in flight; appends made meanwhile are written together, each with its own outcome.
+        `EventStore.append_if_sequence`, with its errors. One round trip while a pool
+        connection is free; appends made while every one is writing are written together, each
+        with its own outcome.
         """
         check_append(run_id, events, index)
         if len(events) >= POSITIONS_PER_TRANSACTION:
