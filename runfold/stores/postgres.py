@@ -351,7 +351,8 @@ _MIGRATIONS: tuple[str, ...] = (
 SCHEMA_VERSION = len(_MIGRATIONS)
 """The schema version this runfold writes and reads."""
 
-_EVENT_COLUMNS = "run_id, sequence, type, schema_version, payload, recorded_at, position"
+_EVENT_COLUMNS = "sequence, type, schema_version, payload, recorded_at, position"
+"""An event row's columns (`envelopes_from_rows`); the feed's rows lead with the run id."""
 
 
 # --- the wire: values in PostgreSQL's binary format ---------------------------------------------
@@ -1201,7 +1202,7 @@ class PostgresStore:
             f"ORDER BY sequence {'DESC' if descending else 'ASC'} LIMIT %s",
             params,
         )
-        return envelopes_from_rows(rows)
+        return envelopes_from_rows(rows, run_id)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""
@@ -1211,7 +1212,7 @@ class PostgresStore:
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
         rows = await self._fetch(
-            f"SELECT {_EVENT_COLUMNS} FROM {self._s}.read_feed(%s, %s, %s)",
+            f"SELECT run_id, {_EVENT_COLUMNS} FROM {self._s}.read_feed(%s, %s, %s)",
             (after_position, max(limit, 0), round(self._feed_wait * 1000)),
         )
         return envelopes_from_rows(rows)

@@ -332,7 +332,7 @@ class SQLiteStore:
     ) -> list[Envelope]:
         """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
         rows = await self._run(_read_rows, run_id, None, after, limit, descending)
-        return envelopes_from_rows(rows)
+        return envelopes_from_rows(rows, run_id)
 
     async def read_by_correlation(
         self,
@@ -345,7 +345,7 @@ class SQLiteStore:
     ) -> list[Envelope]:
         """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
         rows = await self._run(_read_rows, run_id, correlation_id, after, limit, descending)
-        return envelopes_from_rows(rows)
+        return envelopes_from_rows(rows, run_id)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""
@@ -555,7 +555,7 @@ def _read_rows(
         params.append(after)
     params.append(-1 if limit is None else max(limit, 0))
     return conn.execute(
-        "SELECT run_id, sequence, type, schema_version, payload, recorded_at, position "
+        "SELECT sequence, type, schema_version, payload, recorded_at, position "
         f"FROM events WHERE {' AND '.join(clauses)} "
         f"ORDER BY sequence {'DESC' if descending else 'ASC'} LIMIT ?",
         params,
