@@ -635,7 +635,7 @@ class PostgresStore:
         self._announcing = False
         self._checking = False
         self._closing = asyncio.Event()
-        self._held: Connection | None = None  # see `_putconn`
+        self._held: list[Connection] = []  # see `_putconn`
         self._tasks: set[asyncio.Task[None]] = set()  # see `_background`
         self._listeners: set[Connection] = set()
         self._channel = _channel(schema)
@@ -742,9 +742,8 @@ class PostgresStore:
         self._closing.set()  # the last NOTIFY goes now
         for listener in list(self._listeners):
             await listener.close()  # subscribers wake, and find the store closed
-        if self._held is not None:
-            await self._pool.putconn(self._held)
-            self._held = None
+        while self._held:
+            await self._pool.putconn(self._held.pop())
         while self._tasks:
             await asyncio.gather(*self._tasks)
         if self._owns_pool:
@@ -760,8 +759,8 @@ class PostgresStore:
         """A pooled autocommit connection that can send `append_request`s; give it back with
         `_putconn`. Driver errors pass through. (No closed check: while closing, appends
         already accepted still go.)"""
-        if self._held is not None:
-            conn, self._held = self._held, None
+        if self._held:
+            conn = self._held.pop()
         else:
             conn = await self._pool.getconn()
         if conn not in self._cursors:
@@ -777,17 +776,17 @@ class PostgresStore:
 
     async def _putconn(self, conn: Connection) -> None:
         """Give back a connection from `_getconn`. The store keeps it until the event loop's
-        next round for a call that comes straight after (the next of sequential appends, say):
-        a trip through the pool costs about a tenth of a single append's own client time."""
-        if self._held is None and not self._closed and not conn.broken:
-            self._held = conn
+        next round for a call that comes straight after (a writer's next append, say): a trip
+        through the pool costs about a tenth of a single append's own client time."""
+        if not self._closed and not conn.broken:
+            self._held.append(conn)
             asyncio.get_running_loop().call_soon(self._release_held, conn)
         else:
             await self._pool.putconn(conn)
 
     def _release_held(self, conn: Connection) -> None:
-        if self._held is conn:  # nobody took it in the meantime
-            self._held = None
+        if conn in self._held:  # nobody took it in the meantime
+            self._held.remove(conn)
             self._background(self._pool.putconn(conn))
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
