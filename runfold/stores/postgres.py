@@ -6,14 +6,14 @@
   only read, so the running application needs no DDL rights. Every table leads with `run_id`
   except `tokens`, the global unique index of hook tokens (see
   `docs/how-to/scale-out-on-postgres.md`).
-- **Append**: one call of the server-side function `append_events` (or, for a single event onto
-  a run without hooks or wakeups, one statement that does its part: `_PLAIN_APPEND`): one
-  transaction, one round trip. It moves the run's head in `runs` (that row is the run's lock: concurrent appends to one
-  run queue on it and all but one find the head moved), inserts the batch, and keeps the run's
-  hook and wakeup rows; the `(run_id, sequence)` primary key is the backstop. Refusals come back
-  as SQLSTATEs of runfold's own: `RF001` (sequence conflict), `RF002` (token conflict). The
-  request travels as one value of the composite type `append_request`, encoded here in
-  PostgreSQL's binary format (cheaper than 21 parameters adapted one by one).
+- **Append**: one call of the server-side function `append_events` (or, for a single event onto a
+  run without hooks or wakeups, one statement that does its part: `_PLAIN_APPEND`): one transaction,
+  one round trip. It moves the run's head in `runs` (that row is the run's lock: concurrent appends
+  to one run queue on it and all but one find the head moved), inserts the batch, and keeps the
+  run's hook and wakeup rows; the `(run_id, sequence)` primary key is the backstop. Refusals come
+  back as SQLSTATEs of runfold's own: `RF001` (sequence conflict), `RF002` (token conflict). The
+  request travels as one value of the composite type `append_request`, encoded here in PostgreSQL's
+  binary format (cheaper than 21 parameters adapted one by one).
 - **Group commit**: an append takes a free write slot (one per pool connection, at least
   `MAX_WRITES`); while every slot is taken, further appends wait and go together in one
   transaction (`append_batch`, each in a subtransaction of its own, so each keeps its own
