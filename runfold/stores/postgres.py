@@ -389,7 +389,7 @@ _HEADER = struct.Struct(">iiIii")  # dimensions, has NULLs, element type, length
 _EMPTY = struct.Struct(">iiI")  # no dimensions, no NULLs, element type
 _FIELD = struct.Struct(">Ii")  # type, length (-1: NULL)
 _NULL = _I4.pack(-1)
-_I4_MIN, _I4_MAX = -(2**31), 2**31 - 1
+_I4_MAX = 2**31 - 1
 
 
 def _array(element_oid: int, elements: Sequence[bytes | None]) -> bytes:
@@ -497,7 +497,12 @@ class _Append:
     def plain(self) -> bool:
         """One event onto an existing run that keeps no hook claims and no wakeups, which
         `_PLAIN_APPEND` may write (`plain_parameters`)."""
-        return self.count == 1 and self.expected > 0 and not self.claims and not self.index.wakeups
+        return (
+            self.count == 1
+            and 0 < self.expected < _I4_MAX  # the new head is an integer column too
+            and not self.claims
+            and not self.index.wakeups
+        )
 
     def plain_parameters(self) -> dict[str, Any]:
         """The parameters of `_PLAIN_APPEND`."""
@@ -526,8 +531,9 @@ class _Append:
         return _record(
             (
                 (_TEXT, self.run_id.encode()),
-                # A head is never negative: out of range, -1 conflicts as the value would.
-                (_INT4, _I4.pack(expected if _I4_MIN <= expected <= _I4_MAX else -1)),
+                # A head is never negative, nor past what its column holds once the events are
+                # added: out of that range, -1 conflicts as the value would.
+                (_INT4, _I4.pack(expected if 0 <= expected <= _I4_MAX - self.count else -1)),
                 _array_field(_TEXT, [event_type.encode() for event_type, _, _ in encoded]),
                 _array_field(_INT4, [_I4.pack(version) for _, version, _ in encoded]),
                 _array_field(_TEXT, [_utf8(correlation_id(event)) for event in self.events]),
