@@ -565,16 +565,18 @@ def _read_rows(
 _RUN_STATE = (
     "SELECT (SELECT max(sequence) FROM events WHERE run_id = ?1), runs.status, "
     "runs.completed_at, EXISTS (SELECT 1 FROM hooks WHERE run_id = ?1), "
-    "EXISTS (SELECT 1 FROM wakeups WHERE run_id = ?1) "
+    "EXISTS (SELECT 1 FROM wakeups WHERE run_id = ?1), "
+    "max(coalesce((SELECT max(position) FROM events), 0), (SELECT position FROM feed_high_water)) "
     "FROM (SELECT 1) LEFT JOIN runs ON runs.run_id = ?1"
 )
-"""The run's head and what its index rows hold now: status and end time (None, None without
-a runs row), and whether it has hook and wakeup rows."""
+"""The run's head; what its index rows hold now: status and end time (None, None without a
+runs row), and whether it has hook and wakeup rows; and the last feed position handed out
+(retention may have deleted its event)."""
 
 
-def _append_one(conn: sqlite3.Connection, request: _Append, next_position: int) -> list[Envelope]:
+def _append_one(conn: sqlite3.Connection, request: _Append) -> list[Envelope]:
     run_id = request.run_id
-    last, *before = conn.execute(_RUN_STATE, (run_id,)).fetchone()
+    last, *before, next_position = conn.execute(_RUN_STATE, (run_id,)).fetchone()
     head = last or 0
     if head != request.expected:
         raise SequenceConflict(run_id, request.expected, head)
@@ -702,18 +704,13 @@ def _append_batch(
     outcomes: list[list[Envelope] | BaseException] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        row = conn.execute(
-            "SELECT max(coalesce((SELECT max(position) FROM events), 0), "
-            "(SELECT position FROM feed_high_water))"
-        ).fetchone()
-        position = int(row[0])
         # A lone append needs no savepoint: if it fails, the transaction holds nothing else.
         alone = len(batch) == 1
         for request in batch:
             if not alone:
                 conn.execute("SAVEPOINT one_append")
             try:
-                envelopes = _append_one(conn, request, position)
+                envelopes = _append_one(conn, request)
             except (SequenceConflict, TokenConflict, sqlite3.IntegrityError) as exc:
                 conn.execute("ROLLBACK" if alone else "ROLLBACK TO one_append")
                 if not alone:
@@ -726,7 +723,6 @@ def _append_batch(
                 continue
             if not alone:
                 conn.execute("RELEASE one_append")
-            position += len(envelopes)
             outcomes.append(envelopes)
         if conn.in_transaction:  # a lone append that failed has rolled it back already
             conn.execute("COMMIT")
