@@ -199,9 +199,7 @@ class TerminalIndexIgnored(_Appending):
     """Skips the index update of an append that ends the run (a "nothing left to index"
     shortcut): the summary stays live, tokens stay held, wakeups stay due."""
 
-    def _replace_index(
-        self, run_id: str, index: RunIndex | None, now: datetime | None = None
-    ) -> None:
+    def _replace_index(self, run_id: str, index: RunIndex | None, now: datetime) -> None:
         if index is not None and index.summary.status in TERMINAL_RUN_STATUSES:
             return
         super()._replace_index(run_id, index, now)
@@ -370,7 +368,7 @@ class DeletesRetainedRuns(_Appending):
             )[: max(limit, 0)]
             for summary in doomed:
                 del self._rows[summary.run_id]
-                self._replace_index(summary.run_id, None)
+                self._replace_index(summary.run_id, None, terminal_before)
             gone = {s.run_id for s in doomed}
             self._feed = [row for row in self._feed if row.run_id not in gone]
         return len(doomed)

@@ -50,6 +50,7 @@ from runfold.kernel import (
     FailStep,
     HistoryError,
     HistoryLimitExceeded,
+    HookClaim,
     HookConflict,
     HookCreated,
     HookDisposed,
@@ -70,8 +71,10 @@ from runfold.kernel import (
     RunCompleted,
     RunCreated,
     RunFailed,
+    RunIndex,
     RunNotSupported,
     RunStarted,
+    RunSummary,
     RunTimedOut,
     SetAttributes,
     Snapshot,
@@ -636,6 +639,37 @@ def test_run_index_agrees_with_the_snapshot(snap: Snapshot) -> None:
     assert all(w.run_id == snap.run_id for w in index.wakeups)
     assert [w.due_at for w in index.wakeups] == sorted(w.due_at for w in index.wakeups)
     assert run_index(snap) == index
+
+
+@given(snapshots(), st.integers(min_value=-2, max_value=2))
+def test_claims_at_are_the_claims_whose_retention_has_not_passed(snap: Snapshot, days: int) -> None:
+    index = run_index(snap)
+    moment = snap.updated_at + timedelta(days=days)
+    expected = [c for c in index.hooks if c.retained_until is None or c.retained_until > moment]
+    assert list(index.claims_at(moment)) == expected
+    assert all(c.holds_at(moment) for c in expected)
+
+
+def test_claims_at_keeps_the_last_claim_of_a_token_and_drops_expired_ones() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    summary = RunSummary(
+        run_id="r",
+        workflow_name="wf",
+        status="completed",
+        parent_run_id=None,
+        created_at=at,
+        updated_at=at,
+        completed_at=at,
+        last_sequence=3,
+        attributes={},
+    )
+    first = HookClaim(token="t", hook_id="first", retained_until=None)
+    last = HookClaim(token="t", hook_id="last", retained_until=at + timedelta(seconds=1))
+    expired = HookClaim(token="u", hook_id="gone", retained_until=at)
+    index = RunIndex(summary=summary, hooks=(first, expired, last), wakeups=())
+    assert index.claims_at(at) == (last,)
+    assert index.claims_at(at + timedelta(seconds=1)) == (first,)
+    assert index.claims_at(at - timedelta(seconds=1)) == (last, expired)
 
 
 # --- the snapshot's mappings --------------------------------------------------------------------

@@ -149,11 +149,10 @@ async def _check_run(
         return Problem(run_id=run_id, kind="history", detail=str(exc), repaired=False)
     differences = _differences(summary, hooks, wakeups, expected, now)
     if expected is not None:
-        for claim in expected.hooks:
-            if claim.holds_at(now):
-                holder = await store.find_hook(claim.token, now=now)
-                if holder is None or (holder.run_id, holder.hook_id) != (run_id, claim.hook_id):
-                    differences.append(f"the token of hook {claim.hook_id!r} is not indexed to it")
+        for claim in expected.claims_at(now):
+            holder = await store.find_hook(claim.token, now=now)
+            if holder is None or (holder.run_id, holder.hook_id) != (run_id, claim.hook_id):
+                differences.append(f"the token of hook {claim.hook_id!r} is not indexed to it")
     if not differences:
         return None
     detail = "; ".join(differences)
@@ -193,8 +192,7 @@ def _differences(
         HookHolder(
             run_id=expected.summary.run_id, hook_id=c.hook_id, retained_until=c.retained_until
         )
-        for c in expected.hooks
-        if c.holds_at(now)
+        for c in expected.claims_at(now)
     }
     if hooks != live_claims:
         found.append(

@@ -96,6 +96,14 @@ class RunIndex:
     hooks: tuple[HookClaim, ...]
     wakeups: tuple[Wakeup, ...]
 
+    def claims_at(self, moment: datetime) -> tuple[HookClaim, ...]:
+        """The hook claims that hold their token at `moment`: what a store's token index keeps.
+
+        An expired claim (a late append to an ended run) holds nothing and displaces no one; of
+        two claims of one token the last one counts, as a row keyed by token would.
+        """
+        return tuple({c.token: c for c in self.hooks if c.holds_at(moment)}.values())
+
 
 def run_index(snapshot: Snapshot) -> RunIndex:
     """The index rows of a run, derived from its snapshot alone.

@@ -90,7 +90,7 @@ def envelopes_from_rows(rows: Iterable[Sequence[Any]], run_id: str | None = None
 
 def optional_time(micros: int | None) -> datetime | None:
     """`from_key`, passing None through."""
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+    return None if micros is None else from_key(micros)
 
 
 def summary_from_row(row: Any) -> RunSummary:
@@ -147,12 +147,8 @@ def list_runs_query(
     if cursor is not None:
         clauses.append(f"(created_at, run_id) < ({mark}, {mark})")
         params += run_cursor_key(cursor)
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    params.append(max(limit, 0) + 1)
-    return (
-        f"SELECT {SUMMARY_COLUMNS} FROM {table} {where} "
-        f"ORDER BY created_at DESC, run_id DESC LIMIT {mark}",
-        params,
+    return _page_query(
+        mark, SUMMARY_COLUMNS, table, clauses, params, "created_at DESC, run_id DESC", limit
     )
 
 
@@ -179,12 +175,24 @@ def list_hooks_query(
     if cursor is not None:
         clauses.append(f"(run_id, hook_id) > ({mark}, {mark})")
         params += hook_cursor_key(cursor)
-    params.append(max(limit, 0) + 1)
-    return (
-        f"SELECT run_id, hook_id, retained_until FROM {table} WHERE {' AND '.join(clauses)} "
-        f"ORDER BY run_id, hook_id LIMIT {mark}",
-        params,
+    return _page_query(
+        mark, "run_id, hook_id, retained_until", table, clauses, params, "run_id, hook_id", limit
     )
+
+
+def _page_query(
+    mark: str,
+    columns: str,
+    table: str,
+    clauses: list[str],
+    params: list[Any],
+    order: str,
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """A listing query: `limit + 1` rows, the one past the page telling that there is more."""
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    query = f"SELECT {columns} FROM {table}{where} ORDER BY {order} LIMIT {mark}"
+    return query, [*params, max(limit, 0) + 1]
 
 
 def hook_page(rows: Sequence[Any], limit: int) -> Page[HookHolder]:

@@ -39,6 +39,7 @@ from runfold.kernel import (
 )
 from runfold.stores.protocol import (
     check_append,
+    check_index,
     hook_cursor_key,
     hooks_page,
     run_cursor_key,
@@ -160,9 +161,7 @@ class MemoryStore:
 
     def _check_claims(self, run_id: str, index: RunIndex, now: datetime) -> None:
         """`TokenConflict` if another run's live hook holds a token `index` claims at `now`."""
-        for claim in index.hooks:
-            if not claim.holds_at(now):
-                continue  # an expired claim (a late append to an ended run) holds nothing
+        for claim in index.claims_at(now):
             held = self._tokens.get(claim.token)
             if held is not None and held[0] != run_id and held[1].holds_at(now):
                 raise TokenConflict(claim.token, held[0], held[1].hook_id)
@@ -180,8 +179,7 @@ class MemoryStore:
             ValueError: `index` is another run's.
             StoreClosed: The store was closed.
         """
-        if index is not None and index.summary.run_id != run_id:
-            raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        check_index(run_id, index)
         expected = index.summary.last_sequence if index is not None else 0
         async with self._lock:
             self._check_open()
@@ -192,9 +190,7 @@ class MemoryStore:
                 self._check_claims(run_id, index, now)
             self._replace_index(run_id, index, now)
 
-    def _replace_index(
-        self, run_id: str, index: RunIndex | None, now: datetime | None = None
-    ) -> None:
+    def _replace_index(self, run_id: str, index: RunIndex | None, now: datetime) -> None:
         previous = self._indexes.pop(run_id, None)
         if previous is not None:
             for claim in previous.hooks:
@@ -203,9 +199,8 @@ class MemoryStore:
                     del self._tokens[claim.token]
         if index is not None:
             self._indexes[run_id] = index
-            for claim in index.hooks:
-                if now is None or claim.holds_at(now):  # expired: must not displace
-                    self._tokens[claim.token] = (run_id, claim)
+            for claim in index.claims_at(now):  # an expired claim must not displace a holder
+                self._tokens[claim.token] = (run_id, claim)
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -379,14 +374,14 @@ class MemoryStore:
                     if index.summary.status in TERMINAL_RUN_STATUSES
                     and index.summary.completed_at is not None
                     and index.summary.completed_at < terminal_before
-                    and not any(c.holds_at(terminal_before) for c in index.hooks)
+                    and not index.claims_at(terminal_before)
                 ),
                 key=lambda s: (s.completed_at, s.run_id),
             )[: max(limit, 0)]
             doomed = {s.run_id for s in ended}
             for run_id in doomed:
                 del self._rows[run_id]
-                self._replace_index(run_id, None)
+                self._replace_index(run_id, None, terminal_before)
             if doomed:
                 self._feed = [row for row in self._feed if row.run_id not in doomed]
         return len(doomed)

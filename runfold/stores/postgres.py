@@ -81,7 +81,7 @@ from runfold.stores._sql import (
     summary_page,
     wakeup_from_row,
 )
-from runfold.stores.protocol import check_append, time_key
+from runfold.stores.protocol import check_append, check_index, time_key
 
 __all__ = [
     "MAX_WRITES",
@@ -486,9 +486,7 @@ class _Append:
         self.index = index
         self.recorded_at = recorded_at
         self.future: asyncio.Future[int] | None = None
-        # A claim already expired (a late append to an ended run) holds nothing and displaces
-        # no one; of two claims of one token the last wins, as a row keyed by token would.
-        self.claims = list({c.token: c for c in index.hooks if c.holds_at(recorded_at)}.values())
+        self.claims = index.claims_at(recorded_at)
         self.encoded = [encode_event(event) for event in events]
         attributes = index.summary.attributes
         self.attributes = json.dumps(dict(attributes), sort_keys=True) if attributes else "{}"
@@ -1397,8 +1395,7 @@ class PostgresStore:
             if head:
                 raise SequenceConflict(run_id, 0, head)
             return
-        if index.summary.run_id != run_id:
-            raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        check_index(run_id, index)
         # An append of no events is exactly this: the head check, then the index rows.
         self._check_open()
         await self._append_one(_Append(run_id, index.summary.last_sequence, (), index, now))

@@ -28,6 +28,7 @@ from runfold.kernel import (
 __all__ = [
     "EventStore",
     "check_append",
+    "check_index",
     "decode_cursor",
     "encode_cursor",
     "hook_cursor_key",
@@ -280,5 +281,14 @@ def check_append(run_id: str, events: Sequence[Event], index: RunIndex) -> None:
     """
     if not events:
         raise ValueError("append_if_sequence needs at least one event")
-    if index.summary.run_id != run_id:
+    check_index(run_id, index)
+
+
+def check_index(run_id: str, index: RunIndex | None) -> None:
+    """Check that `index` (if any) is `run_id`'s, as every write of index rows must.
+
+    Raises:
+        ValueError: `index` was computed for another run.
+    """
+    if index is not None and index.summary.run_id != run_id:
         raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")

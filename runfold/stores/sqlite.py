@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, NamedTuple, Self, TypeVar
 
 import aiosqlite
 
@@ -58,7 +58,7 @@ from runfold.stores._sql import (
     summary_page,
     wakeup_from_row,
 )
-from runfold.stores.protocol import check_append, time_key
+from runfold.stores.protocol import check_append, check_index, time_key
 
 __all__ = ["SQLiteStore"]
 
@@ -401,12 +401,7 @@ class SQLiteStore:
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
         """The live holder of a hook token at `now`, or None."""
-        rows = await self._run(
-            _fetch,
-            "SELECT run_id, hook_id, retained_until FROM hooks "
-            "WHERE token = ? AND (retained_until IS NULL OR retained_until > ?)",
-            (token, time_key(now)),
-        )
+        rows = await self._run(_fetch, _TOKEN_HOLDER, (token, time_key(now)))
         if not rows:
             return None
         run_id, hook_id, retained = rows[0]
@@ -457,8 +452,7 @@ class SQLiteStore:
         another run's live hook holds at `now` raises `TokenConflict`. Nothing is written when
         either is raised.
         """
-        if index is not None and index.summary.run_id != run_id:
-            raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        check_index(run_id, index)
         await self._run(_rewrite_index, run_id, index, now)
 
     # --- retention ----------------------------------------------------------------------------
@@ -562,6 +556,15 @@ def _read_rows(
     ).fetchall()
 
 
+class _IndexRows(NamedTuple):
+    """What a run's index rows hold before an append (`status` None: no runs row yet)."""
+
+    status: str | None
+    completed_at: int | None
+    has_hooks: bool
+    has_wakeups: bool
+
+
 _RUN_STATE = (
     "SELECT (SELECT max(sequence) FROM events WHERE run_id = ?1), runs.status, "
     "runs.completed_at, EXISTS (SELECT 1 FROM hooks WHERE run_id = ?1), "
@@ -576,7 +579,9 @@ runs row), and whether it has hook and wakeup rows; and the last feed position h
 
 def _append_one(conn: sqlite3.Connection, request: _Append) -> list[Envelope]:
     run_id = request.run_id
-    last, *before, next_position = conn.execute(_RUN_STATE, (run_id,)).fetchone()
+    last, status, completed_at, has_hooks, has_wakeups, next_position = conn.execute(
+        _RUN_STATE, (run_id,)
+    ).fetchone()
     head = last or 0
     if head != request.expected:
         raise SequenceConflict(run_id, request.expected, head)
@@ -590,25 +595,30 @@ def _append_one(conn: sqlite3.Connection, request: _Append) -> list[Envelope]:
             for n, (event_type, version, payload, correlation) in enumerate(request.rows, start=1)
         ],
     )
-    _write_index(conn, run_id, request.index, claims, tuple(before))
+    before = _IndexRows(status, completed_at, bool(has_hooks), bool(has_wakeups))
+    _write_index(conn, run_id, request.index, claims, before)
     return [
         make_envelope(run_id, head + n, event, request.recorded_at, next_position + n)
         for n, event in enumerate(request.events, start=1)
     ]
 
 
+_TOKEN_HOLDER = (
+    "SELECT run_id, hook_id, retained_until FROM hooks "
+    "WHERE token = ? AND (retained_until IS NULL OR retained_until > ?)"
+)
+"""The hook row holding a token at a time: live, or retained past it."""
+
+
 def _live_claims(
     conn: sqlite3.Connection, run_id: str, index: RunIndex, at: datetime
-) -> list[HookClaim]:
-    """The claims of `index` live at `at`; `TokenConflict` if another run's live hook holds one."""
+) -> tuple[HookClaim, ...]:
+    """The claims of `index` live at `at`; `TokenConflict` if another run's hook holds one."""
+    claims = index.claims_at(at)
     now = time_key(at)
-    # A claim already expired (a late append to an ended run) holds nothing and displaces no one.
-    claims = [c for c in index.hooks if c.holds_at(at)]
     for claim in claims:
-        held = conn.execute(
-            "SELECT run_id, hook_id, retained_until FROM hooks WHERE token = ?", (claim.token,)
-        ).fetchone()
-        if held is not None and held[0] != run_id and (held[2] is None or held[2] > now):
+        held = conn.execute(_TOKEN_HOLDER, (claim.token, now)).fetchone()
+        if held is not None and held[0] != run_id:
             raise TokenConflict(claim.token, held[0], held[1])
     return claims
 
@@ -617,8 +627,8 @@ def _write_index(
     conn: sqlite3.Connection,
     run_id: str,
     index: RunIndex,
-    claims: list[HookClaim],
-    before: tuple[str | None, int | None, int, int] | None = None,
+    claims: Sequence[HookClaim],
+    before: _IndexRows | None = None,
 ) -> None:
     """Replace the run's summary, hook and wakeup rows (`claims`: its hooks to keep).
 
@@ -631,7 +641,11 @@ def _write_index(
     # columns, whatever the value, so status and end time are set only when they change (a
     # run's fixed name, parent and creation time never are): most appends then write no runs
     # index page at all.
-    unchanged = before is not None and before[:2] == (summary.status, completed_at)
+    unchanged = (
+        before is not None
+        and before.status == summary.status
+        and before.completed_at == completed_at
+    )
     conn.execute(
         "INSERT INTO runs (run_id, workflow_name, status, parent_run_id, created_at, updated_at, "
         "completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -651,7 +665,7 @@ def _write_index(
             json.dumps(dict(summary.attributes), sort_keys=True),
         ),
     )
-    if before is None or before[2]:
+    if before is None or before.has_hooks:
         conn.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
     if claims:
         conn.executemany(
@@ -667,7 +681,7 @@ def _write_index(
                 for c in claims
             ],
         )
-    if before is None or before[3]:
+    if before is None or before.has_wakeups:
         conn.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
     if index.wakeups:
         conn.executemany(

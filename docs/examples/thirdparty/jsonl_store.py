@@ -252,9 +252,8 @@ class JsonlStore:
     def _set_index(self, run_id: str, index: RunIndex, at: datetime) -> None:
         self._drop_index(run_id)
         self._indexes[run_id] = index
-        for claim in index.hooks:
-            if claim.holds_at(at):  # an expired claim holds nothing
-                self._holders[claim.token] = (run_id, claim)
+        for claim in index.claims_at(at):  # an expired claim holds nothing
+            self._holders[claim.token] = (run_id, claim)
 
     # --- append -------------------------------------------------------------------------------
 
@@ -276,14 +275,9 @@ class JsonlStore:
             head = len(self._runs.get(run_id, ()))
             if expected_sequence != head:
                 raise SequenceConflict(run_id, expected_sequence, head)
-            for claim in index.hooks:
+            for claim in index.claims_at(recorded_at):
                 held = self._holders.get(claim.token)
-                if (
-                    claim.holds_at(recorded_at)
-                    and held is not None
-                    and held[0] != run_id
-                    and held[1].holds_at(recorded_at)
-                ):
+                if held is not None and held[0] != run_id and held[1].holds_at(recorded_at):
                     raise TokenConflict(claim.token, held[0], held[1].hook_id)
             first = self._next_position
             record = {
@@ -484,7 +478,7 @@ class JsonlStore:
                     if index.summary.status in TERMINAL_RUN_STATUSES
                     and index.summary.completed_at is not None
                     and index.summary.completed_at < terminal_before
-                    and not any(c.holds_at(terminal_before) for c in index.hooks)
+                    and not index.claims_at(terminal_before)
                 ),
                 key=lambda s: (s.completed_at or EPOCH, s.run_id),
             )[: max(limit, 0)]
