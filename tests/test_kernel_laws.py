@@ -74,7 +74,6 @@ from runfold.kernel import (
     RunIndex,
     RunNotSupported,
     RunStarted,
-    RunSummary,
     RunTimedOut,
     SetAttributes,
     Snapshot,
@@ -652,17 +651,9 @@ def test_claims_at_are_the_claims_whose_retention_has_not_passed(snap: Snapshot,
 
 def test_claims_at_keeps_the_last_claim_of_a_token_and_drops_expired_ones() -> None:
     at = datetime(2026, 1, 1, tzinfo=UTC)
-    summary = RunSummary(
-        run_id="r",
-        workflow_name="wf",
-        status="completed",
-        parent_run_id=None,
-        created_at=at,
-        updated_at=at,
-        completed_at=at,
-        last_sequence=3,
-        attributes={},
-    )
+    created = RunCreated(workflow_name="wf", input=b"")
+    first_event = Envelope(run_id="r", sequence=1, event=created, recorded_at=at)
+    summary = run_index(project_run([first_event])).summary
     first = HookClaim(token="t", hook_id="first", retained_until=None)
     last = HookClaim(token="t", hook_id="last", retained_until=at + timedelta(seconds=1))
     expired = HookClaim(token="u", hook_id="gone", retained_until=at)
