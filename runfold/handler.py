@@ -8,7 +8,9 @@ holds the hook token), so every rule holds on every store, concurrency included.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -38,6 +40,10 @@ from runfold.kernel import (
 from runfold.stores.protocol import EventStore
 
 __all__ = ["CommandHandler", "Outcome", "new_run_id", "utc_now"]
+
+
+_MAX_CONFLICT_PAUSE = 0.05
+"""Seconds: the longest pause `conflict_backoff` makes before one attempt."""
 
 
 def utc_now() -> datetime:
@@ -74,9 +80,14 @@ class CommandHandler:
         limits: The bounds `decide` and `project_run` check; `Limits()` when None.
         cache_size: How many runs' snapshots to keep cached (0: none).
         max_attempts: How many sequence conflicts one `execute` absorbs before giving up.
+        conflict_backoff: Seconds. After its second sequence conflict in a row, an `execute`
+            pauses before each further attempt, for a random time below `conflict_backoff ×
+            2**conflicts` (at most 50 ms), so that writers racing for one run take turns
+            instead of all retrying at once; 0 retries at once.
 
     Raises:
-        ValueError: `cache_size` is negative or `max_attempts` is below 1.
+        ValueError: `cache_size` or `conflict_backoff` is negative, or `max_attempts` is
+            below 1.
     """
 
     def __init__(
@@ -87,15 +98,17 @@ class CommandHandler:
         limits: Limits | None = None,
         cache_size: int = 1024,
         max_attempts: int = 16,
+        conflict_backoff: float = 0.001,
     ) -> None:
-        if cache_size < 0 or max_attempts < 1:
-            raise ValueError("cache_size must be >= 0 and max_attempts >= 1")
+        if cache_size < 0 or max_attempts < 1 or not conflict_backoff >= 0:
+            raise ValueError("cache_size must be >= 0, max_attempts >= 1, conflict_backoff >= 0")
         self.store = store
         self.clock = clock
         self.limits = limits if limits is not None else Limits()
         self._cache: OrderedDict[str, Snapshot] = OrderedDict()
         self._cache_size = cache_size
         self._max_attempts = max_attempts
+        self._conflict_backoff = conflict_backoff
 
     # --- the cycle ----------------------------------------------------------------------------
 
@@ -164,6 +177,11 @@ class CommandHandler:
                 token_holder = None
                 if exc.actual < head:  # the run shrank (retention): forget what we knew
                     self._cache.pop(run_id, None)
+                if attempts > 1 and attempts < self._max_attempts and self._conflict_backoff:
+                    # Many writers on one run: the losers of a round, retrying all at once,
+                    # would each cost a read and a decision for the next round's one winner.
+                    limit = min(self._conflict_backoff * 2**attempts, _MAX_CONFLICT_PAUSE)
+                    await asyncio.sleep(random.random() * limit)
                 continue
             except TokenConflict as exc:
                 # Deciding again knowing the holder is not a lost race, so it costs no attempt;

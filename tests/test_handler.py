@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from types import TracebackType
+from types import SimpleNamespace, TracebackType
 from typing import Any, Self
 
 import pytest
@@ -644,7 +644,41 @@ async def test_any_cache_size_gives_the_same_answers(
         assert len(snapshot.steps) == 4
 
 
-@pytest.mark.parametrize("bad", [{"cache_size": -1}, {"max_attempts": 0}])
+@pytest.mark.parametrize("backoff", [0.0, 0.001])
+async def test_conflicts_in_a_row_pause_the_retries_for_a_random_time_growing_each_time(
+    store: EventStore, clock: Clock, monkeypatch: pytest.MonkeyPatch, backoff: float
+) -> None:
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+
+    monkeypatch.setattr("runfold.handler.asyncio", SimpleNamespace(sleep=pause))
+    monkeypatch.setattr("runfold.handler.random", SimpleNamespace(random=lambda: 1.0))
+    rival = CommandHandler(store, clock=clock)
+    await rival.execute("r", START)
+    racing = RacingStore(store, lambda: rival.execute("r", log("rival")), races=None)
+    handler = CommandHandler(racing, clock=clock, max_attempts=8, conflict_backoff=backoff)
+
+    with pytest.raises(SequenceConflict):
+        await handler.execute("r", step("s1"))
+
+    assert racing.conflicts == 8
+    # None after the first conflict (two writers racing retry at once), none after the last;
+    # the n-th conflict allows up to backoff × 2**n, at most 50 ms.
+    expected = [min(backoff * 2**n, 0.05) for n in range(2, 8)] if backoff else []
+    assert pauses == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"cache_size": -1},
+        {"max_attempts": 0},
+        {"conflict_backoff": -0.001},
+        {"conflict_backoff": float("nan")},
+    ],
+)
 def test_constructor_refuses_nonsense(store: EventStore, bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         CommandHandler(store, **bad)

@@ -745,6 +745,59 @@ async def test_single_event_appends_in_one_statement_write_what_append_events_wo
         assert [e.sequence for e in feed if e.run_id == "plain"] == list(range(1, head + 1))
 
 
+async def test_group_commits_of_single_events_write_together_and_settle_doomed_appends(
+    schema: str,
+) -> None:
+    """Queued single-event appends to runs without hooks or wakeups go together in one
+    statement; appends queued for a run that expect the head it just left conflict with the
+    head it is at; one the statement cannot write (the run still has a wakeup row) goes
+    through `append_events`."""
+    deadline = T0 + timedelta(hours=1)
+    async with opened(schema) as store:
+        runs = [f"r{n:02}" for n in range(20)]
+        for run_id in runs:
+            await write(store, run_id, created(), RunStarted())
+        await write(store, "timed", created(deadline=deadline), RunStarted())
+        plans = {run_id: await prepared(store, run_id, [log(run_id)]) for run_id in runs}
+        timed = await prepared(store, "timed", [RunCompleted(output=b"")])
+        assert not timed[1].wakeups and rows(f'SELECT count(*) FROM "{schema}".wakeups') == [(1,)]
+
+        def append(run_id: str, head: int, index: RunIndex, event: Event) -> Any:
+            return store.append_if_sequence(run_id, head, [event], index=index, recorded_at=T0)
+
+        # The first appends take the free write slots; the rest queue, r00's rivals behind it.
+        outcomes = await asyncio.gather(
+            *(append(run_id, *plans[run_id], log(run_id)) for run_id in runs[1:]),
+            append("r00", *plans["r00"], log("r00")),
+            *(append("r00", *plans["r00"], log(f"rival {n}")) for n in range(3)),
+            append("r05", plans["r05"][0] + 7, plans["r05"][1], log("far ahead")),
+            append("timed", *timed, RunCompleted(output=b"")),
+            return_exceptions=True,
+        )
+        *written, r00, rival0, rival1, rival2, ahead, completed = outcomes
+        assert all(isinstance(o, list) and [e.sequence for e in o] == [3] for o in written)
+        assert isinstance(r00, list) and [e.sequence for e in r00] == [3]
+        for rival in (rival0, rival1, rival2):
+            assert isinstance(rival, SequenceConflict) and (rival.expected, rival.actual) == (2, 3)
+        assert isinstance(ahead, SequenceConflict) and ahead.actual in (2, 3)
+        assert isinstance(completed, list) and [e.sequence for e in completed] == [3]
+        transactions = {
+            e.position // POSITIONS_PER_TRANSACTION
+            for o in [*written, r00]
+            if isinstance(o, list)
+            for e in o
+            if e.position is not None
+        }
+        assert len(transactions) < len(runs)  # they went together
+        for run_id in [*runs, "timed"]:
+            assert await store.get_runs([run_id]) == [await kernel_summary(store, run_id)]
+            assert [e.event for e in await store.read(run_id)][-1] != log("rival 0")
+        assert rows(f'SELECT count(*) FROM "{schema}".wakeups') == [(0,)]
+        feed = await store.read_all(limit=1000)
+        positions = [e.position or 0 for e in feed]
+        assert positions == sorted(set(positions)) and len(feed) == 2 * 21 + 21
+
+
 async def test_retained_token_past_its_deadline_gives_way_to_another_run(schema: str) -> None:
     async with opened(schema) as store:
         until = T0 + timedelta(minutes=1)
