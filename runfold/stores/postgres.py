@@ -102,13 +102,12 @@ POSITIONS_PER_TRANSACTION = 1_000_000
 NOTIFY_INTERVAL = 0.025
 """Seconds between two `NOTIFY`s of one store: appends in between share the next one."""
 MAX_WRITES = 2
-"""The append transactions a store keeps in flight (fewer if its pool is smaller); appends
-beyond wait for a group commit.
+"""The append transactions a store keeps in flight (fewer if its pool is smaller).
 
-Measured against one slot per connection of a pool of 8, in back-to-back runs on a 2-core
-machine: eight writers on distinct runs made 5–49% more appends per second with two slots (median
-32%, over 5 pairs), 64 writers 63–66% more (2 pairs): larger batches cost less client time and
-fewer commits per append."""
+Appends beyond wait for a group commit. Measured against one slot per connection of a pool of
+8, in back-to-back runs on a 2-core machine: eight writers on distinct runs made 5–49% more
+appends per second with two slots (median 32%, over 5 pairs), 64 writers 63–66% more (2
+pairs): larger batches cost less client time and fewer commits per append."""
 _BATCH_LIMIT = 64
 """Appends per group commit: each is a subtransaction, and a transaction keeps up to 64
 subtransaction ids in shared memory before other sessions' snapshots slow down."""
