@@ -61,11 +61,13 @@ from runfold.conformance._support import (
     write,
 )
 from runfold.stores import PostgresStore
-from runfold.stores.postgres import POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
+from runfold.stores.postgres import _MIGRATIONS, POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
 from runfold.stores.protocol import encode_cursor, time_key
 from tests.conftest import T0, Clock
 from tests.postgres_support import DSN, admin, schema_name
 
+APPLIED = [(n,) for n in range(1, SCHEMA_VERSION + 1)]
+"""The `schema_version` rows of a schema migrated once: each migration applied once."""
 ANYWHERE = 10.0
 """Seconds a test waits for what should happen at once before it fails."""
 
@@ -162,7 +164,7 @@ async def test_open_migrates_once_and_every_table_but_tokens_leads_with_run_id(
     async with opened(schema) as store, opened(schema, migrate=False) as reader:
         await store.migrate()  # idempotent
         assert await reader.head("r") == 2
-    assert rows(f'SELECT version FROM "{schema}".schema_version') == [(SCHEMA_VERSION,)]
+    assert rows(f'SELECT version FROM "{schema}".schema_version ORDER BY 1') == APPLIED
     leading = dict(
         rows(
             "SELECT table_name, column_name FROM information_schema.columns "
@@ -174,6 +176,38 @@ async def test_open_migrates_once_and_every_table_but_tokens_leads_with_run_id(
     assert leading.pop("tokens") == "token"  # the global token index, keyed by token
     assert set(leading.values()) == {"run_id"}
     assert set(leading) == {"events", "runs", "hooks", "wakeups"}
+
+
+async def test_a_schema_of_an_older_runfold_is_upgraded_and_keeps_its_runs(schema: str) -> None:
+    """A schema left at each earlier version (the migrations up to it, as that runfold applied
+    them) opens, is migrated, and its runs read and take appends as before."""
+    for version in range(1, SCHEMA_VERSION):
+        name = f"{schema}_v{version}"
+        quoted = '"' + name + '"'
+        try:
+            admin().execute(f"CREATE SCHEMA {quoted}")
+            admin().execute(
+                f"CREATE TABLE {quoted}.schema_version (version integer PRIMARY KEY, "
+                "applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            for number in range(1, version + 1):
+                admin().execute(_MIGRATIONS[number - 1].format(s=quoted))
+                admin().execute(f"INSERT INTO {quoted}.schema_version VALUES ({number})")
+            with pytest.raises(StoreOpenError, match="migrate"):
+                await PostgresStore.open(DSN, schema=name, migrate=False)
+            async with opened(name) as store:
+                await write(store, "r", created(), RunStarted())
+                outcomes = await asyncio.gather(
+                    *(write(store, f"r{n}", created(), RunStarted()) for n in range(5)),
+                )
+                assert all(len(o) == 2 for o in outcomes)
+                for _ in range(5):  # group commits of single events, as well
+                    await asyncio.gather(*(write(store, f"r{k}", log()) for k in range(5)))
+                assert [await store.head(f"r{k}") for k in range(5)] == [7] * 5
+                assert await store.get_runs(["r"]) == [await kernel_summary(store, "r")]
+            assert rows(f"SELECT version FROM {quoted}.schema_version ORDER BY 1") == APPLIED
+        finally:
+            admin().execute(f"DROP SCHEMA IF EXISTS {quoted} CASCADE")
 
 
 async def test_concurrent_migrations_are_safe_and_idempotent(schema: str) -> None:
@@ -189,7 +223,7 @@ async def test_concurrent_migrations_are_safe_and_idempotent(schema: str) -> Non
         await asyncio.gather(*(migrate_by_call(s) for s in some))
         await write(some[0], "r", created())
         assert await some[3].head("r") == 1
-    assert rows(f'SELECT version FROM "{schema}".schema_version') == [(SCHEMA_VERSION,)]
+    assert rows(f'SELECT version FROM "{schema}".schema_version ORDER BY 1') == APPLIED
 
 
 async def test_migrations_wait_for_each_other_on_the_advisory_lock(schema: str) -> None:
@@ -205,7 +239,7 @@ async def test_migrations_wait_for_each_other_on_the_advisory_lock(schema: str) 
         )
         for store in await opening:
             await store.close()
-    assert rows(f'SELECT version FROM "{schema}".schema_version') == [(SCHEMA_VERSION,)]
+    assert rows(f'SELECT version FROM "{schema}".schema_version ORDER BY 1') == APPLIED
 
 
 async def test_without_migrate_a_missing_schema_is_refused_and_left_alone(schema: str) -> None:

@@ -17,7 +17,7 @@
 - **Group commit**: an append takes a free write slot (`MAX_WRITES` of them); while every slot
   is taken, further appends wait and go together in one transaction, one append per run and
   one write per run in flight, sorted by run id so that batches lock runs in one order. Plain
-  appends go in one statement (`_PLAIN_BATCH`), the others through `append_batch`, each in a
+  appends go through `append_plain_batch`, the others through `append_batch`, each in a
   subtransaction of its own, so each keeps its own all-or-nothing outcome. A write that finds
   a run's head settles the appends queued for that run which expect another head (`_prune`).
 - **Feed**: an event's position is its transaction's id × 1,000,000 + its ordinal in that
@@ -352,6 +352,42 @@ _MIGRATIONS: tuple[str, ...] = (
     END
     $fn$;
     """,
+    """
+    -- A group commit of single events onto runs that keep no hook claims and no wakeups, each
+    -- to another run: what `append_events` does for them, without its arrays, the upkeep of
+    -- hooks and wakeups, or a subtransaction per append (none raises here). One row per
+    -- append, in order: its base position or, where it wrote nothing, -1 - the run's head
+    -- (0 for no run), as the single statement of one such append returns it.
+    CREATE FUNCTION {s}.append_plain_batch(p_requests {s}.append_request[])
+    RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
+    DECLARE
+        v_xact bigint := pg_current_xact_id()::text::bigint * 1000000;
+        v_ordinal integer := 0;
+        v_head integer;
+        r {s}.append_request;
+    BEGIN
+        FOREACH r IN ARRAY p_requests LOOP
+            v_ordinal := v_ordinal + 1;
+            UPDATE {s}.runs SET status = r.status, updated_at = r.updated_at,
+                completed_at = r.completed_at, last_sequence = r.last_sequence,
+                attributes = r.attributes, head = r.expected + 1,
+                head_position = v_xact + v_ordinal
+            WHERE run_id = r.run_id AND head = r.expected AND NOT has_hooks
+                AND NOT has_wakeups AND head_position < v_xact + 1000000;
+            IF FOUND THEN
+                INSERT INTO {s}.events (run_id, sequence, type, schema_version,
+                    correlation_id, payload, recorded_at, position)
+                VALUES (r.run_id, r.expected + 1, r.types[1], r.versions[1],
+                    r.correlation_ids[1], r.payloads[1], r.recorded_at, v_xact + v_ordinal);
+                RETURN NEXT v_xact + v_ordinal - 1;
+            ELSE
+                SELECT head INTO v_head FROM {s}.runs WHERE run_id = r.run_id;
+                RETURN NEXT -1 - coalesce(v_head, 0);
+            END IF;
+        END LOOP;
+    END
+    $fn$;
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 """The schema version this runfold writes and reads."""
@@ -598,36 +634,8 @@ rows to clear, a feed-order retry).
 """
 
 
-_PLAIN_BATCH = """
-WITH request AS (
-    SELECT * FROM unnest(%b::{s}.append_request[]) WITH ORDINALITY
-), moved AS (
-    UPDATE {s}.runs u SET status = r.status, updated_at = r.updated_at,
-        completed_at = r.completed_at, last_sequence = r.last_sequence,
-        attributes = r.attributes, head = r.expected + 1,
-        head_position = pg_current_xact_id()::text::bigint * 1000000 + r.ordinality
-    FROM request r
-    WHERE u.run_id = r.run_id AND u.head = r.expected AND NOT u.has_hooks AND NOT u.has_wakeups
-        AND u.head_position < (pg_current_xact_id()::text::bigint + 1) * 1000000
-    RETURNING r.ordinality, u.head_position
-), written AS (
-    INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id, payload,
-        recorded_at, position)
-    SELECT r.run_id, r.expected + 1, r.types[1], r.versions[1], r.correlation_ids[1],
-        r.payloads[1], r.recorded_at, m.head_position
-    FROM moved m JOIN request r USING (ordinality)
-)
-SELECT coalesce(m.head_position - 1, -1 - coalesce(u.head, 0))
-FROM request r LEFT JOIN moved m USING (ordinality) LEFT JOIN {s}.runs u USING (run_id)
-ORDER BY r.ordinality
-"""
-"""`_PLAIN_APPEND` for a group commit of plain appends to distinct runs: one statement.
-
-Each append gets a row, in order, as `_PLAIN_APPEND` returns it."""
-
-
 def _plain_outcome(expected: int, outcome: int) -> tuple[str | None, int | None, str | None]:
-    """A `_PLAIN_BATCH` row as `append_batch` would give it: (state, base, detail). Where the
+    """An `append_plain_batch` row as `append_batch` would give it: (state, base, detail). Where the
     statement could not say why it wrote nothing, the state is serialization_failure: the
     append is then written alone, as any append refused that way."""
     if outcome >= 0:
@@ -697,7 +705,7 @@ class PostgresStore:
         self._append_sql = f"SELECT {s}.append_events(%b)"
         self._plain_sql = _PLAIN_APPEND.format(s=s)
         self._batch_sql = f"SELECT state, base, detail FROM {s}.append_batch(%b)"
-        self._plain_batch_sql = _PLAIN_BATCH.format(s=s)
+        self._plain_batch_sql = f"SELECT * FROM {s}.append_plain_batch(%b)"
         # The types of `append_request` values and arrays, once the schema is known.
         self._request: type[_Wire] = _Wire
         self._requests: type[_Wire] = _Wire
