@@ -635,9 +635,11 @@ rows to clear, a feed-order retry).
 
 
 def _plain_outcome(expected: int, outcome: int) -> tuple[str | None, int | None, str | None]:
-    """An `append_plain_batch` row as `append_batch` would give it: (state, base, detail). Where the
-    statement could not say why it wrote nothing, the state is serialization_failure: the
-    append is then written alone, as any append refused that way."""
+    """An `append_plain_batch` row as `append_batch` would give it: (state, base, detail).
+
+    Where the function could not say why it wrote nothing, the state is serialization_failure:
+    the append is then written alone, as any append refused that way.
+    """
     if outcome >= 0:
         return None, outcome, None
     head = -1 - outcome
