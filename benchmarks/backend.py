@@ -52,11 +52,12 @@ class Backend(Protocol):
         transactions of `batch` INSERTs into a table keyed like runfold's."""
         ...
 
-    def thread_hops(
+    def raw_through_driver(
         self, loop: asyncio.AbstractEventLoop, *, count: int
     ) -> AbstractContextManager[Callable[[], None] | None]:
-        """`count` no-op calls through the driver's worker thread, or None for a driver that
-        runs on the event loop: the hand-off every append pays beside its own SQL."""
+        """The floor's single-INSERT transactions, `count` of them, each run as one call on
+        the async driver's worker thread and awaited from the event loop, or None for a driver
+        that runs on the event loop: the best any store on this driver could do."""
         ...
 
     def eventsourcing_env(self) -> AbstractContextManager[dict[str, str]]:

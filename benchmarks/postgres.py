@@ -69,7 +69,7 @@ class PostgresBackend:
         return f"PostgreSQL {self.version()} on {_where()}, synchronous_commit=on"
 
     @contextlib.contextmanager
-    def thread_hops(
+    def raw_through_driver(
         self, loop: asyncio.AbstractEventLoop, *, count: int
     ) -> Iterator[Callable[[], None] | None]:
         yield None  # psycopg's async connection runs on the event loop itself

@@ -24,6 +24,7 @@ from benchmarks.targets import (
 from benchmarks.workloads import LOG_EVENT
 from runfold import EventStore, encode_event
 from runfold.stores import SQLiteStore
+from runfold.stores.sqlite import _on_thread
 
 __all__ = ["SQLITE", "SQLiteBackend", "default_synchronous"]
 
@@ -43,6 +44,41 @@ def _file_system(path: Path) -> str:
 def _wal_full(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
+
+
+def _raw_schema(conn: sqlite3.Connection) -> None:
+    """The raw floor's table, keyed like runfold's events, in a WAL, synchronous=FULL file."""
+    _wal_full(conn)
+    conn.execute(
+        "CREATE TABLE events (run_id TEXT, sequence INTEGER, type TEXT, payload BLOB, "
+        "PRIMARY KEY (run_id, sequence)) WITHOUT ROWID"
+    )
+
+
+@contextlib.contextmanager
+def _raw_connection(path: Path) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        _raw_schema(conn)
+        yield conn
+    finally:
+        conn.close()
+
+
+_PAYLOAD = encode_event(LOG_EVENT)[2]
+
+
+def _raw_transactions(
+    conn: sqlite3.Connection, run_id: str, count: int, batch: int, first: int = 1
+) -> None:
+    """`count` transactions of `batch` INSERTs each into the raw table, from sequence `first`."""
+    for start in range(first, first + count * batch, batch):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO events VALUES (?, ?, ?, ?)",
+            [(run_id, s, "log", _PAYLOAD) for s in range(start, start + batch)],
+        )
+        conn.execute("COMMIT")
 
 
 class SQLiteBackend:
@@ -92,45 +128,28 @@ class SQLiteBackend:
     ) -> Iterator[Callable[[], None]]:
         if writers != 1:
             raise ValueError("SQLite has one writer at a time: its raw floor has one connection")
-        _, _, payload = encode_event(LOG_EVENT)
-        with self._file("raw") as path:
-            conn = sqlite3.connect(path, isolation_level=None)
-            _wal_full(conn)
-            conn.execute(
-                "CREATE TABLE events (run_id TEXT, sequence INTEGER, type TEXT, payload BLOB, "
-                "PRIMARY KEY (run_id, sequence)) WITHOUT ROWID"
-            )
+        with self._file("raw") as path, _raw_connection(path) as conn:
             runs = itertools.count(1)
-
-            def work() -> None:
-                run_id = f"raw-{next(runs)}"
-                for first in range(1, count * batch + 1, batch):
-                    conn.execute("BEGIN IMMEDIATE")
-                    conn.executemany(
-                        "INSERT INTO events VALUES (?, ?, ?, ?)",
-                        [(run_id, s, "log", payload) for s in range(first, first + batch)],
-                    )
-                    conn.execute("COMMIT")
-
-            try:
-                yield work
-            finally:
-                conn.close()
+            yield lambda: _raw_transactions(conn, f"raw-{next(runs)}", count, batch)
 
     @contextlib.contextmanager
-    def thread_hops(
+    def raw_through_driver(
         self, loop: asyncio.AbstractEventLoop, *, count: int
     ) -> Iterator[Callable[[], None] | None]:
-        # aiosqlite runs each call on its connection's thread: `SELECT 1` there and back.
-        with self._file("hops") as path:
-            conn = loop.run_until_complete(aiosqlite.connect(path))
+        # What `SQLiteStore` does with its own SQL: each transaction one call on aiosqlite's
+        # connection thread, awaited from the event loop.
+        with self._file("driver") as path:
+            conn = loop.run_until_complete(aiosqlite.connect(path, isolation_level=None))
+            loop.run_until_complete(_on_thread(conn, _raw_schema))
+            runs = itertools.count(1)
 
-            async def calls() -> None:
-                for _ in range(count):
-                    await conn.execute_fetchall("SELECT 1")
+            async def transactions() -> None:
+                run_id = f"raw-{next(runs)}"
+                for sequence in range(1, count + 1):
+                    await _on_thread(conn, _raw_transactions, run_id, 1, 1, sequence)
 
             try:
-                yield lambda: loop.run_until_complete(calls())
+                yield lambda: loop.run_until_complete(transactions())
             finally:
                 loop.run_until_complete(conn.close())
 
