@@ -5,7 +5,7 @@
   lock, so several processes may start at once. A schema already at this runfold's version is
   only read, so the running application needs no DDL rights. Every table leads with `run_id`
   except `tokens`, the global unique index of hook tokens (see
-  `docs/how-to/scale-out-on-postgres.md`).
+  `docs/scaling.md`).
 - **Append**: one call of the server-side function `append_events` (or, for a single event onto a
   run without hooks or wakeups, one statement that does its part: `_PLAIN_APPEND`): one transaction,
   one round trip. It moves the run's head in `runs` (that row is the run's lock: concurrent appends
