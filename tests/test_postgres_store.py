@@ -792,7 +792,8 @@ async def test_group_commits_of_single_events_write_together_and_settle_doomed_a
         for run_id in runs:
             await write(store, run_id, created(), RunStarted())
         await write(store, "timed", created(deadline=deadline), RunStarted())
-        plans = {run_id: await prepared(store, run_id, [log(run_id)]) for run_id in runs}
+        # Each run's line belongs to a step of its own: its correlation id goes along too.
+        plans = {run_id: await prepared(store, run_id, [log(run_id, run_id)]) for run_id in runs}
         timed = await prepared(store, "timed", [RunCompleted(output=b"")])
         assert not timed[1].wakeups and rows(f'SELECT count(*) FROM "{schema}".wakeups') == [(1,)]
 
@@ -801,8 +802,8 @@ async def test_group_commits_of_single_events_write_together_and_settle_doomed_a
 
         # The first appends take the free write slots; the rest queue, r00's rivals behind it.
         outcomes = await asyncio.gather(
-            *(append(run_id, *plans[run_id], log(run_id)) for run_id in runs[1:]),
-            append("r00", *plans["r00"], log("r00")),
+            *(append(run_id, *plans[run_id], log(run_id, run_id)) for run_id in runs[1:]),
+            append("r00", *plans["r00"], log("r00", "r00")),
             *(append("r00", *plans["r00"], log(f"rival {n}")) for n in range(3)),
             append("r05", plans["r05"][0] + 7, plans["r05"][1], log("far ahead")),
             append("timed", *timed, RunCompleted(output=b"")),
@@ -825,7 +826,9 @@ async def test_group_commits_of_single_events_write_together_and_settle_doomed_a
         assert len(transactions) < len(runs)  # they went together
         for run_id in [*runs, "timed"]:
             assert await store.get_runs([run_id]) == [await kernel_summary(store, run_id)]
-            assert [e.event for e in await store.read(run_id)][-1] != log("rival 0")
+        for run_id in runs:
+            (line,) = await store.read_by_correlation(run_id, run_id)
+            assert (line.sequence, line.event) == (3, log(run_id, run_id))
         assert rows(f'SELECT count(*) FROM "{schema}".wakeups') == [(0,)]
         feed = await store.read_all(limit=1000)
         positions = [e.position or 0 for e in feed]
