@@ -593,6 +593,46 @@ async def test_a_backend_killed_mid_append_leaves_no_partial_batch_and_the_store
         assert [e.sequence for e in appended] == [3, 4, 5]
 
 
+async def test_a_backend_killed_mid_group_commit_writes_none_of_its_appends(schema: str) -> None:
+    async with opened(schema) as store:
+        runs = [f"r{n:02}" for n in range(10)]
+        for run_id in runs:
+            await write(store, run_id, created(), RunStarted())
+        plans = {run_id: await prepared(store, run_id, [log(run_id)]) for run_id in runs}
+        async with blocker() as holder:
+            # The last run's row is locked: the group commit that holds it waits there, having
+            # written the appends to the runs before it.
+            await holder.execute(
+                f'SELECT FROM "{schema}".runs WHERE run_id = %s FOR UPDATE', ("r09",)
+            )
+            appending = asyncio.gather(
+                *(
+                    store.append_if_sequence(r, head, [log(r)], index=index, recorded_at=T0)
+                    for r, (head, index) in plans.items()
+                ),
+                return_exceptions=True,
+            )
+            [pid] = await queued_behind(holder, 1)
+            admin().execute("SELECT pg_terminate_backend(%s)", (pid,))
+            # Nothing of the cut batch is retried: it might have committed (a retry would block
+            # behind the holder here).
+            outcomes = dict(zip(runs, await asyncio.wait_for(appending, ANYWHERE), strict=True))
+        lost = [r for r, o in outcomes.items() if isinstance(o, StoreUnavailable)]
+        assert "r09" in lost and len(lost) > 1, outcomes  # a batch, not a lone append, was cut
+        for run_id, outcome in outcomes.items():
+            expected_head = 2 if run_id in lost else 3
+            assert isinstance(outcome, StoreUnavailable | list), outcome
+            assert await store.head(run_id) == expected_head
+            assert len(await store.read(run_id)) == expected_head
+            assert await store.get_runs([run_id]) == [await kernel_summary(store, run_id)]
+        for run_id in lost:  # the store recovered: the same appends go through now
+            head, index = plans[run_id]
+            appended = await store.append_if_sequence(
+                run_id, head, [log(run_id)], index=index, recorded_at=T0
+            )
+            assert [e.sequence for e in appended] == [3]
+
+
 async def test_the_pool_recovers_when_every_connection_is_killed(schema: str) -> None:
     name = f"runfold-test-{uuid.uuid4().hex[:8]}"
     async with await PostgresStore.open(

@@ -1182,6 +1182,7 @@ class PostgresStore:
         requests = self._requests(_array(self._request.oid, [r.wire() for r in batch]))
         plain = all(r.plain for r in batch)  # a batch's runs are distinct (`_drain`)
         rows: Sequence[tuple[Any, ...]]  # (state, base, detail) per append, as `append_batch`
+        conn: Connection | None = None
         try:
             conn = await self._getconn()
             try:
@@ -1198,9 +1199,9 @@ class PostgresStore:
             finally:
                 await self._putconn(conn)
         except psycopg.Error as exc:
-            if exc.sqlstate is None and isinstance(
-                exc, psycopg.OperationalError | psycopg.InterfaceError
-            ):  # the connection failed: whether the batch committed is unknown
+            if conn is None or conn.broken or exc.sqlstate is None:
+                # No connection, or it failed (lost, its backend killed): whether the batch
+                # committed is unknown, so nothing is retried.
                 for request in batch:
                     request.settle(self._translate(exc))
                 return
