@@ -141,6 +141,17 @@ async def prepared(
     return head, index_after(history, envelopes_for(run_id, head, events, T0))
 
 
+def transactions(outcomes: Sequence[list[Envelope] | BaseException]) -> set[int]:
+    """The transactions the appended envelopes among `outcomes` were written in."""
+    return {
+        e.position // POSITIONS_PER_TRANSACTION
+        for outcome in outcomes
+        if isinstance(outcome, list)
+        for e in outcome
+        if e.position is not None
+    }
+
+
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     return admin().execute(sql, params).fetchall()
 
@@ -775,14 +786,7 @@ async def test_concurrent_appends_share_transactions_and_keep_their_own_outcomes
         assert isinstance(wrong_head, SequenceConflict) and wrong_head.actual in (1, 3)
         assert isinstance(stolen, TokenConflict) and stolen.holder_run_id == "held"
         assert all(isinstance(a, list) and [e.sequence for e in a] == [2, 3] for a in appended)
-        transactions = {
-            e.position // POSITIONS_PER_TRANSACTION
-            for a in appended
-            if isinstance(a, list)
-            for e in a
-            if e.position is not None
-        }
-        assert len(transactions) < len(appended)  # they went together
+        assert len(transactions(appended)) < len(appended)  # they went together
         feed = await store.read_all(limit=10_000)
         assert [e.run_id for e in feed].count("r3") == 3 and await store.head("thief") == 1
 
@@ -856,14 +860,7 @@ async def test_group_commits_of_single_events_write_together_and_settle_doomed_a
             assert isinstance(rival, SequenceConflict) and (rival.expected, rival.actual) == (2, 3)
         assert isinstance(ahead, SequenceConflict) and ahead.actual in (2, 3)
         assert isinstance(completed, list) and [e.sequence for e in completed] == [3]
-        transactions = {
-            e.position // POSITIONS_PER_TRANSACTION
-            for o in [*written, r00]
-            if isinstance(o, list)
-            for e in o
-            if e.position is not None
-        }
-        assert len(transactions) < len(runs)  # they went together
+        assert len(transactions([*written, r00])) < len(runs)  # they went together
         for run_id in [*runs, "timed"]:
             assert await store.get_runs([run_id]) == [await kernel_summary(store, run_id)]
         for run_id in runs:

@@ -42,6 +42,7 @@ __all__ = [
     "optional_time",
     "summary_from_row",
     "summary_page",
+    "token_holder_query",
     "wakeup_from_row",
 ]
 
@@ -86,6 +87,26 @@ def envelopes_from_rows(rows: Iterable[Sequence[Any]], run_id: str | None = None
             raise CorruptEvent(row_run_id, sequence, f"malformed row: {exc}") from None
         result.append(make_envelope(row_run_id, sequence, event, recorded_at, position))
     return result
+
+
+def holds_at(moment: str, hook: str = "") -> str:
+    """SQL for `HookClaim.holds_at`: the hook row keeps its token at `moment`.
+
+    `moment` is a placeholder or expression holding a time key; `hook` prefixes the columns.
+    """
+    return f"({hook}retained_until IS NULL OR {hook}retained_until > {moment})"
+
+
+def token_holder_query(mark: str, table: str) -> str:
+    """The query for the row of `table` holding a token at a moment.
+
+    It selects `(run_id, hook_id, retained_until)`; its parameters are the token and the
+    moment's time key.
+    """
+    return (
+        f"SELECT run_id, hook_id, retained_until FROM {table} "
+        f"WHERE token = {mark} AND {holds_at(mark)}"
+    )
 
 
 def optional_time(micros: int | None) -> datetime | None:
@@ -167,7 +188,7 @@ def list_hooks_query(
     Raises:
         ValueError: `cursor` is not one `hooks_page` made.
     """
-    clauses = [f"(retained_until IS NULL OR retained_until > {mark})"]
+    clauses = [holds_at(mark)]
     params: list[Any] = [time_key(now)]
     if run_id is not None:
         clauses.append(f"run_id = {mark}")

@@ -75,12 +75,14 @@ from runfold.kernel import (
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     envelopes_from_rows,
+    holds_at,
     hook_page,
     list_hooks_query,
     list_runs_query,
     optional_time,
     summary_from_row,
     summary_page,
+    token_holder_query,
     wakeup_from_row,
 )
 from runfold.stores.protocol import check_append, check_index, time_key
@@ -631,6 +633,10 @@ and 140–150 µs through the function. It returns the base position (never nega
 writes nothing, `-1 - head` for the head its snapshot saw: another head is a `SequenceConflict`;
 the expected one leaves `append_events` to say why (a commit since the snapshot, hook or wakeup
 rows to clear, a feed-order retry).
+
+`append_plain_batch` (migration 2) is the same write for a group commit. A lone append stays a
+statement: through the function it took 5–10% longer (measured with synchronous_commit on and
+off).
 """
 
 
@@ -1148,18 +1154,19 @@ class PostgresStore:
                 conn = await self._getconn()
                 try:
                     cursor = self._cursors[conn]
-                    row = None
                     if request.plain:
                         await cursor.execute(self._plain_sql, request.plain_parameters())
                         row = await cursor.fetchone()
                         assert row is not None
-                        head = -1 - row[0]
-                        if head >= 0 and head != request.expected:
-                            raise SequenceConflict(request.run_id, request.expected, head)
-                    if row is None or row[0] < 0:  # not plain, or it was not sure why not
-                        wire = self._request(request.wire())
-                        await cursor.execute(self._append_sql, (wire,))
-                        row = await cursor.fetchone()
+                        state, _, detail = _plain_outcome(request.expected, row[0])
+                        if state is None:
+                            return int(row[0])
+                        refusal = await self._refusal(request, state, detail)
+                        if refusal is not None:
+                            raise refusal
+                    # Not plain, or the statement could not say why it wrote nothing.
+                    await cursor.execute(self._append_sql, (self._request(request.wire()),))
+                    row = await cursor.fetchone()
                 finally:
                     await self._putconn(conn)
                 assert row is not None
@@ -1459,9 +1466,7 @@ class PostgresStore:
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
         """The live holder of a hook token at `now`, or None."""
         rows = await self._fetch(
-            f"SELECT run_id, hook_id, retained_until FROM {self._s}.tokens "
-            "WHERE token = %s AND (retained_until IS NULL OR retained_until > %s)",
-            (token.encode(), time_key(now)),
+            token_holder_query("%s", f"{self._s}.tokens"), (token.encode(), time_key(now))
         )
         if not rows:
             return None
@@ -1538,7 +1543,7 @@ class PostgresStore:
                 WHERE completed_at IS NOT NULL AND completed_at < %(before)s
                     AND status = ANY(%(terminal)s::text[])
                     AND NOT EXISTS (SELECT FROM {s}.hooks h WHERE h.run_id = r.run_id
-                        AND (h.retained_until IS NULL OR h.retained_until > %(before)s))
+                        AND {holds_at("%(before)s", "h.")})
                 ORDER BY completed_at, run_id LIMIT %(limit)s
                 FOR UPDATE""",
                 "SELECT count(*) FROM dropped",

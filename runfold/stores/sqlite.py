@@ -50,12 +50,14 @@ from runfold.kernel import (
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     envelopes_from_rows,
+    holds_at,
     hook_page,
     list_hooks_query,
     list_runs_query,
     optional_time,
     summary_from_row,
     summary_page,
+    token_holder_query,
     wakeup_from_row,
 )
 from runfold.stores.protocol import check_append, check_index, time_key
@@ -603,10 +605,7 @@ def _append_one(conn: sqlite3.Connection, request: _Append) -> list[Envelope]:
     ]
 
 
-_TOKEN_HOLDER = (
-    "SELECT run_id, hook_id, retained_until FROM hooks "
-    "WHERE token = ? AND (retained_until IS NULL OR retained_until > ?)"
-)
+_TOKEN_HOLDER = token_holder_query("?", "hooks")
 """The hook row holding a token at a time: live, or retained past it."""
 
 
@@ -755,8 +754,8 @@ def _delete_runs(conn: sqlite3.Connection, terminal_before: int, limit: int) -> 
             for row in conn.execute(
                 "SELECT run_id FROM runs WHERE completed_at IS NOT NULL AND completed_at < ? "
                 f"AND status IN {_TERMINAL!r} AND NOT EXISTS (SELECT 1 FROM hooks "
-                "WHERE hooks.run_id = runs.run_id AND (retained_until IS NULL "
-                "OR retained_until > ?)) ORDER BY completed_at, run_id LIMIT ?",
+                f"WHERE hooks.run_id = runs.run_id AND {holds_at('?')}) "
+                "ORDER BY completed_at, run_id LIMIT ?",
                 (terminal_before, terminal_before, limit),
             )
         ]
