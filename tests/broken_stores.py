@@ -85,10 +85,12 @@ class _Appending(MemoryStore):
         self._feed.extend(new)
         return _envelopes(new, events)
 
-    def _check_head(self, run_id: str, expected: int) -> None:
-        head = len(self._rows.get(run_id, ()))
-        if expected != head:
-            raise SequenceConflict(run_id, expected, head)
+    def _check_head(self, run_id: str, expected: int, position: int | None = None) -> None:
+        rows = self._rows.get(run_id, [])
+        if expected != len(rows) or (
+            position is not None and rows and rows[-1].position != position
+        ):
+            raise SequenceConflict(run_id, expected, len(rows))
 
     async def append_if_sequence(
         self,
@@ -98,6 +100,7 @@ class _Appending(MemoryStore):
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         if not events:
             raise ValueError("append_if_sequence needs at least one event")
@@ -105,7 +108,7 @@ class _Appending(MemoryStore):
             encode_event(event)
         async with self._lock:
             self._check_open()
-            self._check_head(run_id, expected_sequence)
+            self._check_head(run_id, expected_sequence, expected_position)
             self._check_claims(run_id, index, recorded_at)
             envelopes = self._write_rows(run_id, events, recorded_at)
             self._replace_index(run_id, index, recorded_at)
@@ -115,7 +118,7 @@ class _Appending(MemoryStore):
 class SkipsHeadCheck(_Appending):
     """Appends at the head whatever sequence the caller expected."""
 
-    def _check_head(self, run_id: str, expected: int) -> None:
+    def _check_head(self, run_id: str, expected: int, position: int | None = None) -> None:
         return
 
 
@@ -131,12 +134,13 @@ class HeadCheckOutsideTransaction(_Appending):
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         if not events:
             raise ValueError("append_if_sequence needs at least one event")
         async with self._lock:
             self._check_open()
-            self._check_head(run_id, expected_sequence)
+            self._check_head(run_id, expected_sequence, expected_position)
         await asyncio.sleep(0)
         async with self._lock:
             self._check_claims(run_id, index, recorded_at)
@@ -157,12 +161,13 @@ class BatchNotAtomic(_Appending):
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         if not events:
             raise ValueError("append_if_sequence needs at least one event")
         async with self._lock:
             self._check_open()
-            self._check_head(run_id, expected_sequence)
+            self._check_head(run_id, expected_sequence, expected_position)
             self._check_claims(run_id, index, recorded_at)
             written = [self._write_rows(run_id, [event], recorded_at)[0] for event in events]
             self._replace_index(run_id, index, recorded_at)
@@ -181,12 +186,13 @@ class IndexOutsideTransaction(_Appending):
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         if not events:
             raise ValueError("append_if_sequence needs at least one event")
         async with self._lock:
             self._check_open()
-            self._check_head(run_id, expected_sequence)
+            self._check_head(run_id, expected_sequence, expected_position)
             self._check_claims(run_id, index, recorded_at)
             envelopes = self._write_rows(run_id, events, recorded_at)
         await asyncio.sleep(0)
@@ -323,12 +329,13 @@ class FeedExposesUncommitted(_Appending):
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         if not events:
             raise ValueError("append_if_sequence needs at least one event")
         async with self._lock:
             self._check_open()
-            self._check_head(run_id, expected_sequence)
+            self._check_head(run_id, expected_sequence, expected_position)
             self._check_claims(run_id, index, recorded_at)
             rows = self._rows.setdefault(run_id, [])
             new = _rows(run_id, len(rows), events, recorded_at, self._next_position)

@@ -230,13 +230,19 @@ class CrashingStore(DelegatingStore):
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         self.appends += 1
         crash = self.appends == self.crash_at
         if crash and not self.after_write:
             raise StoreUnavailable("injected crash before the append")
         envelopes = await super().append_if_sequence(
-            run_id, expected_sequence, events, index=index, recorded_at=recorded_at
+            run_id,
+            expected_sequence,
+            events,
+            index=index,
+            recorded_at=recorded_at,
+            expected_position=expected_position,
         )
         if crash:
             raise StoreUnavailable("injected crash after the append")

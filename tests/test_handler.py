@@ -107,11 +107,17 @@ class DelegatingStore:
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         await self.pause()
         try:
             return await self.inner.append_if_sequence(
-                run_id, expected_sequence, events, index=index, recorded_at=recorded_at
+                run_id,
+                expected_sequence,
+                events,
+                index=index,
+                recorded_at=recorded_at,
+                expected_position=expected_position,
             )
         except SequenceConflict:
             self.conflicts += 1
@@ -237,6 +243,7 @@ class RacingStore(DelegatingStore):
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         if self.races_left is None or self.races_left > 0:
             if self.races_left is not None:
@@ -244,7 +251,12 @@ class RacingStore(DelegatingStore):
             self.raced += 1
             await self.rival()
         return await super().append_if_sequence(
-            run_id, expected_sequence, events, index=index, recorded_at=recorded_at
+            run_id,
+            expected_sequence,
+            events,
+            index=index,
+            recorded_at=recorded_at,
+            expected_position=expected_position,
         )
 
 

@@ -26,6 +26,7 @@ from runfold.kernel import (
     Envelope,
     Event,
     LogRecorded,
+    RunCompleted,
     RunStarted,
     SequenceConflict,
     StepCreated,
@@ -210,3 +211,54 @@ async def append_batch_all_or_nothing(ctx: Context, store: EventStore) -> None:
         StepStarted(step_id="s", attempt=1),
     )
     assert sequences(appended) == [3, 4]
+
+
+@check("append", requires=("global_feed",))
+async def append_fenced_by_head_position(ctx: Context, store: EventStore) -> None:
+    """With `expected_position`, an append lands only if the event at `expected_sequence` has
+    that feed position: a run deleted by retention and created again under the same id, at the
+    same instant, to the same head, refuses an append decided on the old run (the kind of
+    `SequenceConflict` a cache of the old run must get), and takes one fenced by its own head."""
+    old = await write(store, "r", *started())
+    await write(store, "r", RunCompleted(output=b""))
+    old_head = (await store.read("r"))[-1]
+    if ctx.capabilities.retention:
+        assert await store.delete_runs(terminal_before=T0 + MINUTE, limit=10) == 1
+        reborn = await write(store, "r", *started())
+        await write(store, "r", log("new"))
+        new_head = (await store.read("r"))[-1]
+        assert new_head.sequence == old_head.sequence
+        assert new_head.position != old_head.position, "a feed position was handed out twice"
+    else:
+        reborn, new_head = old, old_head
+    before = await store.read("r")
+    events: list[Event] = [log("late")]
+    index = index_after(before, envelopes_for("r", len(before), events, T0))
+    for stale in (old[-1].position, -1, 2**70):
+        if stale == new_head.position:
+            continue
+        assert stale is not None
+        conflict = await raises(
+            SequenceConflict,
+            store.append_if_sequence(
+                "r", len(before), events, index=index, recorded_at=T0, expected_position=stale
+            ),
+            f"append at the head {len(before)} fenced by a stale position {stale}",
+        )
+        assert (conflict.expected, conflict.actual) == (len(before), len(before)), conflict
+        assert await store.read("r") == before, "a fenced-off append wrote"
+    appended = await store.append_if_sequence(
+        "r", len(before), events, index=index, recorded_at=T0, expected_position=new_head.position
+    )
+    assert [e.sequence for e in appended] == [len(before) + 1]
+    assert reborn[0].run_id == "r"
+    # A run that must not exist ignores the fence.
+    fresh = await store.append_if_sequence(
+        "fresh",
+        0,
+        [created()],
+        index=index_after([], envelopes_for("fresh", 0, [created()], T0)),
+        recorded_at=T0,
+        expected_position=12345,
+    )
+    assert [e.sequence for e in fresh] == [1]

@@ -109,13 +109,15 @@ class MemoryStore:
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         """Append `events` if the run's head is `expected_sequence`, all or nothing.
 
         See `EventStore.append_if_sequence`.
 
         Raises:
-            SequenceConflict: The run's head is not `expected_sequence`; nothing was written.
+            SequenceConflict: The run's head is not `expected_sequence`, or its event is not at
+                `expected_position`; nothing was written.
             TokenConflict: Another run's live or retained hook holds a token of `index`.
             ValueError: `events` is empty, or `index` is another run's.
             StoreClosed: The store was closed.
@@ -125,7 +127,11 @@ class MemoryStore:
         async with self._lock:
             self._check_open()
             rows = self._rows.get(run_id, [])
-            if expected_sequence != len(rows):
+            if expected_sequence != len(rows) or (
+                expected_position is not None
+                and expected_sequence > 0
+                and rows[-1].position != expected_position
+            ):
                 raise SequenceConflict(run_id, expected_sequence, len(rows))
             self._check_claims(run_id, index, recorded_at)
             new_rows = []

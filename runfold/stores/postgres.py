@@ -116,8 +116,10 @@ subtransaction ids in shared memory before other sessions' snapshots slow down."
 _RETRIES = 3
 """Attempts for an append refused with serialization_failure (it wrote nothing)."""
 
-# Forward-only: migration N takes a schema at version N-1 to version N. Never edit one that
-# shipped; add the next. `{s}` is the quoted schema name.
+# Forward-only: migration N takes a schema at version N-1 to version N (tables, types, indexes).
+# Never change what one that shipped leaves behind; add the next. Functions are not migrated:
+# `_FUNCTIONS` replaces them with this runfold's definitions whenever a migration runs. `{s}` is
+# the quoted schema name.
 _MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE {s}.events (
@@ -197,6 +199,17 @@ _MIGRATIONS: tuple[str, ...] = (
         wakeup_kinds text[], wakeup_subjects text[], wakeup_due bigint[]
     );
 
+    """,
+    # Migration 2 added the function append_plain_batch: functions live in `_FUNCTIONS` now.
+    "SELECT 1",
+    """
+    ALTER TYPE {s}.append_request ADD ATTRIBUTE expected_position bigint;
+    """,
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+"""The schema version this runfold writes and reads."""
+
+_FUNCTIONS = """
     -- Writes one append; returns the position before its first event (its events follow at
     -- ordinals p_offset + 1, … of this transaction). Raises RF001 (detail: the true head) when
     -- the head is not r.expected; RF002 (detail: JSON naming the claim's ordinal and its
@@ -204,7 +217,7 @@ _MIGRATIONS: tuple[str, ...] = (
     -- when the run's previous append committed with a younger transaction id than this one
     -- (possible only when appending at a head read before that commit): its events would come
     -- first in the feed, and a new transaction, being younger, passes.
-    CREATE FUNCTION {s}.append_events(r {s}.append_request, p_offset integer DEFAULT 0)
+    CREATE OR REPLACE FUNCTION {s}.append_events(r {s}.append_request, p_offset integer DEFAULT 0)
     RETURNS bigint LANGUAGE plpgsql AS $fn$
     DECLARE
         v_xact bigint := pg_current_xact_id()::text::bigint * 1000000;
@@ -215,6 +228,7 @@ _MIGRATIONS: tuple[str, ...] = (
         v_had_hooks boolean := false;
         v_had_wakeups boolean := false;
         v_head integer;
+        v_head_position bigint;
         v_holder record;
     BEGIN
         -- `old` is the row as this statement found it: a commit since then would have moved
@@ -227,6 +241,7 @@ _MIGRATIONS: tuple[str, ...] = (
             has_hooks = cardinality(r.tokens) > 0, has_wakeups = cardinality(r.wakeup_kinds) > 0
         FROM {s}.runs old
         WHERE u.run_id = r.run_id AND old.run_id = r.run_id AND u.head = r.expected
+            AND u.head_position = coalesce(r.expected_position, u.head_position)
             AND u.head_position < v_xact + 1000000
         RETURNING old.has_hooks, old.has_wakeups INTO v_had_hooks, v_had_wakeups;
         IF NOT FOUND AND r.expected = 0 THEN
@@ -240,8 +255,12 @@ _MIGRATIONS: tuple[str, ...] = (
             ON CONFLICT (run_id) DO NOTHING;
         END IF;
         IF NOT FOUND THEN
-            SELECT head INTO v_head FROM {s}.runs WHERE run_id = r.run_id;
-            IF v_head = r.expected THEN
+            SELECT head, head_position INTO v_head, v_head_position
+            FROM {s}.runs WHERE run_id = r.run_id;
+            -- The head is the one expected but its event is another: the run was deleted and
+            -- created again since the caller read it, a conflict (detail: the head).
+            IF v_head = r.expected
+                    AND v_head_position = coalesce(r.expected_position, v_head_position) THEN
                 RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
                     MESSAGE = 'runfold: the run moved on in a younger transaction; retry';
             END IF;
@@ -312,7 +331,7 @@ _MIGRATIONS: tuple[str, ...] = (
 
     -- Several appends in one transaction, each in a subtransaction of its own: one row per
     -- append, in order, with its base position or the SQLSTATE and detail that refused it.
-    CREATE FUNCTION {s}.append_batch(p_requests {s}.append_request[])
+    CREATE OR REPLACE FUNCTION {s}.append_batch(p_requests {s}.append_request[])
     RETURNS TABLE (state text, base bigint, detail text) LANGUAGE plpgsql AS $fn$
     DECLARE
         r {s}.append_request;
@@ -338,7 +357,7 @@ _MIGRATIONS: tuple[str, ...] = (
     -- running, since any that can still commit has a higher id, hence higher positions. It
     -- first waits (up to p_wait_ms) for the transactions running when it was called, so that
     -- what committed before the call is included unless an older transaction stays open.
-    CREATE FUNCTION {s}.read_feed(p_after bigint, p_limit integer, p_wait_ms integer)
+    CREATE OR REPLACE FUNCTION {s}.read_feed(p_after bigint, p_limit integer, p_wait_ms integer)
     RETURNS SETOF {s}.events LANGUAGE plpgsql AS $fn$
     DECLARE
         v_called xid8 := pg_snapshot_xmax(pg_current_snapshot());
@@ -353,14 +372,13 @@ _MIGRATIONS: tuple[str, ...] = (
             ORDER BY e.position LIMIT p_limit;
     END
     $fn$;
-    """,
-    """
+
     -- A group commit of single events onto runs that keep no hook claims and no wakeups, each
     -- to another run: what `append_events` does for them, without its arrays, the upkeep of
     -- hooks and wakeups, or a subtransaction per append (none raises here). One row per
     -- append, in order: its base position or, where it wrote nothing, -1 - the run's head
     -- (0 for no run), as the single statement of one such append returns it.
-    CREATE FUNCTION {s}.append_plain_batch(p_requests {s}.append_request[])
+    CREATE OR REPLACE FUNCTION {s}.append_plain_batch(p_requests {s}.append_request[])
     RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
     DECLARE
         v_xact bigint := pg_current_xact_id()::text::bigint * 1000000;
@@ -375,7 +393,8 @@ _MIGRATIONS: tuple[str, ...] = (
                 attributes = r.attributes, head = r.expected + 1,
                 head_position = v_xact + v_ordinal
             WHERE run_id = r.run_id AND head = r.expected AND NOT has_hooks
-                AND NOT has_wakeups AND head_position < v_xact + 1000000;
+                AND NOT has_wakeups AND head_position < v_xact + 1000000
+                AND head_position = coalesce(r.expected_position, head_position);
             IF FOUND THEN
                 INSERT INTO {s}.events (run_id, sequence, type, schema_version,
                     correlation_id, payload, recorded_at, position)
@@ -389,10 +408,10 @@ _MIGRATIONS: tuple[str, ...] = (
         END LOOP;
     END
     $fn$;
-    """,
-)
-SCHEMA_VERSION = len(_MIGRATIONS)
-"""The schema version this runfold writes and reads."""
+"""
+"""The server-side functions, as this runfold calls them: (re)created in the transaction of
+every migration, so that each is written once, here, and a schema at any version ends with the
+current definitions."""
 
 _EVENT_COLUMNS = "sequence, type, schema_version, payload, recorded_at, position"
 """An event row's columns (`envelopes_from_rows`); the feed's rows lead with the run id."""
@@ -427,6 +446,7 @@ _ARRAY = {
 }
 _I4 = struct.Struct(">i")
 _I8 = struct.Struct(">q")
+_I8_MAX = 2**63 - 1
 _HEADER = struct.Struct(">iiIii")  # dimensions, has NULLs, element type, length, lower bound
 _EMPTY = struct.Struct(">iiI")  # no dimensions, no NULLs, element type
 _FIELD = struct.Struct(">Ii")  # type, length (-1: NULL)
@@ -507,6 +527,7 @@ class _Append:
         "encoded",
         "events",
         "expected",
+        "expected_position",
         "future",
         "index",
         "recorded_at",
@@ -521,9 +542,16 @@ class _Append:
         events: Sequence[Event],
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> None:
         self.run_id = run_id
         self.expected = expected
+        # Positions are positive bigints: one out of that range is no event's, and -1 conflicts
+        # as that value would.
+        if expected <= 0 or expected_position is None:
+            self.expected_position: int | None = None
+        else:
+            self.expected_position = expected_position if 0 < expected_position < _I8_MAX else -1
         self.events = events
         self.count = len(events)
         self.index = index
@@ -558,6 +586,7 @@ class _Append:
             "last_sequence": summary.last_sequence,
             "attributes": self.attributes,
             "expected": self.expected,
+            "expected_position": self.expected_position,
             "run_id": self.run_id,
             "type": event_type,
             "version": version,
@@ -591,6 +620,7 @@ class _Append:
                 (_TEXT, self.attributes.encode()),
                 *(_claims_fields(self.claims) if self.claims else _NO_CLAIMS),
                 *(_wakeups_fields(index.wakeups) if index.wakeups else _NO_WAKEUPS),
+                (_INT8, None if (p := self.expected_position) is None else _I8.pack(p)),
             )
         )
 
@@ -612,6 +642,7 @@ WITH moved AS (
         head_position = pg_current_xact_id()::text::bigint * 1000000 + 1
     WHERE run_id = %(run_id)s AND head = %(expected)s AND NOT has_hooks AND NOT has_wakeups
         AND head_position < (pg_current_xact_id()::text::bigint + 1) * 1000000
+        AND head_position = coalesce(%(expected_position)s::bigint, head_position)
     RETURNING run_id, head_position
 ), written AS (
     INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id, payload,
@@ -987,6 +1018,7 @@ class PostgresStore:
         for number in range(version + 1, SCHEMA_VERSION + 1):
             await conn.execute(_MIGRATIONS[number - 1].format(s=s))
             await conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (number,))
+        await conn.execute(_FUNCTIONS.format(s=s))
 
     async def _version(self, conn: Connection) -> int:
         """The schema's version; 0 when it has no `schema_version` table."""
@@ -1033,6 +1065,7 @@ class PostgresStore:
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         """Append `events` if the run's head is `expected_sequence`, all or nothing.
 
@@ -1043,7 +1076,7 @@ class PostgresStore:
         check_append(run_id, events, index)
         if len(events) >= POSITIONS_PER_TRANSACTION:
             raise ValueError(f"at most {POSITIONS_PER_TRANSACTION - 1:,} events per append")
-        request = _Append(run_id, expected_sequence, events, index, recorded_at)
+        request = _Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
         self._check_open()
         if (
             self._writing < self._max_writes

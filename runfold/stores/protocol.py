@@ -60,6 +60,7 @@ class EventStore(Protocol):
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         """Append `events` and replace the index rows, if the run's head is `expected_sequence`.
 
@@ -72,12 +73,19 @@ class EventStore(Protocol):
             events: The events to append, at least one.
             index: The run's index rows after the append (`run_index` of the new snapshot).
             recorded_at: Stamped on every envelope; hook retention is judged at this time.
+            expected_position: The feed position of the event at `expected_sequence`, when the
+                caller knows it. The append then also conflicts when the run's head event is
+                another one: the run was deleted (retention) and created again since the caller
+                read it, and a decision made on the old run must not land in the new one. A
+                position is never handed out twice, so it names one incarnation of a run.
+                Ignored when `expected_sequence` is 0.
 
         Returns:
             The envelopes written, in sequence order.
 
         Raises:
-            SequenceConflict: The head is not `expected_sequence` (`actual` says what it is).
+            SequenceConflict: The head is not `expected_sequence` (`actual` says what it is),
+                or its event's position is not `expected_position`.
             TokenConflict: A token in `index` is held by another run's live or retained hook.
             ValueError: `events` is empty, or `index` is another run's.
         """

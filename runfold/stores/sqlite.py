@@ -134,7 +134,16 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 class _Append:
     """One queued append and the future its caller awaits."""
 
-    __slots__ = ("events", "expected", "future", "index", "recorded_at", "rows", "run_id")
+    __slots__ = (
+        "events",
+        "expected",
+        "expected_position",
+        "future",
+        "index",
+        "recorded_at",
+        "rows",
+        "run_id",
+    )
 
     def __init__(
         self,
@@ -143,9 +152,11 @@ class _Append:
         events: Sequence[Event],
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None,
     ) -> None:
         self.run_id = run_id
         self.expected = expected
+        self.expected_position = expected_position if expected > 0 else None
         self.events = events
         self.index = index
         self.recorded_at = recorded_at
@@ -269,6 +280,7 @@ class SQLiteStore:
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
         """Append `events` if the run's head is `expected_sequence`, all or nothing.
 
@@ -278,7 +290,7 @@ class SQLiteStore:
         check_append(run_id, events, index)
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
-        request = _Append(run_id, expected_sequence, events, index, recorded_at)
+        request = _Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
         self._queue.append(request)
         if self._idle.is_set():
             self._idle.clear()
@@ -568,24 +580,27 @@ class _IndexRows(NamedTuple):
 
 
 _RUN_STATE = (
-    "SELECT (SELECT max(sequence) FROM events WHERE run_id = ?1), runs.status, "
+    "SELECT (SELECT max(sequence) FROM events WHERE run_id = ?1), "
+    "(SELECT position FROM events WHERE run_id = ?1 ORDER BY sequence DESC LIMIT 1), runs.status, "
     "runs.completed_at, EXISTS (SELECT 1 FROM hooks WHERE run_id = ?1), "
     "EXISTS (SELECT 1 FROM wakeups WHERE run_id = ?1), "
     "max(coalesce((SELECT max(position) FROM events), 0), (SELECT position FROM feed_high_water)) "
     "FROM (SELECT 1) LEFT JOIN runs ON runs.run_id = ?1"
 )
-"""The run's head; what its index rows hold now: status and end time (None, None without a
-runs row), and whether it has hook and wakeup rows; and the last feed position handed out
-(retention may have deleted its event)."""
+"""The run's head and its event's feed position; what its index rows hold now: status and end
+time (None, None without a runs row), and whether it has hook and wakeup rows; and the last feed
+position handed out (retention may have deleted its event)."""
 
 
 def _append_one(conn: sqlite3.Connection, request: _Append) -> list[Envelope]:
     run_id = request.run_id
-    last, status, completed_at, has_hooks, has_wakeups, next_position = conn.execute(
+    last, head_position, status, completed_at, has_hooks, has_wakeups, next_position = conn.execute(
         _RUN_STATE, (run_id,)
     ).fetchone()
     head = last or 0
-    if head != request.expected:
+    if head != request.expected or (
+        request.expected_position is not None and head_position != request.expected_position
+    ):
         raise SequenceConflict(run_id, request.expected, head)
     now = time_key(request.recorded_at)
     claims = _live_claims(conn, run_id, request.index, request.recorded_at)

@@ -265,15 +265,20 @@ class JsonlStore:
         *,
         index: RunIndex,
         recorded_at: datetime,
+        expected_position: int | None = None,
     ) -> list[Envelope]:
-        """Check the head and the claimed tokens, write one line, then apply it."""
+        """Check the head (its sequence and, if given, its event's position) and the claimed
+        tokens, write one line, then apply it."""
         if not events:
             raise ValueError("append_if_sequence needs at least one event")
         encoded = [(*encode_event(event), correlation_id(event)) for event in events]
         async with self._lock:
             self._open_file()
-            head = len(self._runs.get(run_id, ()))
-            if expected_sequence != head:
+            rows = self._runs.get(run_id, [])
+            head = len(rows)
+            if expected_sequence != head or (
+                expected_position is not None and head and rows[-1].position != expected_position
+            ):
                 raise SequenceConflict(run_id, expected_sequence, head)
             for claim in index.claims_at(recorded_at):
                 held = self._holders.get(claim.token)
