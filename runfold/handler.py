@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import attrs
@@ -26,14 +26,13 @@ from runfold.kernel import (
     HookNotFound,
     Limits,
     ReceiveHook,
+    Rejection,
     RunNotFound,
     SequenceConflict,
     Snapshot,
-    StartStep,
-    StepCreated,
     TokenConflict,
     apply,
-    decide,
+    decide_many,
     project_run,
     run_index,
 )
@@ -53,12 +52,12 @@ def utc_now() -> datetime:
 
 @attrs.frozen(kw_only=True)
 class Outcome:
-    """What `CommandHandler.execute` did.
+    """What `CommandHandler.execute` (or `execute_many`) did.
 
-    `snapshot` is the run after the command; `appended` the envelopes it wrote (empty for a
-    no-op); `missed` the envelopes other writers appended after the caller's `known_sequence`
-    and before this decision; `created_step` is True when a lazy `StartStep` created the step,
-    i.e. this caller won the race and should run the step body.
+    `snapshot` is the run after the commands; `appended` the envelopes they wrote (empty when
+    all were no-ops); `missed` the envelopes other writers appended after the caller's
+    `known_sequence` and before this decision; `created_step` is True when a lazy `StartStep`
+    created its step, i.e. this caller won the race and should run the step body.
     """
 
     snapshot: Snapshot
@@ -67,18 +66,44 @@ class Outcome:
     created_step: bool = False
 
 
+@attrs.frozen
+class _Cached:
+    """A run as this handler last knew it.
+
+    `snapshot` None: the run had no history. `first_position` and `head_position` are the feed
+    positions of its first and last events (None when the store gives none): the first names
+    this incarnation of the run (retention may delete it and the id be used again), the last
+    fences appends decided on the snapshot (`expected_position`).
+    """
+
+    snapshot: Snapshot | None
+    first_position: int | None = None
+    head_position: int | None = None
+
+    @property
+    def fenced(self) -> bool:
+        """Whether an append decided on this snapshot can go without reading first: the store
+        checks both its head and its incarnation (a run it lacks must still not exist)."""
+        return self.snapshot is None or self.head_position is not None
+
+
+_ABSENT = _Cached(None)
+
+
 class CommandHandler:
     """Executes commands against runs kept in `store`: load, decide, append, retry on conflict.
 
-    Snapshots are cached (LRU) and caught up with `store.read(after=…)` before every decision,
-    so a command costs O(new events), not O(history). Every rule is `decide`'s, so it holds on
-    every store, concurrency included.
+    Snapshots are cached (LRU). On a warm cache a command costs one store call, the append: it
+    is fenced by the cached head's sequence and feed position, so a run that moved (or was
+    deleted and created again) refuses it with `SequenceConflict`, and only then does the handler
+    read what it missed, from the cached head on, and decide again. Every rule is `decide`'s, so
+    it holds on every store, concurrency included.
 
     Args:
         store: Where the runs are kept.
         clock: Supplies `now` for each decision and every appended event's `recorded_at`.
         limits: The bounds `decide` and `project_run` check; `Limits()` when None.
-        cache_size: How many runs' snapshots to keep cached (0: none).
+        cache_size: How many runs to keep cached (0: none; every command then reads the run).
         max_attempts: How many sequence conflicts one `execute` absorbs before giving up.
         conflict_backoff: Seconds. After its second sequence conflict in a row, an `execute`
             pauses before each further attempt, for a random time below `conflict_backoff ×
@@ -105,7 +130,7 @@ class CommandHandler:
         self.store = store
         self.clock = clock
         self.limits = limits if limits is not None else Limits()
-        self._cache: OrderedDict[str, Snapshot] = OrderedDict()
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_size = cache_size
         self._max_attempts = max_attempts
         self._conflict_backoff = conflict_backoff
@@ -113,7 +138,12 @@ class CommandHandler:
     # --- the cycle ----------------------------------------------------------------------------
 
     async def execute(
-        self, run_id: str, command: Command, *, known_sequence: int | None = None
+        self,
+        run_id: str,
+        command: Command,
+        *,
+        known_sequence: int | None = None,
+        now: datetime | None = None,
     ) -> Outcome:
         """Decide `command` on the run's freshest snapshot and append the result atomically.
 
@@ -126,6 +156,8 @@ class CommandHandler:
             command: What to decide.
             known_sequence: The last sequence the caller saw; what others appended after it
                 comes back in `Outcome.missed`.
+            now: The time of the first decision (default: the clock), e.g. the time a host
+                showed its workflow; a retry after a conflict decides at the clock's time.
 
         Returns:
             The run after the command, what was appended (nothing for a no-op) and what was missed.
@@ -139,44 +171,75 @@ class CommandHandler:
             StoreUnavailable: The store could not be reached (safe to retry).
             StoreClosed: The store was closed.
         """
+        return await self.execute_many(run_id, (command,), known_sequence=known_sequence, now=now)
+
+    async def execute_many(
+        self,
+        run_id: str,
+        commands: Sequence[Command],
+        *,
+        known_sequence: int | None = None,
+        now: datetime | None = None,
+    ) -> Outcome:
+        """Decide `commands` as one (`decide_many`) and append all their events in one append.
+
+        Each command is decided on the snapshot the ones before it left; the events of all go
+        in one `append_if_sequence`, all or nothing. Conflicts retry the whole batch, as in
+        `execute`, whose arguments and errors these are.
+
+        Raises:
+            Rejection: A command was refused (its `command_index` says which); nothing was
+                written.
+            InvalidCommand: `commands` is empty.
+        """
+        commands = tuple(commands)
         token_holder: HookHolder | None = None
         conflict: SequenceConflict | None = None
         attempts = token_conflicts = 0
+        cached, fresh = await self._load(run_id)
         while attempts < self._max_attempts:
-            before = await self._load(run_id)
-            now = self.clock()
-            decision = decide(
-                before,
-                command,
-                now=now,
-                limits=self.limits,
-                token_holder=token_holder,
-                run_id=run_id,
-            )
+            before = cached.snapshot
+            at = now if now is not None and attempts == 0 else self.clock()
+            try:
+                batch = decide_many(
+                    before,
+                    commands,
+                    now=at,
+                    limits=self.limits,
+                    token_holder=token_holder,
+                    run_id=run_id,
+                )
+            except Rejection:
+                if fresh:
+                    raise
+                # Decided on the cache alone: the run may have moved on to where the commands
+                # hold, so only a refusal of what the store has now counts.
+                cached, fresh = await self._catch_up(run_id, cached), True
+                continue
+            if not batch.events and not fresh:  # a no-op too must hold on the stored run
+                cached, fresh = await self._catch_up(run_id, cached), True
+                continue
             missed = await self._missed(run_id, before, known_sequence)
-            if not decision.events:
-                assert before is not None  # only an existing run can make a command a no-op
-                return Outcome(snapshot=before, appended=(), missed=missed)
+            after = batch.snapshot
+            if not batch.events:
+                assert after is not None  # only an existing run can make a command a no-op
+                return Outcome(snapshot=after, appended=(), missed=missed)
+            assert after is not None
             head = before.last_sequence if before is not None else 0
-            envelopes = [
-                Envelope(run_id=run_id, sequence=head + offset, event=event, recorded_at=now)
-                for offset, event in enumerate(decision.events, start=1)
-            ]
-            after = (
-                apply(before, envelopes, limits=self.limits)
-                if before is not None
-                else project_run(envelopes, limits=self.limits)
-            )
             try:
                 appended = await self.store.append_if_sequence(
-                    run_id, head, decision.events, index=run_index(after), recorded_at=now
+                    run_id,
+                    head,
+                    batch.events,
+                    index=run_index(after),
+                    recorded_at=at,
+                    expected_position=cached.head_position,
                 )
             except SequenceConflict as exc:
                 attempts += 1
                 conflict = exc
                 token_holder = None
-                if exc.actual < head:  # the run shrank (retention): forget what we knew
-                    self._cache.pop(run_id, None)
+                cached, fresh = await self._catch_up(run_id, cached), True
                 if attempts > 1 and attempts < self._max_attempts and self._conflict_backoff:
                     # Many writers on one run: the losers of a round, retrying all at once,
                     # would each cost a read and a decision for the next round's one winner.
@@ -193,12 +256,13 @@ class CommandHandler:
                     run_id=exc.holder_run_id, hook_id=exc.holder_hook_id, retained_until=None
                 )
                 continue
-            self._remember(after)
-            created_step = isinstance(command, StartStep) and isinstance(
-                decision.events[0], StepCreated
-            )
+            first = cached.first_position if before is not None else appended[0].position
+            self._remember(run_id, _Cached(after, first, appended[-1].position))
             return Outcome(
-                snapshot=after, appended=tuple(appended), missed=missed, created_step=created_step
+                snapshot=after,
+                appended=tuple(appended),
+                missed=missed,
+                created_step=bool(batch.created_steps),
             )
         assert conflict is not None
         raise conflict
@@ -221,15 +285,21 @@ class CommandHandler:
         )
 
     async def snapshot(self, run_id: str) -> Snapshot:
-        """The run's current snapshot.
+        """The run's current snapshot, caught up with the store (one read on a warm cache).
 
         Raises:
             RunNotFound: The run has no history.
         """
-        found = await self._load(run_id)
+        found = await self.lookup(run_id)
         if found is None:
             raise RunNotFound(f"run {run_id!r} not found", run_id=run_id)
         return found
+
+    async def lookup(self, run_id: str) -> Snapshot | None:
+        """The run's current snapshot caught up with the store, or None if it has no history."""
+        cached = self._cache.get(run_id)
+        cached = await (self._read(run_id) if cached is None else self._catch_up(run_id, cached))
+        return cached.snapshot
 
     async def history(self, run_id: str) -> list[Envelope]:
         """The run's whole history, oldest first (empty for an unknown run)."""
@@ -237,40 +307,69 @@ class CommandHandler:
 
     # --- cache --------------------------------------------------------------------------------
 
-    async def _load(self, run_id: str) -> Snapshot | None:
+    async def _load(self, run_id: str) -> tuple[_Cached, bool]:
+        """The run as cached when the next append is fenced by it, else as the store has it;
+        and whether it was read from the store just now."""
         cached = self._cache.get(run_id)
-        if cached is not None:
-            # Re-read the last event the cached snapshot knows as well: if it is gone or is
-            # another event, retention deleted the run (perhaps it was created again since), and
-            # the snapshot must not be used or caught up.
-            tail = await self.store.read(run_id, after=cached.last_sequence - 1)
-            if (
-                tail
-                and tail[0].sequence == cached.last_sequence
-                and tail[0].recorded_at == cached.updated_at
-            ):
-                if len(tail) == 1:
-                    self._cache.move_to_end(run_id)
-                    return cached
-                snapshot = apply(cached, tail[1:], limits=self.limits)
-                self._remember(snapshot)
-                return snapshot
-            self._cache.pop(run_id, None)
+        if cached is None:
+            return await self._read(run_id), True
+        if not cached.fenced:
+            return await self._catch_up(run_id, cached), True
+        self._cache.move_to_end(run_id)
+        return cached, False
+
+    async def _read(self, run_id: str) -> _Cached:
+        """The run read whole from the store, and remembered."""
         history = await self.store.read(run_id)
         if not history:
-            return None
-        snapshot = project_run(history, limits=self.limits)
-        self._remember(snapshot)
-        return snapshot
+            self._remember(run_id, _ABSENT)
+            return _ABSENT
+        found = _Cached(
+            project_run(history, limits=self.limits), history[0].position, history[-1].position
+        )
+        self._remember(run_id, found)
+        return found
 
-    def _remember(self, snapshot: Snapshot) -> None:
+    async def _catch_up(self, run_id: str, cached: _Cached) -> _Cached:
+        """`cached` with what was appended since, or the run read afresh when `cached` is not
+        this incarnation of it any more (retention deleted the run, perhaps it was created
+        again): the last event it knows must still be there, the same one."""
+        known = cached.snapshot
+        if known is None:
+            return await self._read(run_id)
+        tail = await self.store.read(run_id, after=known.last_sequence - 1)
+        last = tail[0] if tail else None
+        same = last is not None and last.sequence == known.last_sequence
+        if same and cached.head_position is not None:
+            same = last.position == cached.head_position  # type: ignore[union-attr]
+        elif same:  # a store without positions: the best evidence left is the time
+            same = last.recorded_at == known.updated_at  # type: ignore[union-attr]
+        if not same:
+            self._cache.pop(run_id, None)
+            return await self._read(run_id)
+        if len(tail) == 1:
+            self._cache.move_to_end(run_id)
+            return cached
+        caught_up = _Cached(
+            apply(known, tail[1:], limits=self.limits), cached.first_position, tail[-1].position
+        )
+        self._remember(run_id, caught_up)
+        return caught_up
+
+    def _remember(self, run_id: str, found: _Cached) -> None:
         if self._cache_size == 0:
             return
-        cached = self._cache.get(snapshot.run_id)
-        if cached is not None and cached.last_sequence > snapshot.last_sequence:
-            return  # a slower task must not replace a fresher snapshot
-        self._cache[snapshot.run_id] = snapshot
-        self._cache.move_to_end(snapshot.run_id)
+        cached = self._cache.get(run_id)
+        if (
+            cached is not None
+            and cached.snapshot is not None
+            and found.snapshot is not None
+            and cached.first_position == found.first_position
+            and cached.snapshot.last_sequence > found.snapshot.last_sequence
+        ):
+            return  # a slower task must not replace a fresher snapshot of the same run
+        self._cache[run_id] = found
+        self._cache.move_to_end(run_id)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 

@@ -5,6 +5,7 @@ arguments, so every function is replayable and property-testable.
 """
 
 from runfold.kernel import errors
+from runfold.kernel.batch import BatchDecision, decide_many
 from runfold.kernel.codec import (
     EventCodec,
     Upcaster,
@@ -139,6 +140,7 @@ __all__ = [
     "TERMINAL_RUN_STATUSES",
     "AttributeChange",
     "AttributesSet",
+    "BatchDecision",
     "CancelRequested",
     "CancelRun",
     "CancelStep",
@@ -242,6 +244,7 @@ __all__ = [
     "apply",
     "correlation_id",
     "decide",
+    "decide_many",
     "decode_event",
     "default_codec",
     "encode_event",

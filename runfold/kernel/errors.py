@@ -66,7 +66,9 @@ class RunfoldError(Exception):
 class Rejection(RunfoldError):
     """A command refused by `decide`; nothing was written.
 
-    Subclasses say why; `run_id` names the run when it is known.
+    Subclasses say why; `run_id` names the run when it is known. `command_index` is the refused
+    command's place in its batch (`decide_many`, `CommandHandler.execute_many`; 0 for a single
+    command).
     """
 
     code = "rejected"
@@ -75,6 +77,7 @@ class Rejection(RunfoldError):
     def __init__(self, message: str, *, run_id: str | None = None) -> None:
         super().__init__(message)
         self.run_id = run_id
+        self.command_index = 0
 
 
 class RunNotFound(Rejection):

@@ -1,0 +1,109 @@
+"""`decide_many`: several commands for one run, decided as one.
+
+Each command is decided on the snapshot the ones before it left, so a batch means exactly what
+its commands would mean one after the other; its events then go in one atomic append. That is
+how a host records a step's outcome together with the workflow's next decision in one commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import attrs
+
+from runfold.kernel.commands import Command, StartStep
+from runfold.kernel.decide import decide
+from runfold.kernel.errors import InvalidCommand, Rejection
+from runfold.kernel.events import Envelope, Event, StepCreated
+from runfold.kernel.index import HookHolder
+from runfold.kernel.limits import Limits
+from runfold.kernel.snapshot import Snapshot, apply, project_run
+
+__all__ = ["BatchDecision", "decide_many"]
+
+_DEFAULT_LIMITS = Limits()
+
+
+@attrs.frozen(kw_only=True)
+class BatchDecision:
+    """What `decide_many` returns.
+
+    `events` are every command's events in order (empty when every command was a no-op);
+    `snapshot` is the run after them (the snapshot given when there are none); `created_steps`
+    the ids of the steps a lazy `StartStep` of the batch created.
+    """
+
+    events: tuple[Event, ...]
+    snapshot: Snapshot | None
+    created_steps: tuple[str, ...] = ()
+
+
+def decide_many(
+    snapshot: Snapshot | None,
+    commands: Sequence[Command],
+    *,
+    now: datetime,
+    limits: Limits = _DEFAULT_LIMITS,
+    token_holder: HookHolder | None = None,
+    run_id: str | None = None,
+) -> BatchDecision:
+    """Decide `commands` in order, each on the snapshot the ones before it left.
+
+    Pure, like `decide`, and all or nothing: a refused command refuses the batch. The
+    `Rejection` raised is the command's own, with `command_index` set to its place in
+    `commands` and a note naming it.
+
+    Args:
+        snapshot: The run's snapshot; None when the run has no history.
+        commands: At least one command.
+        now: The time of the decision; it stamps the events the later commands are decided on.
+        limits: As for `decide`.
+        token_holder: As for `decide`: what the store says holds a `CreateHook` token.
+        run_id: Names the run when `snapshot` is None.
+
+    Raises:
+        Rejection: A command was refused (`command_index` says which); `InvalidCommand` for
+            an empty batch.
+    """
+    if not commands:
+        raise InvalidCommand("a batch needs at least one command", run_id=run_id)
+    current = snapshot
+    head = snapshot.last_sequence if snapshot is not None else 0
+    events: list[Event] = []
+    created: list[str] = []
+    for place, command in enumerate(commands):
+        try:
+            decision = decide(
+                current,
+                command,
+                now=now,
+                limits=limits,
+                token_holder=token_holder,
+                run_id=run_id,
+            )
+        except Rejection as exc:
+            exc.command_index = place
+            if len(commands) > 1:
+                exc.add_note(
+                    f"refused command {place} of a batch of {len(commands)}: "
+                    f"{type(command).__name__}"
+                )
+            raise
+        if not decision.events:
+            continue
+        if isinstance(command, StartStep) and isinstance(decision.events[0], StepCreated):
+            created.append(command.step_id)
+        first = head + len(events) + 1
+        owner = current.run_id if current is not None else run_id or ""
+        envelopes = [
+            Envelope(run_id=owner, sequence=first + k, event=event, recorded_at=now)
+            for k, event in enumerate(decision.events)
+        ]
+        current = (
+            project_run(envelopes, limits=limits)
+            if current is None
+            else apply(current, envelopes, limits=limits)
+        )
+        events.extend(decision.events)
+    return BatchDecision(events=tuple(events), snapshot=current, created_steps=tuple(created))

@@ -1,0 +1,171 @@
+"""`CommandHandler.execute_many` and the warm cache: batches decided as one and appended in one
+append, and commands that cost one store call, fenced against runs deleted and created again."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from runfold import (
+    CommandHandler,
+    CompleteRun,
+    CompleteStep,
+    CreateRun,
+    EntityConflict,
+    EventStore,
+    InvalidCommand,
+    RecordLog,
+    StartRun,
+    StepNotFound,
+    project_run,
+    run_index,
+)
+from tests.conftest import Clock
+from tests.test_handler import START, DelegatingStore, RacingStore, fresh, lazy, log, sequences
+
+
+class CountingStore(DelegatingStore):
+    """Counts every call that reaches the store under test."""
+
+    def __init__(self, inner: EventStore) -> None:
+        super().__init__(inner)
+        self.calls = 0
+
+    async def pause(self) -> None:
+        self.calls += 1
+
+
+async def test_a_batch_is_decided_in_order_and_appended_at_once(
+    store: EventStore, clock: Clock
+) -> None:
+    counting = CountingStore(store)
+    handler = CommandHandler(counting, clock=clock)
+    commands = [START, lazy("s"), CompleteStep(step_id="s", output=b"1"), log("after")]
+
+    outcome = await handler.execute_many("r", commands)
+
+    assert counting.calls == 2  # the read that found no run, and one append
+    assert [e.event.event_type for e in outcome.appended] == [
+        "run_created",
+        "run_started",
+        "step_created",
+        "step_started",
+        "step_completed",
+        "log_recorded",
+    ]
+    assert sequences(outcome.appended) == [1, 2, 3, 4, 5, 6]
+    assert outcome.created_step
+    assert outcome.snapshot == await fresh(store, "r")
+    assert outcome.snapshot.steps["s"].output == b"1"
+    assert len({e.recorded_at for e in outcome.appended}) == 1
+
+
+async def test_a_refused_command_mid_batch_writes_nothing_and_is_named(
+    store: EventStore, handler: CommandHandler
+) -> None:
+    await handler.execute("r", START)
+    before = await store.read("r")
+
+    with pytest.raises(StepNotFound) as refused:
+        await handler.execute_many(
+            "r", [log("a"), CompleteStep(step_id="nope", output=b""), log("b")]
+        )
+
+    assert refused.value.command_index == 1
+    assert "refused command 1 of a batch of 3: CompleteStep" in refused.value.__notes__
+    assert await store.read("r") == before
+    assert (await store.get_runs(["r"]))[0] == run_index(project_run(before)).summary
+
+
+async def test_a_single_refused_command_has_index_zero(handler: CommandHandler) -> None:
+    await handler.execute("r", START)
+    with pytest.raises(EntityConflict) as refused:
+        await handler.execute("r", CreateRun(workflow_name="wf", input=b"in"))
+    assert refused.value.command_index == 0
+
+
+async def test_an_empty_batch_is_refused(handler: CommandHandler) -> None:
+    with pytest.raises(InvalidCommand, match="at least one command"):
+        await handler.execute_many("r", [])
+
+
+async def test_a_batch_that_meets_a_conflict_is_retried_whole(
+    store: EventStore, clock: Clock
+) -> None:
+    await CommandHandler(store, clock=clock).execute("r", START)
+    rival = CommandHandler(store, clock=clock)
+    racing = RacingStore(store, lambda: rival.execute("r", log("rival")), races=2)
+    handler = CommandHandler(racing, clock=clock)
+
+    outcome = await handler.execute_many("r", [lazy("s"), CompleteStep(step_id="s", output=b"")])
+
+    assert racing.raced == 2 and racing.conflicts >= 1
+    assert [e.event.event_type for e in outcome.appended] == [
+        "step_created",
+        "step_started",
+        "step_completed",
+    ]
+    assert outcome.snapshot == await fresh(store, "r")
+    assert outcome.snapshot.log_count == 2
+
+
+async def test_a_command_on_a_warm_cache_costs_one_store_call(
+    store: EventStore, clock: Clock
+) -> None:
+    counting = CountingStore(store)
+    handler = CommandHandler(counting, clock=clock)
+    await handler.execute("r", START)
+    for n in range(5):
+        counting.calls = 0
+        clock.advance()
+        outcome = await handler.execute("r", log(str(n)))
+        assert counting.calls == 1, f"command {n} made {counting.calls} store calls"
+        assert outcome.snapshot == await fresh(store, "r")
+
+
+async def test_a_stale_cache_catches_up_once_the_store_refuses(
+    store: EventStore, clock: Clock
+) -> None:
+    counting = CountingStore(store)
+    handler = CommandHandler(counting, clock=clock)
+    await handler.execute("r", START)
+    await CommandHandler(store, clock=clock).execute("r", lazy("s"))  # behind the cache's back
+    counting.calls = 0
+
+    # Refused on the cached snapshot (no step "s" there), accepted on the stored run.
+    outcome = await handler.execute("r", CompleteStep(step_id="s", output=b"ok"))
+
+    assert counting.calls == 2  # the catch-up read, then the append
+    assert outcome.snapshot == await fresh(store, "r")
+    assert outcome.snapshot.steps["s"].status == "completed"
+
+
+async def test_a_run_deleted_and_created_again_at_the_same_instant_gets_no_stale_decision(
+    store: EventStore, clock: Clock
+) -> None:
+    """The clock stands still: the new run reaches the old cached head with the same sequence and
+    the same `recorded_at`. Only the feed position tells the two runs apart."""
+    stale = CommandHandler(store, clock=clock)
+    others = CommandHandler(store, clock=clock)
+    await stale.execute("r", StartRun(create=CreateRun(workflow_name="old", input=b"old")))
+    await others.execute("r", CompleteRun(output=b""))
+    assert await store.delete_runs(terminal_before=clock.now + timedelta(microseconds=1), limit=5)
+    await others.execute("r", StartRun(create=CreateRun(workflow_name="new", input=b"new")))
+    assert (await store.read("r"))[-1].recorded_at == clock.now  # same head, same instant
+
+    outcome = await stale.execute("r", RecordLog(level="info", message="x"))
+
+    history = await store.read("r")
+    assert outcome.snapshot == project_run(history)
+    assert outcome.snapshot.input == b"new" and outcome.snapshot.workflow_name == "new"
+    assert (await store.get_runs(["r"]))[0] == run_index(project_run(history)).summary
+
+
+async def test_a_cache_of_zero_reads_every_time(store: EventStore, clock: Clock) -> None:
+    counting = CountingStore(store)
+    handler = CommandHandler(counting, clock=clock, cache_size=0)
+    await handler.execute("r", START)
+    counting.calls = 0
+    await handler.execute("r", log())
+    assert counting.calls == 2
