@@ -492,6 +492,19 @@ def _created(cmd: CreateRun) -> RunCreated:
     )
 
 
+def _definition(of: Snapshot | CreateRun) -> tuple[object, ...]:
+    """What a run is created with and keeps, but its attributes (which may change since)."""
+    return (
+        of.workflow_name,
+        of.workflow_version,
+        of.deployment_id,
+        of.input,
+        of.context,
+        of.parent_run_id,
+        of.deadline,
+    )
+
+
 def _create_run(ctx: _Ctx, cmd: CreateRun) -> _Events:
     if ctx.snapshot is not None:
         raise EntityConflict(f"run {ctx.snapshot.run_id!r} already exists", run_id=ctx.run_id)
@@ -504,6 +517,10 @@ def _start_run(ctx: _Ctx, cmd: StartRun) -> _Events:
         if cmd.create is None:
             raise RunNotFound(f"run {ctx.run_id!r} not found", run_id=ctx.run_id)
         return (_created(cmd.create), RunStarted())
+    if cmd.create is not None and _definition(snap) != _definition(cmd.create):
+        raise NonDeterministic(
+            f"run {snap.run_id!r} already exists with another definition", run_id=snap.run_id
+        )
     if snap.status == "pending":
         return (RunStarted(),)
     if snap.status in ("running", "cancelling"):

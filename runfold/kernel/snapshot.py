@@ -319,6 +319,8 @@ class Snapshot:
     hooks: PView[_Hook, HookState]
     progress: PView[ProgressRecorded, ProgressRecorded]
     children: PView[ChildLinked, ChildLinked]
+    hook_conflicts: PView[HookConflict, HookConflict]
+    """The `hook_conflict` of each hook id that could not be created (its token was held)."""
     attribute_write_ids: PView[int, int]
     log_count: int
     # Derivable bookkeeping that keeps index upkeep O(open work) instead of O(run):
@@ -409,6 +411,8 @@ class _Builder:
         "deployment_id",
         "error",
         "error_code",
+        "hook_conflicts",
+        "hook_conflicts_new",
         "hooks",
         "hooks_new",
         "input",
@@ -465,12 +469,14 @@ class _Builder:
     hooks: PView[_Hook, HookState]
     progress: PView[ProgressRecorded, ProgressRecorded]
     children: PView[ChildLinked, ChildLinked]
+    hook_conflicts: PView[HookConflict, HookConflict]
     write_ids: PView[int, int]
     steps_new: dict[str, _Step]
     waits_new: dict[str, _Wait]
     hooks_new: dict[str, _Hook]
     progress_new: dict[str, ProgressRecorded]
     children_new: dict[str, ChildLinked]
+    hook_conflicts_new: dict[str, HookConflict]
     write_ids_new: dict[str, int]
     live_steps: set[str]
     retrying: set[str]
@@ -549,6 +555,7 @@ class _Builder:
             hooks=self.hooks.derive(self.hooks_new),
             progress=self.progress.derive(self.progress_new),
             children=self.children.derive(self.children_new),
+            hook_conflicts=self.hook_conflicts.derive(self.hook_conflicts_new),
             attribute_write_ids=self.write_ids.derive(self.write_ids_new),
             log_count=self.log_count,
             live_step_ids=frozenset(self.live_steps),
@@ -596,8 +603,10 @@ def _start_builder(first: Envelope, limits: Limits) -> _Builder:
     b.log_count = 0
     b.steps, b.waits, b.hooks = _empty_records(), _empty_records(), _empty_records()
     b.progress, b.children, b.write_ids = _empty_values(), _empty_values(), _empty_values()
+    b.hook_conflicts = _empty_values()
     b.steps_new, b.waits_new, b.hooks_new = {}, {}, {}
     b.progress_new, b.children_new, b.write_ids_new = {}, {}, {}
+    b.hook_conflicts_new = {}
     b.live_steps, b.retrying, b.waiting, b.active_hooks = set(), set(), set(), set()
     return b
 
@@ -625,9 +634,11 @@ def _resume_builder(snapshot: Snapshot, limits: Limits) -> _Builder:
     b.log_count = snapshot.log_count
     b.steps, b.waits, b.hooks = snapshot.steps, snapshot.waits, snapshot.hooks
     b.progress, b.children = snapshot.progress, snapshot.children
+    b.hook_conflicts = snapshot.hook_conflicts
     b.write_ids = snapshot.attribute_write_ids
     b.steps_new, b.waits_new, b.hooks_new = {}, {}, {}
     b.progress_new, b.children_new, b.write_ids_new = {}, {}, {}
+    b.hook_conflicts_new = {}
     b.live_steps = set(snapshot.live_step_ids)
     b.retrying = set(snapshot.retrying_step_ids)
     b.waiting = set(snapshot.waiting_wait_ids)
@@ -932,6 +943,7 @@ def _on_hook_conflict(b: _Builder, ev: HookConflict, at: datetime) -> None:
     b.require_live("hook_conflict")
     if ev.hook_id in b.hooks_new or b.hooks.raw(ev.hook_id) is not None:
         raise b.fail(f"hook_conflict for existing hook {ev.hook_id!r}")
+    b.hook_conflicts_new[ev.hook_id] = ev
 
 
 _HANDLERS: dict[type[Event], Any] = {
