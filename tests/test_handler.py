@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from types import SimpleNamespace, TracebackType
 from typing import Any, Self
@@ -186,13 +186,15 @@ class DelegatingStore:
         await self.pause()
         return await self.inner.list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
 
-    async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
+    async def due_wakeups(
+        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    ) -> list[Wakeup]:
         await self.pause()
-        return await self.inner.due_wakeups(now, limit=limit)
+        return await self.inner.due_wakeups(now, limit=limit, workflow_names=workflow_names)
 
-    async def next_wakeup(self) -> Wakeup | None:
+    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
         await self.pause()
-        return await self.inner.next_wakeup()
+        return await self.inner.next_wakeup(workflow_names=workflow_names)
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         await self.pause()

@@ -27,6 +27,7 @@ from runfold.conformance import (  # noqa: F401
     _indexes,
     _reads,
     _rules,
+    _served,
     machine,
 )
 from runfold.conformance._core import (

@@ -44,6 +44,7 @@ __all__ = [
     "summary_page",
     "token_holder_query",
     "wakeup_from_row",
+    "wakeups_query",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -134,6 +135,25 @@ def wakeup_from_row(row: Any) -> Wakeup:
     """A `Wakeup` from a `(run_id, kind, subject_id, due_at)` row."""
     run_id, kind, subject_id, due_at = row
     return Wakeup(run_id=run_id, kind=kind, subject_id=subject_id, due_at=from_key(due_at))
+
+
+def wakeups_query(schema: str, mark: str, *, served: str | None, due: bool) -> str:
+    """Wakeups in due order (then run id, kind, subject id), `LIMIT mark`.
+
+    `schema` prefixes the table names (`""` or `"name."`). `served`, when given, is the SQL test
+    a run's `workflow_name` must pass (its parameter first): the filter is a join with the runs
+    index, so a page is never filled by other workflows' wakeups. `due` adds `due_at <= mark`.
+    """
+    served_join = (
+        f" JOIN {schema}runs r ON r.run_id = w.run_id AND r.workflow_name {served}"
+        if served
+        else ""
+    )
+    due_clause = f" WHERE w.due_at <= {mark}" if due else ""
+    return (
+        f"SELECT w.run_id, w.kind, w.subject_id, w.due_at FROM {schema}wakeups w{served_join}"
+        f"{due_clause} ORDER BY w.due_at, w.run_id, w.kind, w.subject_id LIMIT {mark}"
+    )
 
 
 def list_runs_query(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Self
@@ -348,23 +348,30 @@ class MemoryStore:
         )
         return hooks_page(chosen, limit)
 
-    def _wakeups(self) -> list[Wakeup]:
-        found = [w for index in self._indexes.values() for w in index.wakeups]
+    def _wakeups(self, workflow_names: Collection[str] | None) -> list[Wakeup]:
+        found = [
+            w
+            for index in self._indexes.values()
+            if workflow_names is None or index.summary.workflow_name in workflow_names
+            for w in index.wakeups
+        ]
         found.sort(key=lambda w: (w.due_at, w.run_id, w.kind, w.subject_id))
         return found
 
-    async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
-        """Wakeups due at `now`, oldest first, at most `limit`."""
+    async def due_wakeups(
+        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    ) -> list[Wakeup]:
+        """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
         async with self._lock:
             self._check_open()
-            due = [w for w in self._wakeups() if w.due_at <= now]
+            due = [w for w in self._wakeups(workflow_names) if w.due_at <= now]
         return due[: max(limit, 0)]
 
-    async def next_wakeup(self) -> Wakeup | None:
-        """The earliest pending wakeup, or None."""
+    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
+        """The earliest pending wakeup (of a run of `workflow_names`), or None."""
         async with self._lock:
             self._check_open()
-            found = self._wakeups()
+            found = self._wakeups(workflow_names)
         return found[0] if found else None
 
     # --- retention ----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import json
 import struct
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Coroutine, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, ClassVar, Self
@@ -84,6 +84,7 @@ from runfold.stores._sql import (
     summary_page,
     token_holder_query,
     wakeup_from_row,
+    wakeups_query,
 )
 from runfold.stores.protocol import check_append, check_index, time_key
 
@@ -1520,22 +1521,25 @@ class PostgresStore:
         )
         return hook_page(await self._fetch(query, params), limit)
 
-    async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
-        """Wakeups due at `now`, oldest first, at most `limit`."""
-        rows = await self._fetch(
-            f"SELECT run_id, kind, subject_id, due_at FROM {self._s}.wakeups WHERE due_at <= %s "
-            "ORDER BY due_at, run_id, kind, subject_id LIMIT %s",
-            (time_key(now), max(limit, 0)),
-        )
-        return [wakeup_from_row(row) for row in rows]
+    async def due_wakeups(
+        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    ) -> list[Wakeup]:
+        """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
+        return await self._wakeups(workflow_names, (time_key(now), max(limit, 0)))
 
-    async def next_wakeup(self) -> Wakeup | None:
-        """The earliest pending wakeup, or None."""
-        rows = await self._fetch(
-            f"SELECT run_id, kind, subject_id, due_at FROM {self._s}.wakeups "
-            "ORDER BY due_at, run_id, kind, subject_id LIMIT 1"
-        )
-        return wakeup_from_row(rows[0]) if rows else None
+    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
+        """The earliest pending wakeup (of a run of `workflow_names`), or None."""
+        found = await self._wakeups(workflow_names, (1,))
+        return found[0] if found else None
+
+    async def _wakeups(
+        self, workflow_names: Collection[str] | None, params: tuple[Any, ...]
+    ) -> list[Wakeup]:
+        served = None if workflow_names is None else "= ANY(%s)"
+        query = wakeups_query(f"{self._s}.", "%s", served=served, due=len(params) == 2)
+        if workflow_names is not None:
+            params = (sorted(workflow_names), *params)
+        return [wakeup_from_row(row) for row in await self._fetch(query, params)]
 
     # --- repair and retention -----------------------------------------------------------------
 

@@ -9,7 +9,7 @@ a live hook token is held by one hook only.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Protocol, Self, TypeVar, runtime_checkable
@@ -165,12 +165,19 @@ class EventStore(Protocol):
         """
         ...
 
-    async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
-        """Wakeups with `due_at <= now`, oldest first (then run id, kind, subject id)."""
+    async def due_wakeups(
+        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    ) -> list[Wakeup]:
+        """Wakeups with `due_at <= now`, oldest first (then run id, kind, subject id).
+
+        With `workflow_names`, only those of runs of these workflows: the filter is part of the
+        query, so a page is never filled by other workflows' wakeups (services sharing a store
+        each ask for their own).
+        """
         ...
 
-    async def next_wakeup(self) -> Wakeup | None:
-        """The earliest pending wakeup, or None."""
+    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
+        """The earliest pending wakeup (of a run of `workflow_names`, when given), or None."""
         ...
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:

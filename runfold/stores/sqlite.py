@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -59,6 +59,7 @@ from runfold.stores._sql import (
     summary_page,
     token_holder_query,
     wakeup_from_row,
+    wakeups_query,
 )
 from runfold.stores.protocol import check_append, check_index, time_key
 
@@ -435,25 +436,26 @@ class SQLiteStore:
         )
         return hook_page(await self._run(_fetch, query, params), limit)
 
-    async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
-        """Wakeups due at `now`, oldest first, at most `limit`."""
-        rows = await self._run(
-            _fetch,
-            "SELECT run_id, kind, subject_id, due_at FROM wakeups WHERE due_at <= ? "
-            "ORDER BY due_at, run_id, kind, subject_id LIMIT ?",
-            (time_key(now), max(limit, 0)),
-        )
-        return [wakeup_from_row(row) for row in rows]
+    async def due_wakeups(
+        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    ) -> list[Wakeup]:
+        """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
+        return await self._wakeups(workflow_names, (time_key(now), max(limit, 0)))
 
-    async def next_wakeup(self) -> Wakeup | None:
-        """The earliest pending wakeup, or None."""
-        rows = await self._run(
-            _fetch,
-            "SELECT run_id, kind, subject_id, due_at FROM wakeups "
-            "ORDER BY due_at, run_id, kind, subject_id LIMIT 1",
-            (),
-        )
-        return wakeup_from_row(rows[0]) if rows else None
+    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
+        """The earliest pending wakeup (of a run of `workflow_names`), or None."""
+        found = await self._wakeups(workflow_names, (1,))
+        return found[0] if found else None
+
+    async def _wakeups(
+        self, workflow_names: Collection[str] | None, params: tuple[object, ...]
+    ) -> list[Wakeup]:
+        served = None if workflow_names is None else "IN (SELECT value FROM json_each(?))"
+        query = wakeups_query("", "?", served=served, due=len(params) == 2)
+        if workflow_names is not None:
+            params = (json.dumps(sorted(workflow_names)), *params)
+        rows = await self._run(_fetch, query, params)
+        return [wakeup_from_row(row) for row in rows]
 
     async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
         """Replace the run's index rows with `index` (None: remove them), appending nothing.

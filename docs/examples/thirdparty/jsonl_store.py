@@ -27,7 +27,7 @@ import base64
 import bisect
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -452,21 +452,28 @@ class JsonlStore:
         next_cursor = _cursor(items[-1].run_id, items[-1].hook_id) if more else None
         return Page(items=items, cursor=next_cursor, has_more=more)
 
-    def _wakeups(self) -> list[Wakeup]:
-        found = [w for index in self._indexes.values() for w in index.wakeups]
+    def _wakeups(self, workflow_names: Collection[str] | None) -> list[Wakeup]:
+        found = [
+            w
+            for index in self._indexes.values()
+            if workflow_names is None or index.summary.workflow_name in workflow_names
+            for w in index.wakeups
+        ]
         return sorted(found, key=lambda w: (w.due_at, w.run_id, w.kind, w.subject_id))
 
-    async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
-        """Wakeups due at or before `now`, oldest first, at most `limit`."""
+    async def due_wakeups(
+        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    ) -> list[Wakeup]:
+        """Wakeups due at or before `now` (of runs of `workflow_names`), oldest first."""
         async with self._lock:
             self._open_file()
-            return [w for w in self._wakeups() if w.due_at <= now][: max(limit, 0)]
+            return [w for w in self._wakeups(workflow_names) if w.due_at <= now][: max(limit, 0)]
 
-    async def next_wakeup(self) -> Wakeup | None:
-        """The earliest wakeup, if any."""
+    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
+        """The earliest wakeup (of a run of `workflow_names`), if any."""
         async with self._lock:
             self._open_file()
-            found = self._wakeups()
+            found = self._wakeups(workflow_names)
         return found[0] if found else None
 
     # --- retention ----------------------------------------------------------------------------

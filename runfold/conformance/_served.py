@@ -1,0 +1,44 @@
+"""Checks of the wakeups of some workflows only: services that share a store each ask for their
+own (`due_wakeups` and `next_wakeup` with `workflow_names`)."""
+
+from __future__ import annotations
+
+from runfold.conformance._core import Context, check
+from runfold.conformance._support import FAR, MINUTE, T0, created, write
+from runfold.kernel import RunStarted, WaitCreated
+from runfold.stores.protocol import EventStore
+
+
+@check("indexes")
+async def wakeups_of_served_workflows(ctx: Context, store: EventStore) -> None:
+    """With `workflow_names`, `due_wakeups` and `next_wakeup` list only the wakeups of runs of
+    those workflows, filtered before the limit (a page is never filled by other workflows'
+    wakeups, even earlier ones); an empty collection serves none; None serves all."""
+    for n in range(5):  # the other service's wakeups, all due before ours
+        await write(
+            store,
+            f"other-{n}",
+            created("billing"),
+            RunStarted(),
+            WaitCreated(wait_id="w", resume_at=T0 + n * MINUTE),
+        )
+    for n in range(2):
+        await write(
+            store,
+            f"mine-{n}",
+            created("shipping"),
+            RunStarted(),
+            WaitCreated(wait_id="w", resume_at=T0 + (10 + n) * MINUTE),
+        )
+    mine = await store.due_wakeups(FAR, limit=2, workflow_names=["shipping"])
+    assert [w.run_id for w in mine] == ["mine-0", "mine-1"], mine
+    both = await store.due_wakeups(FAR, limit=3, workflow_names={"shipping", "billing"})
+    assert [w.run_id for w in both] == ["other-0", "other-1", "other-2"], both
+    assert await store.due_wakeups(FAR, workflow_names=()) == []
+    assert len(await store.due_wakeups(FAR)) == 7
+    assert await store.due_wakeups(T0 + 10 * MINUTE, workflow_names=["shipping"]) == mine[:1]
+    first = await store.next_wakeup(workflow_names=["shipping"])
+    assert first is not None and first.run_id == "mine-0", first
+    assert await store.next_wakeup(workflow_names=["nobody"]) is None
+    anyone = await store.next_wakeup()
+    assert anyone is not None and anyone.run_id == "other-0", anyone
