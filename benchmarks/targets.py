@@ -1,4 +1,4 @@
-"""The goals issue #7 sets, each a bound on one ratio; the page's summary has one row per goal,
+"""The goals the issues set, each a bound on one ratio; the page's summary has one row per goal,
 in this order, and lists every row that misses one under "Below target"."""
 
 from __future__ import annotations
@@ -9,6 +9,10 @@ __all__ = [
     "ALL_TARGETS",
     "COMMAND_COST_FLAT",
     "DECODE_FOLD_VS_EVENTSOURCING",
+    "ENGINE_APPENDS_PER_WORKFLOW",
+    "ENGINE_CONCURRENT_VS_DBOS",
+    "ENGINE_SEQUENTIAL_VS_DBOS",
+    "ENGINE_STORE_CALLS_PER_WORKFLOW",
     "FOLD_RATE",
     "FOLD_RATE_EVENTS_PER_SECOND",
     "POSTGRES_8_WRITERS_VS_RAW",
@@ -56,6 +60,23 @@ COMMAND_COST_FLAT = Target(
     bound=0.8,
 )
 
+ENGINE_SEQUENTIAL_VS_DBOS = Target(
+    goal="Engine, 10-step workflow one at a time ≥ 3× DBOS Transact (SQLite and PostgreSQL)",
+    bound=3.0,
+)
+ENGINE_CONCURRENT_VS_DBOS = Target(
+    goal="Engine, 64 10-step workflows at once ≥ 10× DBOS Transact (SQLite and PostgreSQL)",
+    bound=10.0,
+)
+ENGINE_APPENDS_PER_WORKFLOW = Target(
+    goal="Engine, appends per 10-step workflow ≤ 11 (as a ratio to 11)", bound=1.0, at_most=True
+)
+ENGINE_STORE_CALLS_PER_WORKFLOW = Target(
+    goal="Engine, store calls per 10-step workflow ≤ 13 (as a ratio to 13)",
+    bound=1.0,
+    at_most=True,
+)
+
 ALL_TARGETS = (
     FOLD_RATE,
     DECODE_FOLD_VS_EVENTSOURCING,
@@ -68,4 +89,8 @@ ALL_TARGETS = (
     POSTGRES_APPEND_VS_RAW,
     POSTGRES_8_WRITERS_VS_RAW,
     COMMAND_COST_FLAT,
+    ENGINE_SEQUENTIAL_VS_DBOS,
+    ENGINE_CONCURRENT_VS_DBOS,
+    ENGINE_APPENDS_PER_WORKFLOW,
+    ENGINE_STORE_CALLS_PER_WORKFLOW,
 )

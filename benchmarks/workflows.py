@@ -1,11 +1,20 @@
 """Workflows: a 10-step sequential workflow driven by `runfold.engine.Engine`, against the
-same workflow on DBOS Transact, on the same SQLite file system and the same PostgreSQL
-server. Reports workflows/s (one workflow at a time) and step latency percentiles."""
+same workflow on DBOS Transact, on the same SQLite file system and the same PostgreSQL server.
+
+Reported per backend: workflows/s one at a time and `CONCURRENT` at once, step latency
+percentiles, the appends and store calls one workflow makes, and the ceilings those appends
+allow: the raw driver's commits/s (and, on SQLite, the rate of commits each handed to the
+driver's thread, as an asyncio store must) divided by the appends per workflow.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
 
 from benchmarks.backend import Backend
 from benchmarks.harness import (
@@ -16,13 +25,20 @@ from benchmarks.harness import (
     Trial,
     compare,
     event_loop,
+    measure,
     percentiles,
     timed_rounds,
 )
 from benchmarks.postgres import POSTGRES
 from benchmarks.sqlite import SQLITE
+from benchmarks.targets import (
+    ENGINE_APPENDS_PER_WORKFLOW,
+    ENGINE_CONCURRENT_VS_DBOS,
+    ENGINE_SEQUENTIAL_VS_DBOS,
+    ENGINE_STORE_CALLS_PER_WORKFLOW,
+)
 from benchmarks.workloads import PAYLOAD_BYTES, WORKFLOW_STEPS
-from runfold import CommandHandler
+from runfold import CommandHandler, EventStore
 from runfold.engine import (
     Complete,
     Engine,
@@ -36,12 +52,22 @@ __all__ = ["SequentialWorkflow", "bench_workflows"]
 
 GROUP = "Workflows"
 PERCENTILES = (50, 95, 99)
+CONCURRENT = 64
+"""Workflows started at once in the concurrent rows."""
+CONNECTIONS = 8
+"""PostgreSQL connections runfold's store may use in the concurrent rows."""
+APPENDS_BOUND = 11
+STORE_CALLS_BOUND = 13
+ENGINE = "runfold Engine (CommandHandler on the store)"
+PEER = "DBOS Transact (DBOS.workflow / DBOS.step)"
 
 
 class SequentialWorkflow:
     """`WORKFLOW_STEPS` steps, one after the other, each fed the previous one's output."""
 
-    def __init__(self, clock: StepClock) -> None:
+    workflow_names = ("sequential",)
+
+    def __init__(self, clock: StepClock | None = None) -> None:
         self.clock = clock
 
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
@@ -55,11 +81,40 @@ class SequentialWorkflow:
         return Complete(output=previous)
 
     async def run_step(self, invocation: StepInvocation) -> bytes:
-        self.clock.step()
+        if self.clock is not None:
+            self.clock.step()
         return b"o" * PAYLOAD_BYTES
 
 
-def _workflows(count: int, clock: StepClock, start_one: Callable[[], object]) -> Trial:
+class CountingStore:
+    """Passes every call to `store` and counts it (appends apart)."""
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+        self.calls = 0
+        self.appends = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            self.appends += name == "append_if_sequence"
+            return await method(*args, **kwargs)
+
+        return counted
+
+
+@attrs.frozen(kw_only=True)
+class _Contender:
+    """A contender's two trials, and the clock its step bodies stamp."""
+
+    sequential: Trial
+    concurrent: Trial
+    clock: StepClock
+
+
+def _one_at_a_time(count: int, clock: StepClock, start_one: Callable[[], object]) -> Trial:
     """`count` workflows one after the other, each stamped on `clock`, a new clock round per
     round."""
 
@@ -73,94 +128,203 @@ def _workflows(count: int, clock: StepClock, start_one: Callable[[], object]) ->
 
 
 @contextlib.contextmanager
-def _contenders(
-    backend: Backend, count: int, remarks: list[Result | Remark]
-) -> Iterator[dict[str, tuple[Trial, StepClock]]]:
-    """runfold's engine on a fresh store, and DBOS on a fresh system database when it is
-    installed and starts there (else a remark says why not)."""
-    with event_loop() as loop, backend.store(loop) as store, contextlib.ExitStack() as stack:
+def _runfold(backend: Backend, count: int, concurrent: int) -> Iterator[_Contender]:
+    """runfold's trials: one at a time on a store of one connection, `concurrent` at once on a
+    store of `CONNECTIONS` (SQLite has one whatever it is asked)."""
+    with (
+        event_loop() as loop,
+        backend.store(loop) as store,
+        backend.store(loop, connections=CONNECTIONS) as shared,
+    ):
         clock = StepClock()
         engine = Engine(CommandHandler(store), SequentialWorkflow(clock))
+        many = Engine(CommandHandler(shared), SequentialWorkflow())
 
-        def runfold_one() -> None:
+        def one() -> None:
             run = loop.run_until_complete(engine.start("sequential", b"i" * PAYLOAD_BYTES))
             assert run.status == "completed"
 
-        found = {"runfold": (_workflows(count, clock, runfold_one), clock)}
-        dbos = _dbos(backend, count, stack, remarks)
-        if dbos is not None:
-            found["DBOS"] = dbos
-        yield found
+        async def all_at_once() -> None:
+            runs = await asyncio.gather(
+                *(many.start("sequential", b"i" * PAYLOAD_BYTES) for _ in range(concurrent))
+            )
+            assert all(run.status == "completed" for run in runs)
+
+        yield _Contender(
+            sequential=_one_at_a_time(count, clock, one),
+            concurrent=Trial(run=lambda: loop.run_until_complete(all_at_once())),
+            clock=clock,
+        )
 
 
+@contextlib.contextmanager
 def _dbos(
-    backend: Backend, count: int, stack: contextlib.ExitStack, remarks: list[Result | Remark]
-) -> tuple[Trial, StepClock] | None:
-    """DBOS launched on a fresh system database (until `stack` closes), or None and a remark."""
+    backend: Backend, count: int, concurrent: int, remarks: list[Result | Remark]
+) -> Iterator[_Contender | None]:
+    """DBOS's trials on a fresh system database, or None and a remark saying why not."""
     try:
+        from dbos import DBOS
+
         from benchmarks.dbos_peer import CLOCK, dbos_launched, sequential_workflow
     except ImportError:
         remarks.append(Remark(group=GROUP, text="DBOS is not installed: no peer rows."))
-        return None
-    try:
-        stack.enter_context(dbos_launched(stack.enter_context(backend.dbos_config())))
-    except Exception as exc:  # a peer that cannot run here is reported, not hidden
-        remarks.append(
-            Remark(group=GROUP, text=f"DBOS could not start on {backend.name}: {exc!r}.")
+        yield None
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(dbos_launched(stack.enter_context(backend.dbos_config())))
+        except Exception as exc:  # a peer that cannot run here is reported, not hidden
+            remarks.append(
+                Remark(group=GROUP, text=f"DBOS could not start on {backend.name}: {exc!r}.")
+            )
+            yield None
+            return
+
+        def one() -> None:
+            assert sequential_workflow("i" * PAYLOAD_BYTES) == "o" * PAYLOAD_BYTES
+
+        def all_at_once() -> None:
+            handles = [
+                DBOS.start_workflow(sequential_workflow, "i" * PAYLOAD_BYTES)
+                for _ in range(concurrent)
+            ]
+            assert all(h.get_result() == "o" * PAYLOAD_BYTES for h in handles)
+
+        yield _Contender(
+            sequential=_one_at_a_time(count, CLOCK, one),
+            concurrent=Trial(run=all_at_once),
+            clock=CLOCK,
         )
-        return None
 
-    def dbos_one() -> None:
-        assert sequential_workflow("i" * PAYLOAD_BYTES) == "o" * PAYLOAD_BYTES
 
-    return _workflows(count, CLOCK, dbos_one), CLOCK
+def _store_calls(backend: Backend) -> tuple[int, int]:
+    """The appends and store calls of one workflow (the second started on a fresh store)."""
+    with event_loop() as loop, backend.store(loop) as store:
+        counting = CountingStore(store)
+        engine = Engine(CommandHandler(counting), SequentialWorkflow())
+        loop.run_until_complete(engine.start("sequential", b"warm-up"))
+        counting.calls = counting.appends = 0
+        loop.run_until_complete(engine.start("sequential", b"i" * PAYLOAD_BYTES))
+        return counting.appends, counting.calls
+
+
+def _ceilings(backend: Backend, repeats: int, count: int) -> dict[str, Measurement]:
+    """Single-row commits/s of the raw driver, and (SQLite) through the driver's thread."""
+    found: dict[str, Measurement] = {}
+    with event_loop() as loop:
+        with backend.raw_inserts(loop, writers=1, count=count, batch=1) as raw:
+            found[backend.floor] = measure(raw, units=count, repeats=repeats)
+        with backend.raw_through_driver(loop, count=count) as hop:
+            if hop is not None:
+                found[f"{backend.floor} through the driver's thread"] = measure(
+                    hop, units=count, repeats=repeats
+                )
+    return found
 
 
 def bench_workflows(quick: bool) -> list[Result | Remark]:
     count = 2 if quick else 20
+    concurrent = 8 if quick else CONCURRENT
     repeats = 2 if quick else 5
     found: list[Result | Remark] = []
     for backend in (SQLITE, POSTGRES):
         if backend.version() is None:
             found.append(Remark(group=GROUP, text=f"{backend.name}: no server, not measured."))
             continue
-        with _contenders(backend, count, found) as contenders:
-            seconds = timed_rounds(
-                {name: trial for name, (trial, _) in contenders.items()}, repeats=repeats
-            )
-        # Only the timed rounds' latencies: the warm-up round's are dropped, as its time is.
-        latencies = {}
-        for name, (_, clock) in contenders.items():
-            by_round = [percentiles(r, PERCENTILES) for r in clock.rounds[-repeats:]]
-            latencies[name] = {
-                p: Measurement.of([1000 * cuts[p] for cuts in by_round]) for p in PERCENTILES
+        with (
+            _runfold(backend, count, concurrent) as ours,
+            _dbos(backend, count, concurrent, found) as theirs,
+        ):
+            contenders = {"runfold": ours} | ({"DBOS": theirs} if theirs else {})
+            seconds = {
+                "sequential": timed_rounds(
+                    {name: c.sequential for name, c in contenders.items()}, repeats=repeats
+                ),
+                "concurrent": timed_rounds(
+                    {name: c.concurrent for name, c in contenders.items()}, repeats=repeats
+                ),
             }
+            latencies = {name: _latencies(c.clock, repeats) for name, c in contenders.items()}
         rates = {
-            name: Measurement.of([count / s for s in spent]) for name, spent in seconds.items()
+            shape: {
+                name: Measurement.of([units / s for s in spent]) for name, spent in by_name.items()
+            }
+            for shape, by_name, units in (
+                ("sequential", seconds["sequential"], count),
+                ("concurrent", seconds["concurrent"], concurrent),
+            )
         }
-        found += _rows(backend.describe(), rates, latencies)
+        appends, calls = _store_calls(backend)
+        ceilings = {
+            name: Measurement.of([r / appends for r in (rate.low, rate.median, rate.high)])
+            for name, rate in _ceilings(backend, repeats, 50 if quick else 500).items()
+        }
+        found += _rows(backend.describe(), rates, latencies, ceilings, concurrent)
+        found += _count_rows(backend.describe(), appends, calls)
+    found.append(
+        Remark(
+            group=GROUP,
+            text=f"DBOS runs its {concurrent} concurrent workflows on its own executor threads "
+            f"(its default pool); runfold's run on one event loop, with {CONNECTIONS} "
+            "PostgreSQL connections (SQLite: its one connection, shared by group commits). "
+            "A ceiling is a raw driver's single-row commits/s divided by runfold's appends per "
+            "workflow.",
+        )
+    )
     return found
 
 
+def _latencies(clock: StepClock, repeats: int) -> dict[int, Measurement]:
+    """The step latency percentiles of the timed rounds (the warm-up round is dropped)."""
+    by_round = [percentiles(r, PERCENTILES) for r in clock.rounds[-repeats:]]
+    return {p: Measurement.of([1000 * cuts[p] for cuts in by_round]) for p in PERCENTILES}
+
+
 def _rows(
-    on: str, rates: dict[str, Measurement], latencies: dict[str, dict[int, Measurement]]
+    on: str,
+    rates: dict[str, dict[str, Measurement]],
+    latencies: dict[str, dict[int, Measurement]],
+    ceilings: dict[str, Measurement],
+    concurrent: int,
 ) -> list[Result | Remark]:
     rows: list[Result | Remark] = []
-    for name, rate in rates.items():
-        what = (
-            "runfold Engine (CommandHandler on the store)"
-            if name == "runfold"
-            else "DBOS Transact (DBOS.workflow / DBOS.step)"
+    sequential, together = rates["sequential"], rates["concurrent"]
+    for name in sequential:
+        what = ENGINE if name == "runfold" else PEER
+        ours = name == "runfold"
+        peer = "DBOS" if ours and "DBOS" in sequential else None
+        against = compare(
+            sequential[name],
+            "DBOS",
+            sequential[peer] if peer else None,
+            ENGINE_SEQUENTIAL_VS_DBOS,
         )
-        peer = "DBOS" if name == "runfold" and "DBOS" in rates else None
+        if ours:
+            for ceiling, rate in ceilings.items():
+                against += compare(sequential[name], f"ceiling: {ceiling}", rate)
         rows.append(
             Result(
                 group=GROUP,
                 case=f"{what}: {WORKFLOW_STEPS}-step sequential workflow, one at a time",
                 on=on,
                 unit="workflows/s",
-                value=rate,
-                comparisons=compare(rate, "DBOS", rates[peer] if peer else None),
+                value=sequential[name],
+                comparisons=against,
+            )
+        )
+        rows.append(
+            Result(
+                group=GROUP,
+                case=f"{what}: {WORKFLOW_STEPS}-step sequential workflow, {concurrent} at once",
+                on=on,
+                unit="workflows/s",
+                value=together[name],
+                comparisons=compare(
+                    together[name],
+                    "DBOS",
+                    together[peer] if peer else None,
+                    ENGINE_CONCURRENT_VS_DBOS,
+                ),
             )
         )
         rows += [
@@ -177,4 +341,47 @@ def _rows(
             )
             for p in PERCENTILES
         ]
+    rows += [
+        Result(
+            group=GROUP,
+            case=f"ceiling: {ceiling} ÷ runfold's appends per workflow",
+            on=on,
+            unit="workflows/s",
+            value=rate,
+        )
+        for ceiling, rate in ceilings.items()
+    ]
     return rows
+
+
+def _count_rows(on: str, appends: int, calls: int) -> list[Result | Remark]:
+    return [
+        Result(
+            group=GROUP,
+            case=f"{ENGINE}: appends per {WORKFLOW_STEPS}-step workflow",
+            on=on,
+            unit="appends",
+            value=Measurement.of([appends]),
+            comparisons=compare(
+                Measurement.of([appends]),
+                f"the bound of {APPENDS_BOUND}",
+                Measurement.of([APPENDS_BOUND]),
+                ENGINE_APPENDS_PER_WORKFLOW,
+            ),
+            lower_is_better=True,
+        ),
+        Result(
+            group=GROUP,
+            case=f"{ENGINE}: store calls per {WORKFLOW_STEPS}-step workflow",
+            on=on,
+            unit="calls",
+            value=Measurement.of([calls]),
+            comparisons=compare(
+                Measurement.of([calls]),
+                f"the bound of {STORE_CALLS_BOUND}",
+                Measurement.of([STORE_CALLS_BOUND]),
+                ENGINE_STORE_CALLS_PER_WORKFLOW,
+            ),
+            lower_is_better=True,
+        ),
+    ]

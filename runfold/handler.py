@@ -156,8 +156,9 @@ class CommandHandler:
             command: What to decide.
             known_sequence: The last sequence the caller saw; what others appended after it
                 comes back in `Outcome.missed`.
-            now: The time of the first decision (default: the clock), e.g. the time a host
-                showed its workflow; a retry after a conflict decides at the clock's time.
+            now: The time of the decision, for every attempt (default: the clock's time at each
+                attempt): the `recorded_at` of the events, so a host that showed its workflow
+                the events before appending them can append them as shown.
 
         Returns:
             The run after the command, what was appended (nothing for a no-op) and what was missed.
@@ -199,7 +200,7 @@ class CommandHandler:
         cached, fresh = await self._load(run_id)
         while attempts < self._max_attempts:
             before = cached.snapshot
-            at = now if now is not None and attempts == 0 else self.clock()
+            at = now if now is not None else self.clock()
             try:
                 batch = decide_many(
                     before,
@@ -301,9 +302,9 @@ class CommandHandler:
         cached = await (self._read(run_id) if cached is None else self._catch_up(run_id, cached))
         return cached.snapshot
 
-    async def history(self, run_id: str) -> list[Envelope]:
-        """The run's whole history, oldest first (empty for an unknown run)."""
-        return await self.store.read(run_id)
+    async def history(self, run_id: str, *, limit: int | None = None) -> list[Envelope]:
+        """The run's history, oldest first, at most `limit` events (empty for an unknown run)."""
+        return await self.store.read(run_id, limit=limit)
 
     # --- cache --------------------------------------------------------------------------------
 

@@ -387,6 +387,8 @@ def test_conformance_without_the_kit_says_so_in_one_line(
 class Parked:
     """A runtime whose runs wait on a timer and a hook, so they hold index rows."""
 
+    workflow_names = ("parked",)
+
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
         run = invocation.snapshot
         nap = run.waits.get("nap")

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import cast
 
@@ -90,10 +90,21 @@ Workflow = Callable[[WorkflowInvocation], RuntimeDecision]
 Body = Callable[[StepInvocation], Awaitable[bytes]]
 
 
+WORKFLOWS = frozenset({"wf", "order", "fan", "late", "listener", "quick", "retrier", "sleeper"})
+"""The workflow names this module's runs use: what a `Scripted` runtime serves by default."""
+
+
 class Scripted:
     """A `WorkflowRuntime` whose workflow is a function and whose step bodies are a table."""
 
-    def __init__(self, workflow: Workflow, bodies: Mapping[str, Body] | None = None) -> None:
+    def __init__(
+        self,
+        workflow: Workflow,
+        bodies: Mapping[str, Body] | None = None,
+        *,
+        workflow_names: Collection[str] = WORKFLOWS,
+    ) -> None:
+        self.workflow_names = workflow_names
         self.workflow = workflow
         self.bodies = dict(bodies or {})
         self.decisions = 0
@@ -451,9 +462,11 @@ async def test_resume_due_resumes_waits_retries_and_deadlines_in_one_query(
     class Counting(DelegatingStore):
         queries = 0
 
-        async def due_wakeups(self, now: datetime, *, limit: int = 100) -> list[Wakeup]:
+        async def due_wakeups(
+            self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+        ) -> list[Wakeup]:
             self.queries += 1
-            return await super().due_wakeups(now, limit=limit)
+            return await super().due_wakeups(now, limit=limit, workflow_names=workflow_names)
 
     counting = Counting(store)
     handler = CommandHandler(counting, clock=clock)
@@ -784,7 +797,8 @@ async def test_a_step_interrupted_by_a_crash_runs_again_as_a_new_attempt(
         keys.append(invocation.idempotency_key)
         return b"charged"
 
-    crashing = CrashingStore(store, crash_at=3)  # 1: run created+started, 2: step, 3: outcome
+    # Append 1: the run created, started and its step started; 2: the outcome with the run's end.
+    crashing = CrashingStore(store, crash_at=2)
     engine = Engine(
         CommandHandler(crashing, clock=clock), Scripted(one_step(RETRY), {"body": charge})
     )

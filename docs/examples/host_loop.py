@@ -32,6 +32,8 @@ from runfold.stores import SQLiteStore
 class Reminders:
     """Each reminder is a timer, then a step that sends it; the run completes after the last."""
 
+    workflow_names = ("reminders",)
+
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
         run = invocation.snapshot
         plan = json.loads(run.input)

@@ -80,6 +80,8 @@ def warehouse_token(run_id: str) -> str:
 class OrderFulfilment:
     """The demo's `WorkflowRuntime`: the workflow as a function of the run, and its steps."""
 
+    workflow_names = (WORKFLOW,)
+
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
         """Decide the order's next move from what the run has recorded so far."""
         run = invocation.snapshot

@@ -12,6 +12,7 @@ from runfold.engine.errors import (
     InvalidDecision,
     ReplayLimitExceeded,
     RunDefinitionConflict,
+    WorkflowNotServed,
 )
 from runfold.engine.retry import (
     DEFAULT_JITTER,
@@ -69,6 +70,7 @@ __all__ = [
     "UpdateAttributes",
     "WaitUntil",
     "WorkflowInvocation",
+    "WorkflowNotServed",
     "WorkflowRuntime",
     "jitter_fraction",
     "retry_delay",

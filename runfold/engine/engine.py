@@ -1,21 +1,25 @@
 """`Engine`: the reference loop that turns workflow code into a durable history.
 
 The engine asks the runtime what a run should do next, turns the answer into kernel commands and
-executes them through `CommandHandler.execute`, so the kernel decides every rule and every store
-keeps it; the engine only orchestrates. Definition checks that write nothing (is this step, this
-wait, the same one the workflow issued before?) ask the pure `decide` on the snapshot the workflow
-saw, so they too are the kernel's judgement.
+records them through `CommandHandler.execute_many`, so the kernel decides every rule and every
+store keeps it; the engine only orchestrates (the loop of one drive is `runfold.engine.drive`).
+It reaches the store only through the handler, and works from the snapshots the handler returns.
+
+Commits: the commands of the workflow's decisions go in one append with the next step's start,
+the run's wait or its end, so a sequential workflow commits once per step.
 
 Concurrency: a decision made on a snapshot that another writer has since moved past is never an
 error: a refused command on a stale view makes the engine look again and re-ask the workflow.
 Only a refusal on the freshest view is raised. So several engines (or several tasks of one) may
 drive the same run: each step outcome and the run's end are recorded once, because the kernel
 refuses a second one.
+
+Services: an engine serves the workflows its runtime declares (`workflow_names`): it never
+writes to a run of another workflow, and asks the store only for their wakeups.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -24,71 +28,33 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from runfold.engine.errors import InvalidDecision, ReplayLimitExceeded, RunDefinitionConflict
-from runfold.engine.retry import DEFAULT_JITTER, DEFAULT_RETRY, retry_delay
-from runfold.engine.runtime import (
-    AwaitHook,
-    Cancel,
-    Complete,
-    EngineObserver,
-    Fail,
-    LinkChildOperation,
-    ReportProgress,
-    ScheduleStep,
-    ScheduleSteps,
-    StepFailure,
-    StepInvocation,
-    TimeOut,
-    UpdateAttributes,
-    WaitUntil,
-    WorkflowInvocation,
-    WorkflowRuntime,
-)
+from runfold.engine.drive import Drive
+from runfold.engine.errors import RunDefinitionConflict, WorkflowNotServed
+from runfold.engine.retry import DEFAULT_JITTER
+from runfold.engine.runtime import EngineObserver, WorkflowRuntime
 from runfold.handler import CommandHandler, Outcome, new_run_id
 from runfold.kernel import (
     LIVE_RUN_STATUSES,
     CancelRun,
     Command,
-    CompleteRun,
-    CompleteStep,
     CompleteWait,
-    CreateHook,
     CreateRun,
-    CreateStep,
-    CreateWait,
     EntityConflict,
     Envelope,
-    Event,
-    FailRun,
-    FailStep,
-    LazyStep,
-    Limits,
-    LinkChild,
-    NonDeterministic,
-    RecordProgress,
-    Rejection,
     RequestCancel,
-    RetryStep,
     RunCreated,
     RunExpired,
-    RunNotFound,
     RunStatus,
     RunSummary,
-    SetAttributes,
     Snapshot,
     StartRun,
-    StartStep,
-    StepState,
     StoreClosed,
     StoreUnavailable,
     TerminalState,
     TimeOutRun,
     Wakeup,
-    apply,
     decide,
-    project_run,
 )
-from runfold.stores.protocol import EventStore
 
 __all__ = ["Engine", "EngineSummary", "Resumption", "Suspension", "SuspensionKind"]
 
@@ -99,7 +65,6 @@ SuspensionKind: TypeAlias = Literal["wait", "retry", "deadline", "hook"]
 _KIND_ORDER: dict[str, int] = {"wait": 0, "retry": 1, "deadline": 2, "hook": 3}
 _LIVE: tuple[RunStatus, ...] = ("pending", "running", "cancelling")
 _PAGE = 500
-_MAX_ERROR_CHARS = 4096
 
 
 @attrs.frozen(kw_only=True)
@@ -143,40 +108,12 @@ class EngineSummary:
     """Waits, retries and deadlines already due (what `resume_due` would pick up)."""
 
 
-class _View:
-    """One drive's picture of a run: the history read so far and its snapshot, kept in step."""
-
-    __slots__ = ("history", "limits", "snapshot", "store")
-
-    def __init__(self, store: EventStore, limits: Limits, history: list[Envelope]) -> None:
-        self.store = store
-        self.limits = limits
-        self.history = history
-        self.snapshot = project_run(history, limits=limits)
-
-    async def refresh(self) -> bool:
-        """Catch up with what was appended since; True if anything was."""
-        newer = await self.store.read(self.snapshot.run_id, after=self.snapshot.last_sequence)
-        if not newer:
-            return False
-        self.snapshot = apply(self.snapshot, newer, limits=self.limits)
-        self.history.extend(newer)
-        return True
-
-
-def _step_key(step: StepState | None) -> tuple[str, int] | None:
-    return None if step is None else (step.status, step.attempt)
-
-
-def _describe(exc: BaseException) -> bytes:
-    return f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS].encode()
-
-
 class Engine:
     """Drives workflow runs: asks `runtime` what each run does next and records it durably.
 
     Every decision goes through the handler, so the kernel decides every rule; several engines
-    may drive the same run, and each step outcome and the run's end are recorded once.
+    may drive the same run, and each step outcome and the run's end are recorded once. The
+    engine serves only the workflows `runtime.workflow_names` declares.
 
     Args:
         handler: Supplies the store, the clock and the limits.
@@ -187,7 +124,8 @@ class Engine:
         jitter: The share of a retry delay the replay-stable jitter may take off.
 
     Raises:
-        ValueError: `max_replay_iterations` is below 1, or `jitter` is outside [0, 1].
+        ValueError: `max_replay_iterations` is below 1, `jitter` is outside [0, 1], or the
+            runtime declares no workflow.
     """
 
     def __init__(
@@ -203,17 +141,16 @@ class Engine:
             raise ValueError("max_replay_iterations must be at least 1")
         if not 0.0 <= jitter <= 1.0:
             raise ValueError("jitter must be between 0 and 1")
+        served = runtime.workflow_names
+        if isinstance(served, str) or not served:
+            raise ValueError("runtime.workflow_names must name at least one workflow")
         self.handler = handler
         self.runtime = runtime
         self.observers = tuple(observers)
         self.max_replay_iterations = max_replay_iterations
         self.jitter = jitter
+        self.workflow_names: frozenset[str] = frozenset(served)
         self._in_flight: set[tuple[str, str]] = set()
-
-    @property
-    def store(self) -> EventStore:
-        """The handler's store."""
-        return self.handler.store
 
     # --- run lifecycle ------------------------------------------------------------------------
 
@@ -232,11 +169,13 @@ class Engine:
     ) -> Snapshot:
         """Create and start a run (a new id unless `run_id` is given), then `drive` it.
 
-        Idempotent for a given `run_id`: the same definition again drives the existing run (or
-        just returns it once ended).
+        The run's creation goes in one append with the workflow's first decision. Idempotent
+        for a given `run_id`: the same definition again drives the existing run (or just
+        returns it once ended).
 
         Raises:
             RunDefinitionConflict: `run_id` belongs to a run created with another definition.
+            WorkflowNotServed: The runtime does not declare `workflow_name`.
             InvalidCommand: The definition is malformed (ids, sizes, attributes, deadline).
             RunfoldError: Whatever `drive` raises.
         """
@@ -251,30 +190,22 @@ class Engine:
             parent_run_id=parent_run_id,
             deadline=deadline,
         )
-        # What the kernel would record: validates the definition before anything is written.
+        # What the kernel would record: validates the definition before anything is read.
         intended = decide(
             None, create, now=self.handler.clock(), limits=self.handler.limits, run_id=run_id
         ).events[0]
-        first = await self.store.read(run_id, limit=1)
-        if first:
-            self._same_start(run_id, first[0].event, intended)
-        try:
-            outcome = await self._execute(run_id, StartRun(create=create))
-        except RunExpired:  # it ended already: starting it again is a no-op
-            return await self.handler.snapshot(run_id)
-        if not first and not any(isinstance(e.event, RunCreated) for e in outcome.appended):
-            # Another caller created it between our read and our append.
-            self._same_start(run_id, (await self.store.read(run_id, limit=1))[0].event, intended)
-        return await self.drive(run_id)
-
-    @staticmethod
-    def _same_start(run_id: str, recorded: Event, intended: Event) -> None:
-        if not isinstance(recorded, RunCreated) or not isinstance(intended, RunCreated):
+        current = await self.handler.lookup(run_id)
+        if current is None:
+            self._check_served(run_id, workflow_name)
+            return await Drive(self, run_id, None, (StartRun(create=create),)).run()
+        first = (await self.handler.history(run_id, limit=1))[0].event
+        if not isinstance(first, RunCreated) or not isinstance(intended, RunCreated):
             raise AssertionError("a run's first event is run_created")
-        if attrs.evolve(recorded, spec_version=intended.spec_version) != intended:
+        if attrs.evolve(first, spec_version=intended.spec_version) != intended:
             raise RunDefinitionConflict(
                 f"run {run_id!r} already exists with another definition", run_id=run_id
             )
+        return await self._drive(current)
 
     async def drive(self, run_id: str) -> Snapshot:
         """Apply the runtime's next decisions for the run until it ends or waits.
@@ -286,24 +217,19 @@ class Engine:
 
         Raises:
             RunNotFound: The run has no history.
+            WorkflowNotServed: The run's workflow is not one the runtime declares.
             Rejection: The kernel refused a decision on the freshest view (`NonDeterministic`,
                 `TerminalState`, …).
             InvalidDecision: The runtime returned a decision the engine cannot apply.
             ReplayLimitExceeded: The run did not settle within `max_replay_iterations`.
         """
-        history = await self.store.read(run_id)
-        if not history:
-            raise RunNotFound(f"run {run_id!r} not found", run_id=run_id)
-        view = _View(self.store, self.handler.limits, history)
-        for _ in range(self.max_replay_iterations):
-            if view.snapshot.is_terminal or not await self._advance(view):
-                return view.snapshot
-            await view.refresh()
-        raise ReplayLimitExceeded(
-            f"run {run_id!r} neither ended nor suspended after {self.max_replay_iterations} "
-            "decisions; drive it again to continue",
-            run_id=run_id,
-        )
+        return await self._drive(await self.handler.snapshot(run_id))
+
+    async def _drive(self, snapshot: Snapshot) -> Snapshot:
+        self._check_served(snapshot.run_id, snapshot.workflow_name)
+        if snapshot.is_terminal:
+            return snapshot
+        return await Drive(self, snapshot.run_id, snapshot).run()
 
     async def resume_wait(self, run_id: str, wait_id: str) -> Snapshot:
         """Complete a wait (due or not: the caller decides when) and drive the run.
@@ -313,8 +239,10 @@ class Engine:
         Raises:
             RunNotFound: The run has no history.
             WaitNotFound: The run has no such wait.
+            WorkflowNotServed: The run's workflow is not one the runtime declares.
             RunfoldError: Whatever `drive` raises.
         """
+        self._check_served(run_id, (await self.handler.snapshot(run_id)).workflow_name)
         await self._settle(run_id, CompleteWait(wait_id=wait_id))
         return await self.drive(run_id)
 
@@ -323,11 +251,13 @@ class Engine:
     ) -> tuple[Resumption, ...]:
         """Resume what is due at `now` (default: the clock), with one `store.due_wakeups` query.
 
-        Due waits are completed and deadlines passed time their run out; then each run is
-        driven once (a delayed retry runs again when the workflow re-schedules its step, once
-        due by the handler's clock). A run whose drive fails does not stop the others: its
-        `Resumption` carries the error, which is also logged. At most `limit` wakeups are
-        handled per call.
+        Only the wakeups of runs of the served workflows are asked for. Due waits are completed
+        and deadlines passed time their run out; then each run is driven once (a delayed retry
+        runs again when the workflow re-schedules its step, once due by the handler's clock). A
+        run whose drive fails does not stop the others: its `Resumption` carries the error,
+        which is also logged. At most `limit` wakeups are handled per call.
+
+        A run interrupted inside a step (its process died) has no wakeup: `recover` finds it.
 
         Raises:
             StoreUnavailable: The store could not be reached (safe to retry).
@@ -335,12 +265,15 @@ class Engine:
         """
         now = now if now is not None else self.handler.clock()
         by_run: dict[str, list[Wakeup]] = {}
-        for wakeup in await self.store.due_wakeups(now, limit=limit):
+        wakeups = await self.handler.store.due_wakeups(
+            now, limit=limit, workflow_names=self.workflow_names
+        )
+        for wakeup in wakeups:
             by_run.setdefault(wakeup.run_id, []).append(wakeup)
         resumed = []
-        for run_id, wakeups in by_run.items():
+        for run_id, due in by_run.items():
             try:
-                for wakeup in wakeups:
+                for wakeup in due:
                     if wakeup.kind == "wait":
                         await self._settle(run_id, CompleteWait(wait_id=wakeup.subject_id))
                     elif wakeup.kind == "deadline":
@@ -353,12 +286,51 @@ class Engine:
             except Exception as exc:
                 _log.warning("resuming run %r failed: %r", run_id, exc)
                 resumed.append(
-                    Resumption(run_id=run_id, wakeups=tuple(wakeups), snapshot=None, error=exc)
+                    Resumption(run_id=run_id, wakeups=tuple(due), snapshot=None, error=exc)
                 )
             else:
                 resumed.append(
-                    Resumption(run_id=run_id, wakeups=tuple(wakeups), snapshot=snapshot, error=None)
+                    Resumption(run_id=run_id, wakeups=tuple(due), snapshot=snapshot, error=None)
                 )
+        return tuple(resumed)
+
+    async def recover(self) -> tuple[Resumption, ...]:
+        """Drive every live run of the served workflows once: what a process does on start-up.
+
+        It finds, through the store's run index (pending, running and cancelling runs of each
+        served workflow), the runs a dead process left mid-way: a step started and never
+        finished (it gets a new attempt), a run created and not started, a decision not yet
+        made. Runs that wait on a timer or a hook are only looked at. Each run is driven on its
+        own: one that fails is reported in its `Resumption` (and logged) and never stops the
+        others.
+
+        Call it where no other live engine is running the same runs' steps (at start-up, or
+        from one process at a time): a step another process is running looks the same as one
+        whose process died, and would be started again.
+
+        Raises:
+            StoreUnavailable: The store could not be reached (safe to retry).
+            StoreClosed: The store was closed.
+        """
+        resumed = []
+        for workflow_name in sorted(self.workflow_names):
+            for status in _LIVE:
+                async for summary in self._summaries(status, workflow_name):
+                    try:
+                        snapshot = await self.drive(summary.run_id)
+                    except (StoreUnavailable, StoreClosed):
+                        raise
+                    except Exception as exc:
+                        _log.warning("recovering run %r failed: %r", summary.run_id, exc)
+                        resumed.append(
+                            Resumption(run_id=summary.run_id, wakeups=(), snapshot=None, error=exc)
+                        )
+                    else:
+                        resumed.append(
+                            Resumption(
+                                run_id=summary.run_id, wakeups=(), snapshot=snapshot, error=None
+                            )
+                        )
         return tuple(resumed)
 
     async def deliver(self, token: str, payload: bytes, delivery_id: str | None = None) -> Snapshot:
@@ -374,7 +346,7 @@ class Engine:
         """
         outcome = await self.handler.deliver(token, payload, delivery_id)
         await self._notify(outcome.appended)
-        return await self.drive(outcome.snapshot.run_id)
+        return await self._drive(outcome.snapshot)
 
     async def request_cancel(self, run_id: str, reason: str | None = None) -> Snapshot:
         """Ask a run to cancel, then drive it so the workflow can end it.
@@ -388,8 +360,8 @@ class Engine:
             EntityConflict: The run is already cancelling for another reason.
             RunfoldError: Whatever `drive` raises.
         """
-        await self._execute(run_id, RequestCancel(reason=reason))
-        return await self.drive(run_id)
+        outcome = await self.execute(run_id, (RequestCancel(reason=reason),))
+        return await self._drive(outcome.snapshot)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Snapshot:
         """End a run as cancelled now, without asking the workflow (no cleanup).
@@ -400,7 +372,7 @@ class Engine:
             RunNotFound: The run has no history.
             TerminalState: The run already ended otherwise.
         """
-        return (await self._execute(run_id, CancelRun(reason=reason))).snapshot
+        return (await self.execute(run_id, (CancelRun(reason=reason),))).snapshot
 
     async def time_out(self, run_id: str, reason: str | None = None) -> Snapshot:
         """End a live run as timed out now, recording its deadline (or now if it has none).
@@ -412,13 +384,14 @@ class Engine:
         snapshot = await self.handler.snapshot(run_id)
         deadline = snapshot.deadline if snapshot.deadline is not None else self.handler.clock()
         command = TimeOutRun(deadline=deadline, reason=reason)
-        return (await self._execute(run_id, command)).snapshot
+        return (await self.execute(run_id, (command,))).snapshot
 
     # --- looking around -----------------------------------------------------------------------
 
     async def next_wakeup(self) -> Wakeup | None:
-        """The earliest pending wakeup of any live run (so a host can sleep until it), or None."""
-        return await self.store.next_wakeup()
+        """The earliest pending wakeup of a live run of the served workflows (so a host can
+        sleep until it), or None."""
+        return await self.handler.store.next_wakeup(workflow_names=self.workflow_names)
 
     async def open_suspensions(self, now: datetime | None = None) -> tuple[Suspension, ...]:
         """Every open wait, delayed retry, deadline and awaited hook of the live runs.
@@ -454,10 +427,14 @@ class Engine:
             due=sum(s.due for s in open_work),
         )
 
-    async def _summaries(self, status: RunStatus | None) -> AsyncIterator[RunSummary]:
+    async def _summaries(
+        self, status: RunStatus | None, workflow_name: str | None = None
+    ) -> AsyncIterator[RunSummary]:
         cursor: str | None = None
         while True:
-            page = await self.store.list_runs(status=status, cursor=cursor, limit=_PAGE)
+            page = await self.handler.store.list_runs(
+                status=status, workflow_name=workflow_name, cursor=cursor, limit=_PAGE
+            )
             for summary in page.items:
                 yield summary
             if not page.has_more or page.cursor is None:
@@ -486,298 +463,50 @@ class Engine:
         )
         return found
 
-    # --- the loop -----------------------------------------------------------------------------
+    # --- what drives use ----------------------------------------------------------------------
 
-    async def _advance(self, view: _View) -> bool:
-        """Take the run one decision further; False when it waits."""
-        snapshot = view.snapshot
-        now = self.handler.clock()
-        if snapshot.deadline is not None and snapshot.deadline <= now:
-            command: Command = TimeOutRun(deadline=snapshot.deadline, reason="deadline passed")
-            return await self._act(view, command, "the deadline")
-        if snapshot.status == "pending":
-            return await self._act(view, StartRun(), "starting the run")
-        invocation = WorkflowInvocation(snapshot=snapshot, history=tuple(view.history))
-        decision = await self.runtime.run_workflow(invocation)
-        match decision:
-            case ScheduleStep():
-                return await self._schedule(view, (decision,), now)
-            case ScheduleSteps():
-                return await self._schedule(view, decision.steps, now)
-            case WaitUntil():
-                return await self._wait(view, decision, now)
-            case AwaitHook():
-                return await self._hook(invocation, view, decision)
-            case Complete():
-                command = CompleteRun(output=decision.output)
-            case Fail():
-                command = FailRun(error=decision.error, error_code=decision.error_code)
-            case Cancel():
-                if snapshot.cancellation is None:
-                    raise InvalidDecision(
-                        f"the workflow cancelled run {snapshot.run_id!r}, but no cancellation "
-                        "was requested",
-                        run_id=snapshot.run_id,
-                    )
-                command = CancelRun(reason=snapshot.cancellation.reason)
-            case TimeOut():
-                deadline = snapshot.deadline if snapshot.deadline is not None else now
-                command = TimeOutRun(deadline=deadline, reason=decision.reason)
-            case ReportProgress():
-                command = RecordProgress(
-                    progress_id=decision.progress_id,
-                    completed=decision.completed,
-                    total=decision.total,
-                    message=decision.message,
-                    details=decision.details,
-                )
-            case LinkChildOperation():
-                command = LinkChild(
-                    reference_id=decision.reference_id,
-                    kind=decision.kind,
-                    operation_id=decision.operation_id,
-                    child_run_id=decision.child_run_id,
-                    metadata=decision.metadata,
-                )
-            case UpdateAttributes():
-                command = SetAttributes(changes=decision.changes, write_id=decision.write_id)
-            case _:
-                raise InvalidDecision(
-                    f"run_workflow returned {decision!r}, which is not a RuntimeDecision",
-                    run_id=snapshot.run_id,
-                )
-        return await self._act(view, command, repr(decision))
-
-    async def _act(self, view: _View, command: Command, what: str) -> bool:
-        """Execute `command` for the decision `what`; True when the run moved.
-
-        A refusal on a view that others have moved past means "look again" (True); on the
-        freshest view it is the workflow's to bear and is raised. So is a command that changed
-        nothing: asking again would give the same answer forever.
-        """
-        run_id = view.snapshot.run_id
-        try:
-            outcome = await self._execute(
-                run_id, command, known_sequence=view.snapshot.last_sequence
-            )
-        except Rejection:
-            if await view.refresh():
-                return True
-            raise
-        if outcome.appended or outcome.missed:
-            return True
-        raise InvalidDecision(
-            f"{what} changed nothing on run {run_id!r}: the workflow would be asked the same "
-            "question again",
-            run_id=run_id,
-        )
-
-    def _same_definition(self, snapshot: Snapshot, command: Command, now: datetime) -> None:
-        """Raise the kernel's `NonDeterministic` if `command` redefines an existing entity."""
-        try:
-            decide(snapshot, command, now=now, limits=self.handler.limits)
-        except NonDeterministic:
-            raise
-        except EntityConflict:
-            pass  # the same definition: the entity the workflow issued before
-
-    async def _wait(self, view: _View, decision: WaitUntil, now: datetime) -> bool:
-        snapshot = view.snapshot
-        create = CreateWait(wait_id=decision.wait_id, resume_at=decision.resume_at)
-        wait = snapshot.waits.get(decision.wait_id)
-        if wait is None:
-            return await self._act(view, create, repr(decision))
-        self._same_definition(snapshot, create, now)
-        if wait.status != "waiting":
-            raise InvalidDecision(
-                f"wait {wait.wait_id!r} of run {snapshot.run_id!r} is already {wait.status}: a "
-                "workflow moves on from a finished wait (cleanup after a cancellation needs new "
-                "ids)",
-                run_id=snapshot.run_id,
-            )
-        if wait.resume_at <= now:
-            return await self._act(view, CompleteWait(wait_id=wait.wait_id), repr(decision))
-        return False
-
-    async def _hook(self, invocation: WorkflowInvocation, view: _View, decision: AwaitHook) -> bool:
-        snapshot = view.snapshot
-        hook = snapshot.hooks.get(decision.hook_id)
-        if hook is None:
-            holder = invocation.hook_conflict(decision.hook_id)
-            if holder is not None:
-                raise InvalidDecision(
-                    f"hook {decision.hook_id!r} of run {snapshot.run_id!r} was not created: run "
-                    f"{holder!r} held its token; the workflow must use another hook or end the run",
-                    run_id=snapshot.run_id,
-                )
-            command = CreateHook(
-                hook_id=decision.hook_id,
-                token=decision.token,
-                metadata=decision.metadata,
-                is_webhook=decision.is_webhook,
-                retain_token_until=decision.retain_token_until,
-            )
-            return await self._act(view, command, repr(decision))
-        recorded = (hook.token, hook.metadata, hook.is_webhook, hook.retain_token_until)
-        if recorded != (
-            decision.token,
-            decision.metadata,
-            decision.is_webhook,
-            decision.retain_token_until,
-        ):
-            raise NonDeterministic(
-                f"hook {hook.hook_id!r} already exists in run {snapshot.run_id!r} with another "
-                "definition",
-                run_id=snapshot.run_id,
-            )
-        if hook.status != "active":
-            raise InvalidDecision(
-                f"hook {hook.hook_id!r} of run {snapshot.run_id!r} is already {hook.status}: a "
-                "workflow moves on from a finished hook (cleanup after a cancellation needs new "
-                "ids)",
-                run_id=snapshot.run_id,
-            )
-        return False
-
-    # --- steps --------------------------------------------------------------------------------
-
-    async def _schedule(self, view: _View, calls: Sequence[ScheduleStep], now: datetime) -> bool:
-        """Run the steps of one decision that can run now, concurrently; False when none can
-        (each waits for a delayed retry or is being run by this engine already)."""
-        snapshot = view.snapshot
-        run_id = snapshot.run_id
-        if not calls:
-            raise InvalidDecision("ScheduleSteps needs at least one step", run_id=run_id)
-        chosen: list[tuple[ScheduleStep, StepState | None]] = []
-        seen: set[str] = set()
-        waiting = False
-        for call in calls:
-            if call.step_id in seen:
-                raise InvalidDecision(
-                    f"step {call.step_id!r} is scheduled twice in one decision", run_id=run_id
-                )
-            seen.add(call.step_id)
-            step = snapshot.steps.get(call.step_id)
-            if step is not None:
-                create = CreateStep(
-                    step_id=call.step_id,
-                    step_name=call.step_name,
-                    input=call.input,
-                    retry=call.retry,
-                )
-                self._same_definition(snapshot, create, now)
-                if step.status not in ("pending", "running"):
-                    continue
-                delayed = step.retry_after is not None and step.retry_after > now
-                if delayed or (run_id, call.step_id) in self._in_flight:
-                    waiting = True
-                    continue
-            chosen.append((call, step))
-        if not chosen:
-            if waiting:
-                return False
-            raise InvalidDecision(
-                f"the workflow of run {run_id!r} scheduled only finished steps "
-                f"({', '.join(sorted(seen))}): it must move on with their outcomes",
+    def _check_served(self, run_id: str, workflow_name: str) -> None:
+        if workflow_name not in self.workflow_names:
+            raise WorkflowNotServed(
+                f"run {run_id!r} is of workflow {workflow_name!r}, which this engine's runtime "
+                "does not declare",
                 run_id=run_id,
             )
-        # Claimed before the first await, so a concurrent drive of this engine leaves them be.
-        claimed = {(run_id, call.step_id) for call, _ in chosen}
-        self._in_flight.update(claimed)
-        writing = asyncio.Lock()  # the batch's appends go one at a time: no self-made conflicts
-        try:
-            results = await asyncio.gather(
-                *(self._attempt(run_id, call, step, writing) for call, step in chosen),
-                return_exceptions=True,
-            )
-        finally:
-            self._in_flight.difference_update(claimed)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        for extra in errors[1:]:
-            _log.error("another step of run %r failed to record as well: %r", run_id, extra)
-        if errors:
-            raise errors[0]
-        return True
 
-    async def _attempt(
-        self, run_id: str, call: ScheduleStep, step: StepState | None, writing: asyncio.Lock
-    ) -> None:
-        """Start one attempt of a step (creating the step on first use), run its body, record
-        the outcome. A step found running that this engine is not running was interrupted (a
-        crash): it gets a new attempt."""
-        lazy = None
-        if step is None:
-            lazy = LazyStep(step_name=call.step_name, input=call.input, retry=call.retry)
-        try:
-            async with writing:
-                outcome = await self._execute(run_id, StartStep(step_id=call.step_id, lazy=lazy))
-        except Rejection:
-            if await self._moved(run_id, call.step_id, _step_key(step)):
-                return  # another writer created, started or finished it first
-            raise
-        state = outcome.snapshot.steps[call.step_id]
-        invocation = StepInvocation(
-            run_id=run_id,
-            step_id=state.step_id,
-            step_name=state.step_name,
-            input=state.input,
-            attempt=state.attempt,
-            previous_error=state.error,
+    def running(self, run_id: str, step_id: str) -> bool:
+        """Whether a drive of this engine is running the step's body (or holds its outcome)."""
+        return (run_id, step_id) in self._in_flight
+
+    def claim(self, run_id: str, step_ids: Iterable[str]) -> None:
+        """Mark steps as run by a drive of this engine, so that other drives leave them be."""
+        self._in_flight.update((run_id, step_id) for step_id in step_ids)
+
+    def release(self, run_id: str, step_ids: Iterable[str]) -> None:
+        """Undo `claim`: the steps' outcomes are durable, or the drive ended."""
+        self._in_flight.difference_update((run_id, step_id) for step_id in step_ids)
+
+    async def execute(
+        self,
+        run_id: str,
+        commands: Sequence[Command],
+        *,
+        known_sequence: int | None = None,
+        now: datetime | None = None,
+    ) -> Outcome:
+        """`CommandHandler.execute_many`, then the observers see what was appended."""
+        outcome = await self.handler.execute_many(
+            run_id, commands, known_sequence=known_sequence, now=now
         )
-        try:
-            output = await self.runtime.run_step(invocation)
-        except Exception as exc:
-            result = self._after_failure(run_id, state, exc)
-        else:
-            result = CompleteStep(step_id=state.step_id, output=output)
-        try:
-            async with writing:
-                await self._execute(run_id, result)
-        except Rejection:
-            if await self._moved(run_id, state.step_id, ("running", state.attempt)):
-                _log.debug("outcome of step %r of run %r was superseded", state.step_id, run_id)
-                return
-            raise
-
-    def _after_failure(self, run_id: str, step: StepState, exc: Exception) -> Command:
-        """The command recording a failed attempt: a delayed retry while the step's policy
-        allows one, else the step's failure."""
-        if isinstance(exc, StepFailure):
-            error, code, retryable = exc.error, exc.code, exc.retryable
-        else:
-            error, code, retryable = _describe(exc), type(exc).__name__, True
-        policy = step.retry if step.retry is not None else DEFAULT_RETRY
-        if code is not None and code in policy.non_retryable_error_codes:
-            retryable = False
-        if not retryable or step.attempt >= policy.max_attempts:
-            return FailStep(step_id=step.step_id, error=error, retryable=retryable)
-        delay = retry_delay(
-            policy, run_id=run_id, step_id=step.step_id, attempt=step.attempt, jitter=self.jitter
-        )
-        failed_at = self.handler.clock()
-        return RetryStep(step_id=step.step_id, error=error, retry_after=failed_at + delay)
-
-    async def _moved(self, run_id: str, step_id: str, before: tuple[str, int] | None) -> bool:
-        """Whether the run ended or the step left the state `before` (status, attempt)."""
-        snapshot = await self.handler.snapshot(run_id)
-        return snapshot.is_terminal or _step_key(snapshot.steps.get(step_id)) != before
-
-    # --- plumbing -----------------------------------------------------------------------------
+        await self._notify(outcome.appended)
+        return outcome
 
     async def _settle(self, run_id: str, command: Command) -> None:
         """Execute a command that may have been made moot by someone else (a wait completed,
         a run ended); such a refusal is not an error here."""
         try:
-            await self._execute(run_id, command)
+            await self.execute(run_id, (command,))
         except (EntityConflict, TerminalState, RunExpired) as exc:
             _log.debug("%s on run %r was already settled: %s", type(command).__name__, run_id, exc)
-
-    async def _execute(
-        self, run_id: str, command: Command, *, known_sequence: int | None = None
-    ) -> Outcome:
-        outcome = await self.handler.execute(run_id, command, known_sequence=known_sequence)
-        await self._notify(outcome.appended)
-        return outcome
 
     async def _notify(self, envelopes: Sequence[Envelope]) -> None:
         for envelope in envelopes:

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from runfold.kernel import RunfoldError
 
-__all__ = ["EngineError", "InvalidDecision", "ReplayLimitExceeded", "RunDefinitionConflict"]
+__all__ = [
+    "EngineError",
+    "InvalidDecision",
+    "ReplayLimitExceeded",
+    "RunDefinitionConflict",
+    "WorkflowNotServed",
+]
 
 
 class EngineError(RunfoldError):
@@ -58,3 +64,14 @@ class ReplayLimitExceeded(EngineError):
 
     code = "replay_limit_exceeded"
     status = 508
+
+
+class WorkflowNotServed(EngineError):
+    """The run's workflow is not one the engine's runtime declares (`workflow_names`).
+
+    Services sharing one store each serve their own workflows; an engine never writes to a run
+    of another's, so it neither starts, drives, resumes nor recovers one.
+    """
+
+    code = "workflow_not_served"
+    status = 404

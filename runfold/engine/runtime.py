@@ -4,7 +4,7 @@ That is the `WorkflowRuntime` protocol, what it is invoked with, the `RuntimeDec
 it answers with, and the `EngineObserver` protocol.
 
 A runtime's workflow code is a function of the run as it stands: given a `WorkflowInvocation`
-(the snapshot and the history), it returns the one next thing to do. The engine applies that
+(the run's snapshot), it returns the one next thing to do. The engine applies that
 decision through the kernel, and asks again whenever the run moved, until the run ends or the
 workflow waits (on a timer, a hook, or a delayed step retry). So workflow code must be
 deterministic: the same run gives the same decision.
@@ -12,14 +12,14 @@ deterministic: the same run gives the same decision.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Protocol, TypeAlias
 
 import attrs
 
-from runfold.kernel import Envelope, HookConflict, RetryPolicy, Snapshot
+from runfold.kernel import Envelope, RetryPolicy, Snapshot
 
 __all__ = [
     "AwaitHook",
@@ -47,14 +47,16 @@ __all__ = [
 
 @attrs.frozen(kw_only=True)
 class WorkflowInvocation:
-    """The run a workflow is asked to decide on: its snapshot and the history it folds.
+    """The run a workflow is asked to decide on, as its snapshot.
 
     `snapshot.cancellation` is set once a cancellation was requested: the workflow must then end
     the run with `Cancel` or `Fail` (after any cleanup steps, which need ids not used before).
+    The snapshot may hold the workflow's own latest decisions before they are appended (they
+    are appended with the next step's start, the wait, or the run's end); a workflow that
+    needs the stored events reads them itself (`CommandHandler.history`).
     """
 
     snapshot: Snapshot
-    history: tuple[Envelope, ...]
 
     @property
     def run_id(self) -> str:
@@ -67,11 +69,8 @@ class WorkflowInvocation:
         A `hook_conflict` event is recorded instead of a hook; the snapshot has no hook then, so
         a workflow that asked for one learns why here (and must choose another hook or end).
         """
-        for envelope in reversed(self.history):
-            event = envelope.event
-            if isinstance(event, HookConflict) and event.hook_id == hook_id:
-                return event.holder_run_id
-        return None
+        conflict = self.snapshot.hook_conflicts.get(hook_id)
+        return None if conflict is None else conflict.holder_run_id
 
 
 @attrs.frozen(kw_only=True)
@@ -253,6 +252,15 @@ class WorkflowRuntime(Protocol):
 
     Where the code runs is the runtime's business (in process, in a worker pool, behind an RPC).
     """
+
+    @property
+    def workflow_names(self) -> Collection[str]:
+        """The workflows this runtime runs, by their stable names (at least one).
+
+        An engine starts, drives, resumes and recovers runs of these alone: services that share
+        a store never write to each other's runs.
+        """
+        ...
 
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
         """The next thing to do for the run in `invocation`; must be deterministic.

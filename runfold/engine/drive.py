@@ -1,0 +1,564 @@
+"""One drive of one run: ask the workflow, record its decisions, run its steps.
+
+This is the loop behind `Engine.drive`. The commands a workflow's decisions make are decided at
+once, by the kernel, on a provisional snapshot (the durable run and what is pending), and are
+appended together at the last moment that keeps the durability contract: before a step body
+runs (its start must be durable first), when the run waits, and when it ends. So a sequential
+workflow commits once per step, the outcome of step N with the start of step N+1, and the run's
+creation goes with its first decision. A crash between two appends loses only decisions that the
+next drive makes again, since the workflow is deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+from runfold.engine.errors import InvalidDecision, ReplayLimitExceeded, RunDefinitionConflict
+from runfold.engine.retry import DEFAULT_RETRY, retry_delay
+from runfold.engine.runtime import (
+    AwaitHook,
+    Cancel,
+    Complete,
+    Fail,
+    LinkChildOperation,
+    ReportProgress,
+    ScheduleStep,
+    ScheduleSteps,
+    StepFailure,
+    StepInvocation,
+    TimeOut,
+    UpdateAttributes,
+    WaitUntil,
+    WorkflowInvocation,
+)
+from runfold.kernel import (
+    CancelRun,
+    Command,
+    CompleteRun,
+    CompleteStep,
+    CompleteWait,
+    CreateHook,
+    CreateStep,
+    CreateWait,
+    EntityConflict,
+    Event,
+    FailRun,
+    FailStep,
+    InvalidCommand,
+    LazyStep,
+    LinkChild,
+    NonDeterministic,
+    RecordProgress,
+    Rejection,
+    RetryStep,
+    SetAttributes,
+    Snapshot,
+    StartRun,
+    StartStep,
+    StepState,
+    StoreError,
+    TimeOutRun,
+    decide,
+    decide_many,
+)
+
+if TYPE_CHECKING:
+    from runfold.engine.engine import Engine
+
+__all__ = ["Drive"]
+
+_log = logging.getLogger("runfold.engine")
+_MAX_ERROR_CHARS = 4096
+_OUTCOMES = (CompleteStep, RetryStep, FailStep)
+
+Flushed: TypeAlias = Literal["shown", "moved", "refused"]
+"""How `Drive.flush` went (see there)."""
+
+
+def describe(exc: BaseException) -> bytes:
+    """An exception as a step's error payload: its class and message, bounded."""
+    return f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS].encode()
+
+
+class Drive:
+    """One run driven until it ends or waits: the durable snapshot, what is pending on it, and
+    the provisional snapshot the workflow is shown (the two together)."""
+
+    __slots__ = ("at", "claims", "durable", "engine", "pending", "proposed", "run_id", "view")
+
+    def __init__(
+        self,
+        engine: Engine,
+        run_id: str,
+        durable: Snapshot | None,
+        pending: Sequence[Command] = (),
+    ) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        self.durable = durable
+        self.view = durable
+        self.pending: list[Command] = []
+        self.proposed: list[Event] = []  # what the pending commands decided on the view
+        self.at: datetime | None = None  # when they were decided: the append's decision time
+        self.claims: set[str] = set()  # step ids this drive runs or holds an outcome of
+        for command in pending:
+            self.propose(command)
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    async def run(self) -> Snapshot:
+        """Drive until the run ends or waits, and return it as stored."""
+        try:
+            for _ in range(self.engine.max_replay_iterations):
+                view = self.view
+                if view is not None and view.is_terminal:
+                    if await self.flush() == "shown":
+                        return self.snapshot
+                    continue
+                if await self.advance():
+                    continue
+                if await self.flush() == "shown":  # it waits: what led there is recorded
+                    return self.snapshot
+            await self.flush()
+            raise ReplayLimitExceeded(
+                f"run {self.run_id!r} neither ended nor suspended after "
+                f"{self.engine.max_replay_iterations} decisions; drive it again to continue",
+                run_id=self.run_id,
+            )
+        except Exception as exc:
+            # What the workflow decided before its failure stands: record it, so driving again
+            # continues after it (a step's outcome is not lost to a later bug). A store that
+            # failed is not asked again: whether it wrote is for the next drive to see.
+            if self.pending and not isinstance(exc, StoreError):
+                try:
+                    await self.flush()
+                except Exception:
+                    _log.exception("recording the decisions of run %r failed", self.run_id)
+            raise
+        finally:
+            self.engine.release(self.run_id, self.claims)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The provisional snapshot (the durable one once nothing is pending)."""
+        assert self.view is not None
+        return self.view
+
+    async def advance(self) -> bool:
+        """Take the run one decision further; False when it waits."""
+        view = self.snapshot
+        now = self.engine.handler.clock()
+        if view.deadline is not None and view.deadline <= now:
+            return await self.record(
+                TimeOutRun(deadline=view.deadline, reason="deadline passed"), "the deadline"
+            )
+        if view.status == "pending":
+            return await self.record(StartRun(), "starting the run")
+        decision = await self.engine.runtime.run_workflow(WorkflowInvocation(snapshot=view))
+        command: Command
+        match decision:
+            case ScheduleStep():
+                return await self.schedule((decision,), now)
+            case ScheduleSteps():
+                return await self.schedule(decision.steps, now)
+            case WaitUntil():
+                return await self.wait(decision, now)
+            case AwaitHook():
+                return await self.hook(decision)
+            case Complete():
+                command = CompleteRun(output=decision.output)
+            case Fail():
+                command = FailRun(error=decision.error, error_code=decision.error_code)
+            case Cancel():
+                if view.cancellation is None:
+                    raise InvalidDecision(
+                        f"the workflow cancelled run {self.run_id!r}, but no cancellation "
+                        "was requested",
+                        run_id=self.run_id,
+                    )
+                command = CancelRun(reason=view.cancellation.reason)
+            case TimeOut():
+                deadline = view.deadline if view.deadline is not None else now
+                command = TimeOutRun(deadline=deadline, reason=decision.reason)
+            case ReportProgress():
+                command = RecordProgress(
+                    progress_id=decision.progress_id,
+                    completed=decision.completed,
+                    total=decision.total,
+                    message=decision.message,
+                    details=decision.details,
+                )
+            case LinkChildOperation():
+                command = LinkChild(
+                    reference_id=decision.reference_id,
+                    kind=decision.kind,
+                    operation_id=decision.operation_id,
+                    child_run_id=decision.child_run_id,
+                    metadata=decision.metadata,
+                )
+            case UpdateAttributes():
+                command = SetAttributes(changes=decision.changes, write_id=decision.write_id)
+            case _:
+                raise InvalidDecision(
+                    f"run_workflow returned {decision!r}, which is not a RuntimeDecision",
+                    run_id=self.run_id,
+                )
+        return await self.record(command, repr(decision))
+
+    # --- pending commands ---------------------------------------------------------------------
+
+    def propose(self, command: Command) -> bool:
+        """Decide `command` on the provisional snapshot and add it to what is pending; False
+        when it changes nothing.
+
+        Raises:
+            Rejection: The kernel refused it on the provisional snapshot.
+        """
+        at = self.at if self.at is not None else self.engine.handler.clock()
+        batch = decide_many(
+            self.view, (command,), now=at, limits=self.engine.handler.limits, run_id=self.run_id
+        )
+        if not batch.events:
+            return False
+        self.at = at
+        self.pending.append(command)
+        self.proposed.extend(batch.events)
+        self.view = batch.snapshot
+        return True
+
+    async def record(self, command: Command, what: str) -> bool:
+        """Propose `command` for the decision `what`; True when the run moved.
+
+        A refusal (or a command that changes nothing) on a view that others have moved past
+        means "look again"; on the freshest view it is the workflow's to bear and is raised:
+        asking again would give the same answer forever.
+        """
+        try:
+            if self.propose(command):
+                return True
+        except Rejection:
+            if await self.moved_on():
+                return True
+            raise
+        if await self.moved_on():
+            return True
+        raise InvalidDecision(
+            f"{what} changed nothing on run {self.run_id!r}: the workflow would be asked the "
+            "same question again",
+            run_id=self.run_id,
+        )
+
+    async def flush(self) -> Flushed:
+        """Append what is pending in one batch.
+
+        Returns "shown" when the run is now what the view said; "moved" when the batch went in
+        but others had appended first or the store decided otherwise (a hook token held
+        elsewhere); "refused" when the stored run refused a command (others moved it): what
+        came before that command went in, the rest did not. Either way but "shown", the
+        workflow must look again.
+        """
+        if not self.pending:
+            return "shown"
+        commands = tuple(self.pending)
+        proposed = list(self.proposed)
+        try:
+            outcome = await self.engine.execute(
+                self.run_id,
+                commands,
+                known_sequence=self.durable.last_sequence if self.durable is not None else None,
+                now=self.at,
+            )
+        except Rejection as exc:
+            await self.refused(commands, exc)
+            return "refused"
+        self.settle(commands, outcome.snapshot)
+        if not outcome.missed and [e.event for e in outcome.appended] == proposed:
+            return "shown"
+        return "moved"
+
+    def settle(self, commands: Sequence[Command], durable: Snapshot) -> None:
+        """The pending `commands` are durable: `durable` is the run now."""
+        self.pending.clear()
+        self.proposed.clear()
+        self.at = None
+        self.durable = self.view = durable
+        done = {c.step_id for c in commands if isinstance(c, _OUTCOMES)}
+        if done & self.claims:
+            self.engine.release(self.run_id, done & self.claims)
+            self.claims -= done
+
+    async def refused(self, commands: Sequence[Command], exc: Rejection) -> None:
+        """The stored run refused command `exc.command_index` of a batch that the view took:
+        others moved the run (the kernel decides alike on both). What came before that command
+        is recorded; the rest is dropped, and the view becomes the stored run, for the workflow
+        to decide again on it."""
+        place = exc.command_index
+        refused = commands[place]
+        if isinstance(refused, StartRun) and isinstance(exc, NonDeterministic):
+            raise RunDefinitionConflict(
+                f"run {self.run_id!r} already exists with another definition", run_id=self.run_id
+            ) from exc
+        _log.debug("run %r moved on under %s: %s", self.run_id, type(refused).__name__, exc)
+        while place > 0:  # the run may keep moving: each try keeps what still stands
+            try:
+                outcome = await self.engine.execute(self.run_id, commands[:place], now=self.at)
+            except Rejection as again:
+                place = again.command_index
+                continue
+            self.settle(commands[:place], outcome.snapshot)
+            return
+        self.pending.clear()
+        self.proposed.clear()
+        self.at = None
+        self.durable = self.view = await self.engine.handler.snapshot(self.run_id)
+
+    async def moved_on(self) -> bool:
+        """Record what is pending, then look at the stored run: True (and the view is that run)
+        if others appended since the workflow was shown the view."""
+        if self.pending and await self.flush() != "shown":
+            return True
+        before = self.durable.last_sequence if self.durable is not None else 0
+        fresh = await self.engine.handler.lookup(self.run_id)
+        if fresh is None or fresh.last_sequence <= before:
+            return False
+        self.durable = self.view = fresh
+        return True
+
+    # --- waits and hooks ----------------------------------------------------------------------
+
+    def same_definition(self, command: Command, now: datetime) -> None:
+        """Raise the kernel's `NonDeterministic` if `command` redefines an existing entity."""
+        try:
+            decide(self.view, command, now=now, limits=self.engine.handler.limits)
+        except NonDeterministic:
+            raise
+        except EntityConflict:
+            pass  # the same definition: the entity the workflow issued before
+
+    async def wait(self, decision: WaitUntil, now: datetime) -> bool:
+        view = self.snapshot
+        create = CreateWait(wait_id=decision.wait_id, resume_at=decision.resume_at)
+        wait = view.waits.get(decision.wait_id)
+        if wait is None:
+            return await self.record(create, repr(decision))
+        self.same_definition(create, now)
+        if wait.status != "waiting":
+            raise InvalidDecision(
+                f"wait {wait.wait_id!r} of run {self.run_id!r} is already {wait.status}: a "
+                "workflow moves on from a finished wait (cleanup after a cancellation needs new "
+                "ids)",
+                run_id=self.run_id,
+            )
+        if wait.resume_at <= now:
+            return await self.record(CompleteWait(wait_id=wait.wait_id), repr(decision))
+        return False
+
+    async def hook(self, decision: AwaitHook) -> bool:
+        view = self.snapshot
+        hook = view.hooks.get(decision.hook_id)
+        if hook is None:
+            conflict = view.hook_conflicts.get(decision.hook_id)
+            if conflict is not None:
+                raise InvalidDecision(
+                    f"hook {decision.hook_id!r} of run {self.run_id!r} was not created: run "
+                    f"{conflict.holder_run_id!r} held its token; the workflow must use another "
+                    "hook or end the run",
+                    run_id=self.run_id,
+                )
+            command = CreateHook(
+                hook_id=decision.hook_id,
+                token=decision.token,
+                metadata=decision.metadata,
+                is_webhook=decision.is_webhook,
+                retain_token_until=decision.retain_token_until,
+            )
+            return await self.record(command, repr(decision))
+        recorded = (hook.token, hook.metadata, hook.is_webhook, hook.retain_token_until)
+        if recorded != (
+            decision.token,
+            decision.metadata,
+            decision.is_webhook,
+            decision.retain_token_until,
+        ):
+            raise NonDeterministic(
+                f"hook {hook.hook_id!r} already exists in run {self.run_id!r} with another "
+                "definition",
+                run_id=self.run_id,
+            )
+        if hook.status != "active":
+            raise InvalidDecision(
+                f"hook {hook.hook_id!r} of run {self.run_id!r} is already {hook.status}: a "
+                "workflow moves on from a finished hook (cleanup after a cancellation needs new "
+                "ids)",
+                run_id=self.run_id,
+            )
+        return False
+
+    # --- steps --------------------------------------------------------------------------------
+
+    async def schedule(self, calls: Sequence[ScheduleStep], now: datetime) -> bool:
+        """Start the steps of one decision that can run now (in one append), run their bodies
+        concurrently and record their outcomes; False when none can run (each waits for a
+        delayed retry or is being run by this engine already)."""
+        view = self.snapshot
+        run_id = self.run_id
+        if not calls:
+            raise InvalidDecision("ScheduleSteps needs at least one step", run_id=run_id)
+        chosen: list[tuple[ScheduleStep, StepState | None]] = []
+        seen: set[str] = set()
+        waiting = False
+        for call in calls:
+            if call.step_id in seen:
+                raise InvalidDecision(
+                    f"step {call.step_id!r} is scheduled twice in one decision", run_id=run_id
+                )
+            seen.add(call.step_id)
+            step = view.steps.get(call.step_id)
+            if step is not None:
+                create = CreateStep(
+                    step_id=call.step_id,
+                    step_name=call.step_name,
+                    input=call.input,
+                    retry=call.retry,
+                )
+                self.same_definition(create, now)
+                if step.status not in ("pending", "running"):
+                    continue
+                delayed = step.retry_after is not None and step.retry_after > now
+                if delayed or self.engine.running(run_id, call.step_id):
+                    waiting = True
+                    continue
+            chosen.append((call, step))
+        if not chosen:
+            if waiting:
+                return False
+            raise InvalidDecision(
+                f"the workflow of run {run_id!r} scheduled only finished steps "
+                f"({', '.join(sorted(seen))}): it must move on with their outcomes",
+                run_id=run_id,
+            )
+        # Claimed before the first await, so a concurrent drive of this engine leaves them be.
+        ids = [call.step_id for call, _ in chosen]
+        self.engine.claim(run_id, ids)
+        self.claims.update(ids)
+        for call, step in chosen:
+            lazy = None
+            if step is None:
+                lazy = LazyStep(step_name=call.step_name, input=call.input, retry=call.retry)
+            try:
+                self.propose(StartStep(step_id=call.step_id, lazy=lazy))
+            except Rejection:
+                self.engine.release(run_id, ids)
+                self.claims.difference_update(ids)
+                if await self.moved_on():
+                    return True  # another writer created, started or finished it first
+                raise
+        # The starts are durable before any body runs. Refused, they are not ours to run.
+        if await self.flush() == "refused":
+            self.engine.release(run_id, ids)
+            self.claims.difference_update(ids)
+            return True
+        await self.run_bodies([self.snapshot.steps[i] for i in ids])
+        return True
+
+    async def run_bodies(self, steps: Sequence[StepState]) -> None:
+        """Run the step bodies concurrently. Each outcome but the last is committed as soon as
+        it is known; the last is pending, to go with the workflow's next decision."""
+        tasks = {asyncio.ensure_future(self.body(step)): step for step in steps}
+        errors: list[BaseException] = []
+        try:
+            while tasks:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    step = tasks.pop(task)
+                    try:
+                        await self.outcome(step, task.result(), commit=bool(tasks))
+                    except Exception as exc:
+                        errors.append(exc)
+        finally:
+            for task in tasks:
+                task.cancel()
+        for extra in errors[1:]:
+            _log.error("another step of run %r failed to record as well: %r", self.run_id, extra)
+        if errors:
+            raise errors[0]
+
+    async def body(self, step: StepState) -> Command:
+        """Run one attempt of the step's body: the command that records its outcome."""
+        invocation = StepInvocation(
+            run_id=self.run_id,
+            step_id=step.step_id,
+            step_name=step.step_name,
+            input=step.input,
+            attempt=step.attempt,
+            previous_error=step.error,
+        )
+        try:
+            output = await self.engine.runtime.run_step(invocation)
+        except Exception as exc:
+            return self.after_failure(step, exc)
+        return CompleteStep(step_id=step.step_id, output=output)
+
+    def after_failure(self, step: StepState, exc: Exception) -> Command:
+        """The command recording a failed attempt: a delayed retry while the step's policy
+        allows one, else the step's failure."""
+        if isinstance(exc, StepFailure):
+            error, code, retryable = exc.error, exc.code, exc.retryable
+        else:
+            error, code, retryable = describe(exc), type(exc).__name__, True
+        policy = step.retry if step.retry is not None else DEFAULT_RETRY
+        if code is not None and code in policy.non_retryable_error_codes:
+            retryable = False
+        if not retryable or step.attempt >= policy.max_attempts:
+            return FailStep(step_id=step.step_id, error=error, retryable=retryable)
+        delay = retry_delay(
+            policy,
+            run_id=self.run_id,
+            step_id=step.step_id,
+            attempt=step.attempt,
+            jitter=self.engine.jitter,
+        )
+        return RetryStep(
+            step_id=step.step_id, error=error, retry_after=self.engine.handler.clock() + delay
+        )
+
+    def superseded(self, attempt: StepState) -> bool:
+        """Whether the run ended or the step left the attempt (another writer finished it,
+        cancelled it or started another attempt)."""
+        view = self.snapshot
+        now = view.steps.get(attempt.step_id)
+        return (
+            view.is_terminal
+            or now is None
+            or (now.status, now.attempt) != ("running", attempt.attempt)
+        )
+
+    async def outcome(self, step: StepState, command: Command, *, commit: bool) -> None:
+        """Propose the command recording a finished attempt (appended at once if `commit`).
+
+        An outcome the kernel cannot take (an output over the payload limit, say) fails the
+        step for good instead, so the step is neither stuck nor run again. An outcome made moot
+        by others (the step finished, the run ended) is dropped.
+        """
+        try:
+            try:
+                self.propose(command)
+            except InvalidCommand as exc:
+                _log.warning(
+                    "the outcome of step %r of run %r cannot be recorded: %s",
+                    step.step_id,
+                    self.run_id,
+                    exc,
+                )
+                self.propose(FailStep(step_id=step.step_id, error=describe(exc), retryable=False))
+        except Rejection:
+            if self.superseded(step) or (await self.moved_on() and self.superseded(step)):
+                _log.debug("outcome of step %r of run %r was superseded", step.step_id, self.run_id)
+                return
+            raise
+        if commit:
+            await self.flush()
