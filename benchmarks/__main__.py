@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks.commands import bench_commands
+from benchmarks.engine_cost import bench_engine_cost
 from benchmarks.harness import Remark, Result
 from benchmarks.kernel import bench_apply, bench_fold, bench_memory
 from benchmarks.postgres import POSTGRES
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, Callable[[bool], Sequence[Result | Remark]]] = {
     "postgres-contention": partial(bench_contention, POSTGRES),
     "commands": bench_commands,
     "workflows": bench_workflows,
+    "engine-cost": bench_engine_cost,
 }
 CHARTS = Path("assets") / "performance"
 """Where the charts go, relative to the page (which links them relatively)."""
