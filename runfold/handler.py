@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 import attrs
 
 from runfold.kernel import (
+    BatchDecision,
     Command,
     Envelope,
     HookHolder,
@@ -181,12 +182,18 @@ class CommandHandler:
         *,
         known_sequence: int | None = None,
         now: datetime | None = None,
+        decided: BatchDecision | None = None,
     ) -> Outcome:
         """Decide `commands` as one (`decide_many`) and append all their events in one append.
 
         Each command is decided on the snapshot the ones before it left; the events of all go
         in one `append_if_sequence`, all or nothing. Conflicts retry the whole batch, as in
         `execute`, whose arguments and errors these are.
+
+        `decided` is what `decide_many` gave for these same `commands` at `now` with this
+        handler's limits, for a caller that decided them already (a host showing its workflow
+        the result): when it was decided on the very snapshot the handler holds, the handler
+        appends it as it is instead of deciding again.
 
         Raises:
             Rejection: A command was refused (its `command_index` says which); nothing was
@@ -201,14 +208,25 @@ class CommandHandler:
         while attempts < self._max_attempts:
             before = cached.snapshot
             at = now if now is not None else self.clock()
+            reuse = (
+                decided is not None
+                and before is not None
+                and decided.decided_on is before
+                and decided.now == at
+                and token_holder is None
+            )
             try:
-                batch = decide_many(
-                    before,
-                    commands,
-                    now=at,
-                    limits=self.limits,
-                    token_holder=token_holder,
-                    run_id=run_id,
+                batch = (
+                    decided
+                    if reuse and decided is not None
+                    else decide_many(
+                        before,
+                        commands,
+                        now=at,
+                        limits=self.limits,
+                        token_holder=token_holder,
+                        run_id=run_id,
+                    )
                 )
             except Rejection:
                 if fresh:

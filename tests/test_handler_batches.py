@@ -18,6 +18,7 @@ from runfold import (
     RecordLog,
     StartRun,
     StepNotFound,
+    decide_many,
     project_run,
     run_index,
 )
@@ -169,3 +170,23 @@ async def test_a_cache_of_zero_reads_every_time(store: EventStore, clock: Clock)
     counting.calls = 0
     await handler.execute("r", log())
     assert counting.calls == 2
+
+
+async def test_a_decision_made_on_another_snapshot_is_decided_again(
+    store: EventStore, clock: Clock
+) -> None:
+    """`decided` is reused only when it was decided on the very snapshot the handler holds at
+    the same time; otherwise (here: a stale one, from before another writer's event) the
+    handler decides the commands itself."""
+    handler = CommandHandler(store, clock=clock)
+    before = (await handler.execute("r", START)).snapshot
+    commands = [log("mine")]
+    stale = decide_many(before, commands, now=clock.now, run_id="r")
+    await CommandHandler(store, clock=clock).execute("r", log("theirs"))
+    await handler.snapshot("r")  # the handler now holds the newer run
+
+    outcome = await handler.execute_many("r", commands, now=clock.now, decided=stale)
+
+    assert sequences(outcome.appended) == [4]
+    assert outcome.snapshot == await fresh(store, "r")
+    assert outcome.snapshot.log_count == 2

@@ -36,6 +36,7 @@ from runfold.engine.runtime import (
     WorkflowInvocation,
 )
 from runfold.kernel import (
+    BatchDecision,
     CancelRun,
     Command,
     CompleteRun,
@@ -88,7 +89,17 @@ class Drive:
     """One run driven until it ends or waits: the durable snapshot, what is pending on it, and
     the provisional snapshot the workflow is shown (the two together)."""
 
-    __slots__ = ("at", "claims", "durable", "engine", "pending", "proposed", "run_id", "view")
+    __slots__ = (
+        "at",
+        "claims",
+        "created",
+        "durable",
+        "engine",
+        "pending",
+        "proposed",
+        "run_id",
+        "view",
+    )
 
     def __init__(
         self,
@@ -103,6 +114,7 @@ class Drive:
         self.view = durable
         self.pending: list[Command] = []
         self.proposed: list[Event] = []  # what the pending commands decided on the view
+        self.created: list[str] = []  # the steps their lazy starts created
         self.at: datetime | None = None  # when they were decided: the append's decision time
         self.claims: set[str] = set()  # step ids this drive runs or holds an outcome of
         for command in pending:
@@ -227,6 +239,7 @@ class Drive:
         self.at = at
         self.pending.append(command)
         self.proposed.extend(batch.events)
+        self.created.extend(batch.created_steps)
         self.view = batch.snapshot
         return True
 
@@ -265,12 +278,20 @@ class Drive:
             return "shown"
         commands = tuple(self.pending)
         proposed = list(self.proposed)
+        decided = BatchDecision(  # what the handler would decide again on the same snapshot
+            events=tuple(proposed),
+            snapshot=self.view,
+            created_steps=tuple(self.created),
+            decided_on=self.durable,
+            now=self.at,
+        )
         try:
             outcome = await self.engine.execute(
                 self.run_id,
                 commands,
                 known_sequence=self.durable.last_sequence if self.durable is not None else None,
                 now=self.at,
+                decided=decided,
             )
         except Rejection as exc:
             await self.refused(commands, exc)
@@ -284,6 +305,7 @@ class Drive:
         """The pending `commands` are durable: `durable` is the run now."""
         self.pending.clear()
         self.proposed.clear()
+        self.created.clear()
         self.at = None
         self.durable = self.view = durable
         done = {c.step_id for c in commands if isinstance(c, _OUTCOMES)}
@@ -313,6 +335,7 @@ class Drive:
             return
         self.pending.clear()
         self.proposed.clear()
+        self.created.clear()
         self.at = None
         self.durable = self.view = await self.engine.handler.snapshot(self.run_id)
 

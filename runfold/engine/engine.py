@@ -35,6 +35,7 @@ from runfold.engine.runtime import EngineObserver, WorkflowRuntime
 from runfold.handler import CommandHandler, Outcome, new_run_id
 from runfold.kernel import (
     LIVE_RUN_STATUSES,
+    BatchDecision,
     CancelRun,
     Command,
     CompleteWait,
@@ -492,10 +493,11 @@ class Engine:
         *,
         known_sequence: int | None = None,
         now: datetime | None = None,
+        decided: BatchDecision | None = None,
     ) -> Outcome:
         """`CommandHandler.execute_many`, then the observers see what was appended."""
         outcome = await self.handler.execute_many(
-            run_id, commands, known_sequence=known_sequence, now=now
+            run_id, commands, known_sequence=known_sequence, now=now, decided=decided
         )
         await self._notify(outcome.appended)
         return outcome

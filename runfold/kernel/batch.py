@@ -31,12 +31,15 @@ class BatchDecision:
 
     `events` are every command's events in order (empty when every command was a no-op);
     `snapshot` is the run after them (the snapshot given when there are none); `created_steps`
-    the ids of the steps a lazy `StartStep` of the batch created.
+    the ids of the steps a lazy `StartStep` of the batch created. `decided_on` and `now` are
+    what it was decided on and when, so a caller holding the same snapshot can reuse it.
     """
 
     events: tuple[Event, ...]
     snapshot: Snapshot | None
     created_steps: tuple[str, ...] = ()
+    decided_on: Snapshot | None = attrs.field(default=None, eq=False, repr=False)
+    now: datetime | None = None
 
 
 def decide_many(
@@ -106,4 +109,10 @@ def decide_many(
             else apply(current, envelopes, limits=limits)
         )
         events.extend(decision.events)
-    return BatchDecision(events=tuple(events), snapshot=current, created_steps=tuple(created))
+    return BatchDecision(
+        events=tuple(events),
+        snapshot=current,
+        created_steps=tuple(created),
+        decided_on=snapshot,
+        now=now,
+    )
