@@ -86,8 +86,11 @@ def describe(exc: BaseException) -> bytes:
 
 
 class Drive:
-    """One run driven until it ends or waits: the durable snapshot, what is pending on it, and
-    the provisional snapshot the workflow is shown (the two together)."""
+    """One run driven until it ends or waits.
+
+    It holds the durable snapshot, what is pending on it, and the provisional snapshot the
+    workflow is shown (the two together).
+    """
 
     __slots__ = (
         "at",
@@ -224,8 +227,9 @@ class Drive:
     # --- pending commands ---------------------------------------------------------------------
 
     def propose(self, command: Command) -> bool:
-        """Decide `command` on the provisional snapshot and add it to what is pending; False
-        when it changes nothing.
+        """Decide `command` on the provisional snapshot and add it to what is pending.
+
+        Returns False when it changes nothing.
 
         Raises:
             Rejection: The kernel refused it on the provisional snapshot.
@@ -314,10 +318,12 @@ class Drive:
             self.claims -= done
 
     async def refused(self, commands: Sequence[Command], exc: Rejection) -> None:
-        """The stored run refused command `exc.command_index` of a batch that the view took:
-        others moved the run (the kernel decides alike on both). What came before that command
-        is recorded; the rest is dropped, and the view becomes the stored run, for the workflow
-        to decide again on it."""
+        """Handle the stored run's refusal of command `exc.command_index` of a pending batch.
+
+        The view took it, so others moved the run (the kernel decides alike on both). What came
+        before that command is recorded; the rest is dropped, and the view becomes the stored
+        run, for the workflow to decide again on it.
+        """
         place = exc.command_index
         refused = commands[place]
         if isinstance(refused, StartRun) and isinstance(exc, NonDeterministic):
@@ -340,8 +346,11 @@ class Drive:
         self.durable = self.view = await self.engine.handler.snapshot(self.run_id)
 
     async def moved_on(self) -> bool:
-        """Record what is pending, then look at the stored run: True (and the view is that run)
-        if others appended since the workflow was shown the view."""
+        """Record what is pending, then tell whether others moved the stored run.
+
+        True (and the view is then the stored run) if others appended since the workflow was
+        shown the view.
+        """
         if self.pending and await self.flush() != "shown":
             return True
         before = self.durable.last_sequence if self.durable is not None else 0
@@ -363,6 +372,7 @@ class Drive:
             pass  # the same definition: the entity the workflow issued before
 
     async def wait(self, decision: WaitUntil, now: datetime) -> bool:
+        """Create the wait on first use, complete it once due; False while it is not."""
         view = self.snapshot
         create = CreateWait(wait_id=decision.wait_id, resume_at=decision.resume_at)
         wait = view.waits.get(decision.wait_id)
@@ -381,6 +391,7 @@ class Drive:
         return False
 
     async def hook(self, decision: AwaitHook) -> bool:
+        """Create the hook on first use; False while it waits for a delivery."""
         view = self.snapshot
         hook = view.hooks.get(decision.hook_id)
         if hook is None:
@@ -424,9 +435,11 @@ class Drive:
     # --- steps --------------------------------------------------------------------------------
 
     async def schedule(self, calls: Sequence[ScheduleStep], now: datetime) -> bool:
-        """Start the steps of one decision that can run now (in one append), run their bodies
-        concurrently and record their outcomes; False when none can run (each waits for a
-        delayed retry or is being run by this engine already)."""
+        """Start the steps of one decision that can run now, run their bodies, record outcomes.
+
+        The starts go in one append, the bodies run concurrently. Returns False when none can
+        run (each waits for a delayed retry or is being run by this engine already).
+        """
         view = self.snapshot
         run_id = self.run_id
         if not calls:
@@ -489,8 +502,11 @@ class Drive:
         return True
 
     async def run_bodies(self, steps: Sequence[StepState]) -> None:
-        """Run the step bodies concurrently. Each outcome but the last is committed as soon as
-        it is known; the last is pending, to go with the workflow's next decision."""
+        """Run the step bodies concurrently and propose their outcomes.
+
+        Each outcome but the last is committed as soon as it is known; the last is pending, to
+        go with the workflow's next decision.
+        """
         if len(steps) == 1:  # no task to spawn for the common case
             await self.outcome(steps[0], await self.body(steps[0]), commit=False)
             return
@@ -530,8 +546,10 @@ class Drive:
         return CompleteStep(step_id=step.step_id, output=output)
 
     def after_failure(self, step: StepState, exc: Exception) -> Command:
-        """The command recording a failed attempt: a delayed retry while the step's policy
-        allows one, else the step's failure."""
+        """The command recording a failed attempt.
+
+        That is a delayed retry while the step's policy allows one, else the step's failure.
+        """
         if isinstance(exc, StepFailure):
             error, code, retryable = exc.error, exc.code, exc.retryable
         else:
@@ -553,8 +571,10 @@ class Drive:
         )
 
     def superseded(self, attempt: StepState) -> bool:
-        """Whether the run ended or the step left the attempt (another writer finished it,
-        cancelled it or started another attempt)."""
+        """Whether the run ended or the step left the attempt `attempt` describes.
+
+        Another writer finished it, cancelled it or started another attempt.
+        """
         view = self.snapshot
         now = view.steps.get(attempt.step_id)
         return (

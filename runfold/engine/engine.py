@@ -390,8 +390,10 @@ class Engine:
     # --- looking around -----------------------------------------------------------------------
 
     async def next_wakeup(self) -> Wakeup | None:
-        """The earliest pending wakeup of a live run of the served workflows (so a host can
-        sleep until it), or None."""
+        """The earliest pending wakeup of a live run of the served workflows, or None.
+
+        A host sleeps until it.
+        """
         return await self.handler.store.next_wakeup(workflow_names=self.workflow_names)
 
     async def open_suspensions(self, now: datetime | None = None) -> tuple[Suspension, ...]:
