@@ -7,7 +7,11 @@ N-th append before (or after) it reaches the store.
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import tracemalloc
 from collections.abc import Mapping
+from datetime import timedelta
 
 import pytest
 
@@ -15,6 +19,7 @@ from runfold import (
     CommandHandler,
     EventStore,
     Limits,
+    MemoryStore,
     Snapshot,
     StepCompleted,
     StepCreated,
@@ -235,3 +240,47 @@ async def test_an_output_over_the_payload_limit_fails_the_step_for_good(
     )
     assert (await engine.drive("r")).status == "completed"
     assert calls == [1]
+
+
+def test_a_long_running_engine_keeps_its_memory_bounded() -> None:
+    """Thousands of short workflows through one engine, with retention deleting the completed
+    runs as a service would: what the engine, the handler and the store hold stops growing once
+    the handler's cache is full (traced allocations, not a timing)."""
+
+    class Short:
+        """One step, then the end; it keeps nothing (unlike `Scripted`, which records)."""
+
+        workflow_names = ("wf",)
+
+        async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
+            step = invocation.snapshot.steps.get("s")
+            if step is None or step.status != "completed":
+                return ScheduleStep(step_id="s", step_name="add", input=b"")
+            return Complete(output=step.output or b"")
+
+        async def run_step(self, invocation: StepInvocation) -> bytes:
+            return b"ok"
+
+    async def run_many(engine: Engine, store: MemoryStore, count: int) -> None:
+        for n in range(count):
+            await engine.start("wf", b"", run_id=f"run-{n}-{id(engine)}-{count}")
+            if n % 100 == 99:
+                cutoff = engine.handler.clock() + timedelta(seconds=1)
+                await store.delete_runs(terminal_before=cutoff, limit=1_000)
+
+    async def main() -> tuple[int, int]:
+        store = MemoryStore()
+        engine = Engine(CommandHandler(store, cache_size=64), Short())
+        await run_many(engine, store, 500)  # the cache fills up
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        await run_many(engine, store, 2_000)
+        gc.collect()
+        return before, tracemalloc.get_traced_memory()[0]
+
+    tracemalloc.start()
+    try:
+        before, after = asyncio.run(main())
+    finally:
+        tracemalloc.stop()
+    assert after - before < 256 * 1024, f"grew by {after - before:,} bytes"
