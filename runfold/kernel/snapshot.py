@@ -166,7 +166,10 @@ class WakeupDue:
 
 
 class _Record:
-    __slots__ = ()
+    # `frozen` caches the public state of a published record: a fold clones a record before it
+    # changes it (`_Builder.step` …), so a published one never changes. Subclasses list their
+    # fields in their own `__slots__`, which `clone` and `freeze` walk (without `frozen`).
+    __slots__ = ("frozen",)
     public: Any
 
     def clone(self) -> Any:
@@ -270,7 +273,11 @@ class _Hook(_Record):
 
 
 def _public_record(record: Any) -> Any:
-    return record.freeze()
+    try:
+        return record.frozen
+    except AttributeError:
+        record.frozen = frozen = record.freeze()
+        return frozen
 
 
 def _empty_records() -> PView[Any, Any]:
