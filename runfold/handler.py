@@ -210,10 +210,10 @@ class CommandHandler:
             at = now if now is not None else self.clock()
             reuse = (
                 decided is not None
-                and before is not None
                 and decided.decided_on is before
                 and decided.now == at
                 and token_holder is None
+                and (decided.snapshot is None or decided.snapshot.run_id == run_id)
             )
             try:
                 batch = (
