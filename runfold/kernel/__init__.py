@@ -43,6 +43,7 @@ from runfold.kernel.commands import (
 )
 from runfold.kernel.decide import decide
 from runfold.kernel.errors import (
+    AttemptsExhausted,
     CorruptEvent,
     EntityConflict,
     EntityNotFound,
@@ -114,7 +115,13 @@ from runfold.kernel.index import (
     WakeupKind,
     run_index,
 )
-from runfold.kernel.limits import SPEC_VERSION, Limits
+from runfold.kernel.limits import (
+    MAX_BACKOFF_COEFFICIENT,
+    MAX_RETRY_ATTEMPTS,
+    MAX_RETRY_INTERVAL,
+    SPEC_VERSION,
+    Limits,
+)
 from runfold.kernel.snapshot import (
     LIVE_RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -136,8 +143,12 @@ from runfold.kernel.snapshot import (
 __all__ = [
     "EVENT_TYPES",
     "LIVE_RUN_STATUSES",
+    "MAX_BACKOFF_COEFFICIENT",
+    "MAX_RETRY_ATTEMPTS",
+    "MAX_RETRY_INTERVAL",
     "SPEC_VERSION",
     "TERMINAL_RUN_STATUSES",
+    "AttemptsExhausted",
     "AttributeChange",
     "AttributesSet",
     "BatchDecision",

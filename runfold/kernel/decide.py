@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -40,6 +39,7 @@ from runfold.kernel.commands import (
     TimeOutRun,
 )
 from runfold.kernel.errors import (
+    AttemptsExhausted,
     EntityConflict,
     HistoryLimitExceeded,
     HookNotFound,
@@ -86,12 +86,19 @@ from runfold.kernel.events import (
     WorkflowWriter,
 )
 from runfold.kernel.index import HookHolder
-from runfold.kernel.limits import SPEC_VERSION, Limits
+from runfold.kernel.limits import (
+    MAX_BACKOFF_COEFFICIENT,
+    MAX_RETRY_ATTEMPTS,
+    MAX_RETRY_INTERVAL,
+    SPEC_VERSION,
+    Limits,
+)
 from runfold.kernel.snapshot import LIVE_RUN_STATUSES, Snapshot
 
 __all__ = ["decide"]
 
 _DEFAULT_LIMITS = Limits()
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _LOG_LEVELS = frozenset({"info", "warning", "error"})
 
@@ -179,28 +186,35 @@ class _Check:
             return
         if type(value) is not int:
             raise self.bad(f"{what} must be an int")
+        if not _INT64_MIN <= value <= _INT64_MAX:  # every store keeps a 64-bit integer
+            raise self.bad(f"{what} is outside the 64-bit integer range")
 
     def retry(self, value: object) -> None:
         if value is None:
             return
         if not isinstance(value, RetryPolicy):
             raise self.bad("retry must be a RetryPolicy")
-        if type(value.max_attempts) is not int or value.max_attempts < 1:
-            raise self.bad("retry.max_attempts must be an int of at least 1")
+        if type(value.max_attempts) is not int or not 1 <= value.max_attempts <= MAX_RETRY_ATTEMPTS:
+            raise self.bad(f"retry.max_attempts must be an int from 1 to {MAX_RETRY_ATTEMPTS:,}")
         for name in ("initial_interval", "max_interval"):
             interval = getattr(value, name)
             if interval is None and name == "max_interval":
                 continue
-            if not isinstance(interval, timedelta) or interval < timedelta(0):
-                raise self.bad(f"retry.{name} must be a non-negative timedelta")
+            if (
+                not isinstance(interval, timedelta)
+                or not timedelta(0) <= interval <= MAX_RETRY_INTERVAL
+            ):
+                days = MAX_RETRY_INTERVAL.days
+                raise self.bad(f"retry.{name} must be a timedelta from 0 to {days:,} days")
         coefficient = value.backoff_coefficient
         if (
             not isinstance(coefficient, int | float)
             or isinstance(coefficient, bool)
-            or not math.isfinite(coefficient)
-            or coefficient < 1
+            or not 1 <= coefficient <= MAX_BACKOFF_COEFFICIENT  # also refuses NaN; no float()
         ):
-            raise self.bad("retry.backoff_coefficient must be a finite number of at least 1")
+            raise self.bad(
+                f"retry.backoff_coefficient must be a number from 1 to {MAX_BACKOFF_COEFFICIENT}"
+            )
         if not isinstance(value.non_retryable_error_codes, tuple):
             raise self.bad("retry.non_retryable_error_codes must be a tuple of strings")
         for code in value.non_retryable_error_codes:
@@ -292,6 +306,12 @@ def _validate_create_run(c: _Check, cmd: CreateRun) -> None:
     c.time(cmd.deadline, "deadline", optional=True)
     changes = tuple(AttributeChange(key=k, value=v) for k, v in cmd.attributes.items())
     c.attribute_changes(changes, cmd.allow_reserved)
+    for change in changes:
+        if change.value is None:  # None removes a key in SetAttributes; a new run has none
+            raise InvalidAttributes(
+                f"attribute {change.key!r} of a new run must be a string, not None",
+                run_id=c.run_id,
+            )
     c.attribute_count({}, changes)
 
 
@@ -723,6 +743,16 @@ def _start_step(ctx: _Ctx, cmd: StartStep) -> _Events:
             f"{record.retry_after.isoformat()}",
             run_id=snap.run_id,
             retry_after=record.retry_after,
+        )
+    if (
+        record.status == "running"
+        and record.retry is not None
+        and record.attempt >= record.retry.max_attempts
+    ):
+        raise AttemptsExhausted(
+            f"step {cmd.step_id!r} of run {snap.run_id!r} was interrupted in its last attempt "
+            f"({record.attempt} of {record.retry.max_attempts}); fail it instead",
+            run_id=snap.run_id,
         )
     return (StepStarted(step_id=cmd.step_id, attempt=record.attempt + 1),)
 

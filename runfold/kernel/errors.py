@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 __all__ = [
+    "AttemptsExhausted",
     "CorruptEvent",
     "EntityConflict",
     "EntityNotFound",
@@ -148,6 +149,16 @@ class TooEarly(Rejection):
     def __init__(self, message: str, *, run_id: str | None = None, retry_after: datetime) -> None:
         super().__init__(message, run_id=run_id)
         self.retry_after = retry_after
+
+
+class AttemptsExhausted(Rejection):
+    """A running step was asked for another attempt, but its retry policy has none left.
+
+    The attempt before was interrupted (its process died); the host fails the step instead.
+    """
+
+    code = "attempts_exhausted"
+    status = 409
 
 
 class InvalidCommand(Rejection):

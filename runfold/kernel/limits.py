@@ -6,10 +6,26 @@ from datetime import timedelta
 
 import attrs
 
-__all__ = ["SPEC_VERSION", "Limits"]
+__all__ = [
+    "MAX_BACKOFF_COEFFICIENT",
+    "MAX_RETRY_ATTEMPTS",
+    "MAX_RETRY_INTERVAL",
+    "SPEC_VERSION",
+    "Limits",
+]
 
 SPEC_VERSION = 1
 """The kernel spec this runfold implements; a run stamped with a higher one is refused."""
+
+MAX_RETRY_ATTEMPTS = 1_000_000
+"""The most attempts a `RetryPolicy` may allow."""
+MAX_RETRY_INTERVAL = timedelta(days=3650)
+"""The longest `initial_interval` or `max_interval` of a `RetryPolicy`.
+
+A delay added to any time a run may hold then stays a valid time.
+"""
+MAX_BACKOFF_COEFFICIENT = 1000
+"""The largest `backoff_coefficient` of a `RetryPolicy`."""
 
 
 @attrs.frozen(kw_only=True)
