@@ -20,6 +20,7 @@ from runfold import (
     EventStore,
     Limits,
     MemoryStore,
+    RetryPolicy,
     Snapshot,
     StepCompleted,
     StepCreated,
@@ -27,6 +28,7 @@ from runfold import (
     StoreUnavailable,
 )
 from runfold.engine import (
+    DEFAULT_RETRY,
     Complete,
     Engine,
     RuntimeDecision,
@@ -284,3 +286,32 @@ def test_a_long_running_engine_keeps_its_memory_bounded() -> None:
     finally:
         tracemalloc.stop()
     assert after - before < 256 * 1024, f"grew by {after - before:,} bytes"
+
+
+@pytest.mark.parametrize("retry", [RetryPolicy(max_attempts=2), None], ids=["policy", "default"])
+async def test_a_step_interrupted_in_its_last_attempt_fails_instead_of_running_again(
+    store: EventStore, clock: Clock, retry: RetryPolicy | None
+) -> None:
+    attempts: list[int] = []
+    allowed = (retry or DEFAULT_RETRY).max_attempts
+
+    async def dies(invocation: StepInvocation) -> bytes:
+        attempts.append(invocation.attempt)
+        raise asyncio.CancelledError  # the process dies inside the body
+
+    def one(invocation: WorkflowInvocation) -> RuntimeDecision:
+        step = invocation.snapshot.steps.get("s")
+        if step is not None and step.status == "failed":
+            return Complete(output=step.error or b"")
+        return ScheduleStep(step_id="s", step_name="dies", input=b"", retry=retry)
+
+    for _ in range(allowed):
+        engine = Engine(CommandHandler(store, clock=clock), Scripted(one, {"dies": dies}))
+        with pytest.raises(asyncio.CancelledError):
+            await engine.start("wf", b"", run_id="r")
+    restarted = Engine(CommandHandler(store, clock=clock), Scripted(one, {"dies": dies}))
+    run = await restarted.drive("r")
+
+    assert attempts == list(range(1, allowed + 1))  # no attempt past the policy
+    assert run.status == "completed" and run.steps["s"].status == "failed"
+    assert run.output == f"attempt {allowed} of {allowed} was interrupted".encode()

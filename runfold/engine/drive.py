@@ -446,6 +446,7 @@ class Drive:
             raise InvalidDecision("ScheduleSteps needs at least one step", run_id=run_id)
         chosen: list[tuple[ScheduleStep, StepState | None]] = []
         seen: set[str] = set()
+        exhausted: list[Command] = []
         waiting = False
         for call in calls:
             if call.step_id in seen:
@@ -468,7 +469,17 @@ class Drive:
                 if delayed or self.engine.running(run_id, call.step_id):
                     waiting = True
                     continue
+                policy = step.retry if step.retry is not None else DEFAULT_RETRY
+                if step.status == "running" and step.attempt >= policy.max_attempts:
+                    # Its last attempt was interrupted (the process died): no attempt is left.
+                    error = f"attempt {step.attempt} of {policy.max_attempts} was interrupted"
+                    exhausted.append(FailStep(step_id=step.step_id, error=error.encode()))
+                    continue
             chosen.append((call, step))
+        if exhausted:  # failed for good: the workflow looks again first
+            for failure in exhausted:
+                await self.record(failure, repr(failure))
+            return True
         if not chosen:
             if waiting:
                 return False
