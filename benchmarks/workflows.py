@@ -264,7 +264,11 @@ def bench_workflows(quick: bool) -> list[Result | Remark]:
     found.append(
         Remark(
             group=GROUP,
-            text=f"DBOS runs its {concurrent} concurrent workflows on its own executor threads "
+            text="runfold's engine commits once per step: the run's creation with the first "
+            "step's start, each step's outcome with the next step's start, the last outcome "
+            "with the run's end (DBOS writes each step's outcome, and the workflow's status "
+            "before and after). "
+            f"DBOS runs its {concurrent} concurrent workflows on its own executor threads "
             f"(its default pool); runfold's run on one event loop, with {CONNECTIONS} "
             "PostgreSQL connections (SQLite: its one connection, shared by group commits). "
             "A ceiling is a raw driver's single-row commits/s divided by runfold's appends per "
