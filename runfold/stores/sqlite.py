@@ -39,6 +39,7 @@ from runfold.kernel import (
     RunSummary,
     SequenceConflict,
     StoreClosed,
+    StoreError,
     StoreOpenError,
     StoreUnavailable,
     TokenConflict,
@@ -622,6 +623,20 @@ def _append_one(conn: sqlite3.Connection, request: _Append) -> list[Envelope]:
     ]
 
 
+def _refusal(conn: sqlite3.Connection, request: _Append, exc: Exception) -> Exception:
+    """What a refused append raises: a conflict as it is; an `IntegrityError` is a conflict
+    only if the head moved (the primary key backs the head check), else something else refused
+    the insert (a constraint or trigger of the user's), a `StoreError` that says so."""
+    if not isinstance(exc, sqlite3.IntegrityError):
+        return exc
+    head = _head(conn, request.run_id)
+    if head != request.expected:
+        return SequenceConflict(request.run_id, request.expected, head)
+    refusal = StoreError(f"SQLite refused the append to {request.run_id!r}: {exc}")
+    refusal.__cause__ = exc
+    return refusal
+
+
 _TOKEN_HOLDER = token_holder_query("?", "hooks")
 """The hook row holding a token at a time: live, or retained past it."""
 
@@ -745,11 +760,7 @@ def _append_batch(
                 conn.execute("ROLLBACK" if alone else "ROLLBACK TO one_append")
                 if not alone:
                     conn.execute("RELEASE one_append")
-                if isinstance(exc, sqlite3.IntegrityError):  # the primary key backstop
-                    exc = SequenceConflict(
-                        request.run_id, request.expected, _head(conn, request.run_id)
-                    )
-                outcomes.append(exc)
+                outcomes.append(_refusal(conn, request, exc))
                 continue
             if not alone:
                 conn.execute("RELEASE one_append")
