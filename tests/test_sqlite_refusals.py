@@ -1,13 +1,22 @@
-"""A SQLite append refused by something other than a lost race says so, at once."""
+"""SQLiteStore facing the unexpected: an append refused by the user's own trigger, and a DEBUG
+log that must not hold hook tokens."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from runfold import CommandHandler, RecordLog, SequenceConflict, StoreError
+from runfold import (
+    CommandHandler,
+    CreateHook,
+    HookNotFound,
+    RecordLog,
+    SequenceConflict,
+    StoreError,
+)
 from runfold.stores import SQLiteStore
 from tests.test_handler import START
 
@@ -31,3 +40,22 @@ async def test_an_insert_refused_by_a_users_trigger_is_a_store_error_not_a_confl
         assert not isinstance(refused.value, SequenceConflict)
         assert isinstance(refused.value.__cause__, sqlite3.IntegrityError)
         assert await store.head("r") == 2
+
+
+async def test_no_hook_token_reaches_a_debug_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiosqlite logs every call it runs at DEBUG; a token, valid or guessed, is not in them."""
+    secret = "tok-7f3a9c1e-secret"
+    guessed = "tok-guessed-by-an-attacker"
+    caplog.set_level(logging.DEBUG)
+    async with await SQLiteStore.open(tmp_path / "runs.db") as store:
+        handler = CommandHandler(store)
+        await handler.execute("r", START)
+        await handler.execute("r", CreateHook(hook_id="h", token=secret))
+        assert await store.find_hook(secret, now=handler.clock()) is not None
+        with pytest.raises(HookNotFound):
+            await handler.deliver(guessed, b"")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "runfold SQLite call" in logged  # the calls were logged, by name
+    assert secret not in logged and guessed not in logged

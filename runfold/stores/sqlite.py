@@ -492,8 +492,29 @@ async def _on_thread(db: aiosqlite.Connection, fn: Callable[..., T], *args: Any)
     statement. `_execute` and `_conn` are aiosqlite internals, stable since 0.17; the test suite
     runs against the installed version.
     """
-    result: T = await db._execute(fn, db._conn, *args)  # type: ignore[no-untyped-call]
+    call = _Call(fn, args)
+    result: T = await db._execute(call, db._conn)  # type: ignore[no-untyped-call]
     return result
+
+
+class _Call:
+    """`fn(connection, *args)`, shown by its function's name alone.
+
+    aiosqlite logs every call it runs, with its arguments, at DEBUG; ours carry hook tokens
+    (`find_hook`, appends that claim one), which must never reach a log.
+    """
+
+    __slots__ = ("args", "fn")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+
+    def __call__(self, conn: sqlite3.Connection) -> Any:
+        return self.fn(conn, *self.args)
+
+    def __repr__(self) -> str:
+        return f"<runfold SQLite call {getattr(self.fn, '__name__', 'function')}>"
 
 
 def _prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> None:
