@@ -11,7 +11,7 @@ import asyncio
 import gc
 import tracemalloc
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -33,6 +33,7 @@ from runfold.engine import (
     Engine,
     RuntimeDecision,
     ScheduleStep,
+    StepFailure,
     StepInvocation,
     WaitUntil,
     WorkflowInvocation,
@@ -315,3 +316,28 @@ async def test_a_step_interrupted_in_its_last_attempt_fails_instead_of_running_a
     assert attempts == list(range(1, allowed + 1))  # no attempt past the policy
     assert run.status == "completed" and run.steps["s"].status == "failed"
     assert run.output == f"attempt {allowed} of {allowed} was interrupted".encode()
+
+
+async def test_a_retry_due_at_once_runs_in_the_same_drive(store: EventStore) -> None:
+    """The failed attempt's outcome is still pending (it goes with the next start) when the
+    workflow schedules the step again: the step is this drive's, not "running elsewhere"."""
+    ticks = iter(range(10**6))
+
+    def ticking() -> datetime:  # a clock that moves on at every reading, as a real one does
+        return T0 + timedelta(microseconds=next(ticks))
+
+    async def once(invocation: StepInvocation) -> bytes:
+        if invocation.attempt == 1:
+            raise StepFailure(b"busy", code="busy")
+        return b"ok"
+
+    def retried(invocation: WorkflowInvocation) -> RuntimeDecision:
+        step = invocation.snapshot.steps.get("s")
+        if step is not None and step.status == "completed":
+            return Complete(output=step.output or b"")
+        retry = RetryPolicy(max_attempts=3, initial_interval=timedelta(0))
+        return ScheduleStep(step_id="s", step_name="once", input=b"", retry=retry)
+
+    engine = Engine(CommandHandler(store, clock=ticking), Scripted(retried, {"once": once}))
+    run = await engine.start("wf", b"", run_id="r")
+    assert run.status == "completed" and run.steps["s"].attempt == 2

@@ -466,7 +466,12 @@ class Drive:
                 if step.status not in ("pending", "running"):
                     continue
                 delayed = step.retry_after is not None and step.retry_after > now
-                if delayed or self.engine.running(run_id, call.step_id):
+                # Claimed by another drive of this engine (its body is running there); a claim
+                # of this drive's own only holds an outcome not yet appended.
+                elsewhere = call.step_id not in self.claims and self.engine.running(
+                    run_id, call.step_id
+                )
+                if delayed or elsewhere:
                     waiting = True
                     continue
                 policy = step.retry if step.retry is not None else DEFAULT_RETRY
