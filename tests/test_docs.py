@@ -22,6 +22,7 @@ import runfold.cli.verify
 import runfold.conformance
 import runfold.engine
 import runfold.kernel
+import runfold.otel
 import runfold.stores
 from runfold.cli import main as cli_main
 from runfold.engine import errors as engine_errors
@@ -169,6 +170,7 @@ PUBLIC_PACKAGES = [
     runfold.kernel,
     runfold.stores,
     runfold.engine,
+    runfold.otel,
     runfold.conformance,
     runfold.cli,
     runfold.cli.verify,
