@@ -374,34 +374,38 @@ _FUNCTIONS = """
     END
     $fn$;
 
-    -- A group commit of single events onto runs that keep no hook claims and no wakeups, each
-    -- to another run: what `append_events` does for them, without its arrays, the upkeep of
-    -- hooks and wakeups, or a subtransaction per append (none raises here). One row per
+    -- A group commit of appends onto runs that keep no hook claims and no wakeups, each to
+    -- another run: what `append_events` does for them, without the upkeep of hooks and
+    -- wakeups, or a subtransaction per append (none raises here). One row per
     -- append, in order: its base position or, where it wrote nothing, -1 - the run's head
     -- (0 for no run), as the single statement of one such append returns it.
     CREATE OR REPLACE FUNCTION {s}.append_plain_batch(p_requests {s}.append_request[])
     RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
     DECLARE
         v_xact bigint := pg_current_xact_id()::text::bigint * 1000000;
-        v_ordinal integer := 0;
+        v_ordinal integer := 0;  -- ordinals taken by the appends written so far
+        v_count integer;
         v_head integer;
         r {s}.append_request;
     BEGIN
         FOREACH r IN ARRAY p_requests LOOP
-            v_ordinal := v_ordinal + 1;
+            v_count := cardinality(r.types);
             UPDATE {s}.runs SET status = r.status, updated_at = r.updated_at,
                 completed_at = r.completed_at, last_sequence = r.last_sequence,
-                attributes = r.attributes, head = r.expected + 1,
-                head_position = v_xact + v_ordinal
+                attributes = r.attributes, head = r.expected + v_count,
+                head_position = v_xact + v_ordinal + v_count
             WHERE run_id = r.run_id AND head = r.expected AND NOT has_hooks
                 AND NOT has_wakeups AND head_position < v_xact + 1000000
                 AND head_position = coalesce(r.expected_position, head_position);
             IF FOUND THEN
                 INSERT INTO {s}.events (run_id, sequence, type, schema_version,
                     correlation_id, payload, recorded_at, position)
-                VALUES (r.run_id, r.expected + 1, r.types[1], r.versions[1],
-                    r.correlation_ids[1], r.payloads[1], r.recorded_at, v_xact + v_ordinal);
-                RETURN NEXT v_xact + v_ordinal - 1;
+                SELECT r.run_id, r.expected + e.n, e.type, e.version, e.correlation_id,
+                    e.payload, r.recorded_at, v_xact + v_ordinal + e.n
+                FROM unnest(r.types, r.versions, r.correlation_ids, r.payloads)
+                    WITH ORDINALITY AS e(type, version, correlation_id, payload, n);
+                RETURN NEXT v_xact + v_ordinal;
+                v_ordinal := v_ordinal + v_count;
             ELSE
                 SELECT head INTO v_head FROM {s}.runs WHERE run_id = r.run_id;
                 RETURN NEXT -1 - coalesce(v_head, 0);
@@ -566,14 +570,19 @@ class _Append:
 
     @property
     def plain(self) -> bool:
-        """One event onto an existing run that keeps no hook claims and no wakeups, which
-        `_PLAIN_APPEND` may write (`plain_parameters`)."""
+        """Events onto an existing run that keeps no hook claims and no wakeups, which
+        `append_plain_batch` may write in a group commit."""
         return (
-            self.count == 1
-            and 0 < self.expected < _I4_MAX  # the new head is an integer column too
+            0 < self.expected <= _I4_MAX - self.count  # the new head is an integer column too
             and not self.claims
             and not self.index.wakeups
         )
+
+    @property
+    def single(self) -> bool:
+        """A plain append of one event, which `_PLAIN_APPEND` may write alone
+        (`plain_parameters`)."""
+        return self.count == 1 and self.plain
 
     def plain_parameters(self) -> dict[str, Any]:
         """The parameters of `_PLAIN_APPEND`."""
@@ -656,7 +665,7 @@ WITH moved AS (
 SELECT coalesce((SELECT head_position - 1 FROM moved),
     -1 - coalesce((SELECT head FROM {s}.runs WHERE run_id = %(run_id)s), 0))
 """
-"""A plain append (`_Append.plain`) in one statement with scalar parameters.
+"""A plain append of one event (`_Append.single`) in one statement with scalar parameters.
 
 It writes what `append_events` would (the same head and feed-order checks, on a run that had no
 hooks and no wakeups either) without the plpgsql call, the arrays and the upkeep of hooks and
@@ -1188,7 +1197,7 @@ class PostgresStore:
                 conn = await self._getconn()
                 try:
                     cursor = self._cursors[conn]
-                    if request.plain:
+                    if request.single:
                         await cursor.execute(self._plain_sql, request.plain_parameters())
                         row = await cursor.fetchone()
                         assert row is not None
@@ -1198,7 +1207,7 @@ class PostgresStore:
                         refusal = await self._refusal(request, state, detail)
                         if refusal is not None:
                             raise refusal
-                    # Not plain, or the statement could not say why it wrote nothing.
+                    # Not single, or the statement could not say why it wrote nothing.
                     await cursor.execute(self._append_sql, (self._request(request.wire()),))
                     row = await cursor.fetchone()
                 finally:
