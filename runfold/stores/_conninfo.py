@@ -55,8 +55,10 @@ def check(dsn: str) -> dict[str, str]:
         keywords = conninfo_to_dict(split_schema(dsn)[0])
     except ProgrammingError as exc:
         reason = " ".join(_QUOTED.sub('"…"', str(exc)).split())
-        raise ValueError(f"not a valid PostgreSQL connection string: {reason}") from None
-    return {key: str(value) for key, value in keywords.items()}
+    else:
+        return {key: str(value) for key, value in keywords.items()}
+    # Raised out here, so that libpq's error is not even kept as the context.
+    raise ValueError(f"not a valid PostgreSQL connection string: {reason}")
 
 
 def secrets(dsn: str) -> tuple[str, ...]:

@@ -767,8 +767,11 @@ class PostgresStore:
                 dsn or "", autocommit=True, connect_timeout=max(2, round(timeout))
             )
         except psycopg.Error as exc:
-            reason = _conninfo.scrub(str(exc), dsn or "")
-            raise StoreUnavailable(f"cannot connect to PostgreSQL: {reason}") from None
+            refusal: str | None = _conninfo.scrub(str(exc), dsn or "")
+        else:
+            refusal = None
+        if refusal is not None:  # raised out here: the driver's error is not kept as context
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {refusal}")
         async with probe:
             pool = AsyncConnectionPool(
                 dsn or "",
