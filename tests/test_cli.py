@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shutil
 import sqlite3
@@ -43,68 +42,8 @@ from runfold.engine import (
     WaitUntil,
     WorkflowInvocation,
 )
+from tests.cli_support import Demo, cells, ok, one_line_error, run_ids, runfold_cli
 from tests.conftest import T0, Clock
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def runfold_cli(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """`python -m runfold ARGS` as a user runs it: piped, so never coloured."""
-    environment = {k: v for k, v in os.environ.items() if k not in ("RUNFOLD_STORE", "NO_COLOR")}
-    environment["PYTHONPATH"] = str(ROOT)
-    environment.update(env or {})
-    done = subprocess.run(
-        [sys.executable, "-m", "runfold", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=cwd or ROOT,
-        env=environment,
-    )
-    assert "\x1b[" not in done.stdout + done.stderr, "piped output must carry no colour codes"
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
-
-
-def cells(line: str) -> list[str]:
-    """The cells of a table line (columns are two or more spaces apart)."""
-    return re.split(r"\s{2,}", line.strip())
-
-
-def ok(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def one_line_error(done: subprocess.CompletedProcess[str], code: int) -> str:
-    """The single stderr line of a failed command (and its exit code is `code`)."""
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == code, (done.returncode, done.stderr)
-    assert len(lines) == 1 and lines[0].startswith("runfold: error: "), done.stderr
-    return lines[0]
-
-
-@attrs.frozen
-class Demo:
-    path: Path
-    url: str
-    first: str
-    second: str
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
-    """`runfold demo` twice on one file: first on the default store (runfold.db in the working
-    directory), then through `RUNFOLD_STORE` pointing at the same file."""
-    folder = tmp_path_factory.mktemp("demo")
-    first = ok(runfold_cli("demo", cwd=folder))
-    path = folder / "runfold.db"
-    url = f"sqlite:///{path}"
-    second = ok(runfold_cli("demo", env={"RUNFOLD_STORE": url}))
-    return Demo(path=path, url=url, first=first, second=second)
 
 
 @pytest.fixture
@@ -114,11 +53,6 @@ def scratch(demo: Demo, tmp_path: Path) -> str:
     with sqlite3.connect(demo.path) as source, sqlite3.connect(copy) as target:
         source.backup(target)
     return f"sqlite:///{copy}"
-
-
-def run_ids(url: str) -> list[str]:
-    listed = json.loads(ok(runfold_cli("--store", url, "runs", "--json")))
-    return [run["run_id"] for run in listed["runs"]]
 
 
 # --- the demo -----------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from runfold.kernel import StoreError
 from runfold.stores import _conninfo
 from runfold.stores.postgres import PostgresStore
+from tests.cli_support import one_line_error, runfold_cli
 from tests.postgres_support import DSN, admin, schema_name
-from tests.test_cli import one_line_error, runfold_cli
 
 SERVER = {key: str(value) for key, value in conninfo_to_dict(DSN).items()}
 HOST = SERVER.get("host", "127.0.0.1")
