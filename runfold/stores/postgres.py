@@ -88,7 +88,6 @@ from runfold.stores._sql import (
 from runfold.stores.protocol import check_append, check_index, time_key
 
 __all__ = [
-    "MAX_WRITES",
     "NOTIFY_INTERVAL",
     "POSITIONS_PER_TRANSACTION",
     "SCHEMA_VERSION",
