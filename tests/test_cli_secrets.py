@@ -170,3 +170,10 @@ def test_describe_and_scrub(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGPASSWORD", "from-env")
     dsn = "postgresql://u:a%40b@h/d"
     assert _conninfo.scrub("a@b a%40b from-env", dsn) == "*** *** ***"
+
+
+def test_a_store_url_given_out_of_place_is_not_echoed() -> None:
+    done = runfold_cli("runs", f"postgresql://{USER}:pw-stray-1@{HOST}/{DATABASE}")
+    line = one_line_error(done, 2)
+    assert "unexpected extra argument" in line and f"{USER}:***@" in line
+    assert "pw-stray-1" not in shown(done)

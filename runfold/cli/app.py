@@ -119,14 +119,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = cli.main(arguments, prog_name="runfold", standalone_mode=False, obj=_State(terminal))
         return code if isinstance(code, int) else EXIT_OK
     except CliError as exc:
-        terminal.error(_conninfo.scrub(exc.message, _given_store(arguments)))
+        terminal.error(_scrub(exc.message, arguments))
         return exc.exit_code
-    except click.UsageError as exc:
+    except click.UsageError as exc:  # may quote an argument: a store URL given out of place
         where = exc.ctx.command_path if exc.ctx is not None else "runfold"
-        terminal.error(f"{exc.format_message().rstrip('.')} (see {where} --help)")
+        terminal.error(
+            _scrub(f"{exc.format_message().rstrip('.')} (see {where} --help)", arguments)
+        )
         return EXIT_USAGE
     except click.ClickException as exc:
-        terminal.error(exc.format_message())
+        terminal.error(_scrub(exc.format_message(), arguments))
         return exc.exit_code
     except click.exceptions.Exit as done:  # --help, --version
         return done.exit_code
@@ -147,15 +149,11 @@ class _State:
         self.store: str | None = None
 
 
-def _given_store(arguments: Sequence[str]) -> str:
-    """The store URL of a command line, however given (for scrubbing its password)."""
-    url = os.environ.get("RUNFOLD_STORE") or DEFAULT_STORE
-    for number, argument in enumerate(arguments):
-        if argument == "--store" and number + 1 < len(arguments):
-            url = arguments[number + 1]
-        elif argument.startswith("--store="):
-            url = argument.partition("=")[2]
-    return url
+def _scrub(message: str, arguments: Sequence[str]) -> str:
+    """`message` without any password that an argument or `$RUNFOLD_STORE` holds."""
+    for given in (*arguments, os.environ.get("RUNFOLD_STORE", "")):
+        message = _conninfo.scrub(message, given)
+    return message
 
 
 def label(url: str) -> str:
