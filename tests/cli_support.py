@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -16,9 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def runfold_cli(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    before_exec: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m runfold ARGS` as a user runs it: piped, so never coloured."""
+    """`python -m runfold ARGS` as a user runs it: piped, so never coloured; `before_exec` runs
+    in the child before the interpreter starts."""
     environment = {k: v for k, v in os.environ.items() if k not in ("RUNFOLD_STORE", "NO_COLOR")}
     environment["PYTHONPATH"] = str(ROOT)
     environment.update(env or {})
@@ -30,6 +35,7 @@ def runfold_cli(
         check=False,
         cwd=cwd or ROOT,
         env=environment,
+        preexec_fn=before_exec,
     )
     assert "\x1b[" not in done.stdout + done.stderr, "piped output must carry no colour codes"
     assert "Traceback" not in done.stderr, done.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_support import ROOT, Demo, ok, one_line_error, run_ids, runfold_cli
+from tests.cli_support import Demo, ok, one_line_error, run_ids, runfold_cli
 
 READING = (["runs"], ["runs", "--json"], ["verify"])
 
@@ -67,17 +67,7 @@ def without_root_overrides() -> None:
 
 def as_plain_user(*args: str) -> subprocess.CompletedProcess[str]:
     """`python -m runfold ARGS` by a process that file modes bind (root without overrides)."""
-    environment = {k: v for k, v in os.environ.items() if k not in ("RUNFOLD_STORE", "NO_COLOR")}
-    environment["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "runfold", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=environment,
-        preexec_fn=without_root_overrides,
-    )
+    return runfold_cli(*args, before_exec=without_root_overrides)
 
 
 def test_a_read_only_file_can_be_listed_shown_and_verified(read_only_copy: Path) -> None:

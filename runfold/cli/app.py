@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar, cast, get_args
 
 import click
 
@@ -183,6 +183,14 @@ def _store_option(command: _F) -> _F:
 
 def _json_option(command: _F) -> _F:
     return click.option("--json", "as_json", is_flag=True, help="print JSON")(command)
+
+
+def _on_a_run(command: _F) -> _F:
+    """A command about one run: `RUN_ID`, `--json`, `--store`, and the click context."""
+    with_context = click.pass_context(command)
+    return cast(
+        _F, click.argument("run_id", metavar="RUN_ID")(_json_option(_store_option(with_context)))
+    )
 
 
 @click.group(
@@ -368,10 +376,7 @@ def runs(
 
 
 @cli.command()
-@click.argument("run_id", metavar="RUN_ID")
-@_json_option
-@_store_option
-@click.pass_context
+@_on_a_run
 def show(ctx: click.Context, run_id: str, as_json: bool, command_store: str | None) -> int:
     """A run's snapshot: steps, waits, hooks, progress, attributes (read-only)."""
 
@@ -390,10 +395,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, command_store: str | No
 
 
 @cli.command()
-@click.argument("run_id", metavar="RUN_ID")
-@_json_option
-@_store_option
-@click.pass_context
+@_on_a_run
 def history(ctx: click.Context, run_id: str, as_json: bool, command_store: str | None) -> int:
     """A run's events, one line each (read-only)."""
 
@@ -484,11 +486,8 @@ def migrate(ctx: click.Context, command_store: str | None) -> int:
 
 
 @cli.command()
-@click.argument("run_id", metavar="RUN_ID")
 @click.option("--reason", help="why (recorded in the run's history)")
-@_json_option
-@_store_option
-@click.pass_context
+@_on_a_run
 def cancel(
     ctx: click.Context, run_id: str, reason: str | None, as_json: bool, command_store: str | None
 ) -> int:
