@@ -177,3 +177,10 @@ def test_a_store_url_given_out_of_place_is_not_echoed() -> None:
     line = one_line_error(done, 2)
     assert "unexpected extra argument" in line and f"{USER}:***@" in line
     assert "pw-stray-1" not in shown(done)
+
+
+def test_a_mistyped_scheme_is_named_without_its_password() -> None:
+    done = runfold_cli("--store", "postgresq://app:pw-typo-1@db/app", "runs")
+    line = one_line_error(done, 2)
+    assert "unsupported store scheme 'postgresq' in 'postgresq://app:***@db/app'" in line
+    assert "pw-typo-1" not in shown(done)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from runfold.stores import _conninfo
 from runfold.stores.memory import MemoryStore
 from runfold.stores.protocol import EventStore
 
@@ -44,11 +45,13 @@ async def open_store(url: str, *, read_only: bool = False) -> EventStore:
     without the `postgres` extra, and what the store's `open` raises.
     """
     scheme, sep, _ = url.partition("://")
+    shown = repr(_conninfo.scrub(url, url))  # a mistyped URL may still hold a password
     if not sep and "=" in url:
         scheme = "postgresql"
     elif not sep:
-        # Messages here never quote the URL: a mistyped one may still hold a password.
-        raise ValueError("not a store URL (expected memory://, sqlite:///…, postgresql://…)")
+        raise ValueError(
+            f"not a store URL: {shown} (expected memory://, sqlite:///…, postgresql://…)"
+        )
     if scheme == "memory":
         return MemoryStore()
     if scheme == "sqlite":
@@ -56,10 +59,10 @@ async def open_store(url: str, *, read_only: bool = False) -> EventStore:
 
         path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
         if not path:
-            raise ValueError("SQLite store URLs look like sqlite:///path.db")
+            raise ValueError(f"SQLite store URLs look like sqlite:///path.db, not {shown}")
         return await SQLiteStore.open(path, read_only=read_only)
     if scheme in ("postgresql", "postgres"):
         from runfold.stores.postgres import PostgresStore
 
         return await PostgresStore.open(url, migrate=not read_only)
-    raise ValueError(f"unsupported store scheme {scheme!r}")
+    raise ValueError(f"unsupported store scheme {scheme!r} in {shown}")
