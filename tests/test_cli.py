@@ -22,16 +22,21 @@ import runfold
 import runfold.conformance
 from runfold import (
     CommandHandler,
+    CompleteRun,
+    CreateHook,
+    CreateRun,
     EventStore,
     HookClaim,
+    MemoryStore,
     SequenceConflict,
+    StartRun,
     TokenConflict,
     Wakeup,
     project_run,
     run_index,
 )
 from runfold.cli import main
-from runfold.cli.output import Terminal, duration, payload_json
+from runfold.cli.output import Terminal, duration, hook_status, payload_json
 from runfold.cli.verify import VerifyReport, can_rebuild, verify_store
 from runfold.engine import (
     AwaitHook,
@@ -312,6 +317,20 @@ def test_the_progress_bar_is_drawn_on_a_terminal_only() -> None:
 )
 def test_durations_are_in_words(seconds: float, words: str) -> None:
     assert duration(seconds) == words
+
+
+async def test_a_hook_of_an_ended_run_is_released_or_retained(clock: Clock) -> None:
+    async with MemoryStore() as store:
+        handler = CommandHandler(store, clock=clock)
+        await handler.execute("r", StartRun(create=CreateRun(workflow_name="wf", input=b"")))
+        keep = T0 + timedelta(days=7)
+        await handler.execute("r", CreateHook(hook_id="kept", token="t1", retain_token_until=keep))
+        await handler.execute("r", CreateHook(hook_id="freed", token="t2"))
+        live = await handler.snapshot("r")
+        assert {hook_status(live, h) for h in live.hooks.values()} == {"active"}
+        ended = (await handler.execute("r", CompleteRun(output=b""))).snapshot
+        assert hook_status(ended, ended.hooks["freed"]) == "released"
+        assert hook_status(ended, ended.hooks["kept"]) == "retained until 2026-01-08T12:00:00.000Z"
 
 
 def test_payloads_are_labelled_json() -> None:
