@@ -254,3 +254,20 @@ def test_example_script_runs_twice_on_one_file(script: Path, tmp_path: Path) -> 
         )
         assert finished.returncode == 0, finished.stderr
     assert "2 run(s)" in finished.stdout
+
+
+# --- nothing outside the repository --------------------------------------------------------------
+
+OUTSIDE = re.compile(r"\b(?:EVENTS|RULES|STORES|ARCHITECTURE)\.md\b|\.\./shared|shared/design")
+
+
+def test_no_page_or_docstring_cites_a_file_outside_the_repository() -> None:
+    sources = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "mkdocs.yml"]
+    sources += sorted(DOCS.rglob("*.md")) + sorted((ROOT / "runfold").rglob("*.py"))
+    cited = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sources
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert cited == []

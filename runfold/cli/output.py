@@ -74,6 +74,7 @@ class Terminal:
     """
 
     def __init__(self, out: TextIO, err: TextIO, environ: Mapping[str, str] | None = None) -> None:
+        # rich reads NO_COLOR and TERM from `_environ` when given one (how tests pass theirs).
         env = dict(os.environ if environ is None else environ)
         terminal = out.isatty()
         self.console = Console(
