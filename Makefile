@@ -4,20 +4,29 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
+DEMO_STAMP := $(VENV)/.installed-package
 
 .PHONY: install demo lint test test-deep bench docs clean
 
+# Everything: the package with its extras, and the development tools of the `dev` dependency
+# group (PEP 735, not published with the package; `--group` needs pip >= 25.1).
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --upgrade "pip>=25.1"
+	$(PY) -m pip install -q -e ".[postgres-binary,conformance,otel]" --group dev
 	touch $(STAMP)
+
+# The package alone: what the demo needs.
+$(DEMO_STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e .
+	touch $(DEMO_STAMP)
 
 # The main job: a workflow run through the engine on the embedded SQLite file runfold.db (run it
 # twice: two runs).
-demo: install
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/runfold demo
 
 lint: install
@@ -43,7 +52,6 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs $(if $(SERVE),serve --dev-addr 127.0.0.1:8000,build --site-dir site) --strict
 
 bench: install
-	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m benchmarks
 
 clean:

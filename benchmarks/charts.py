@@ -21,6 +21,14 @@ from benchmarks.report import format_value
 
 __all__ = ["draw_group"]
 
+# Drawn 8 inches wide at 150 dpi (1200 px) and shown about 800 px wide on a documentation page:
+# these sizes in points come out at 12 to 17 px there, readable without zooming.
+WIDTH_INCHES = 8
+DPI = 150
+TEXT_POINTS = 10
+TITLE_POINTS = 13
+WRAP_CHARACTERS = 44
+
 COLOURS = {
     "runfold": "#2f6db5",
     "raw driver": "#9a9a9a",
@@ -43,7 +51,7 @@ def _label(result: Result, several_places: bool) -> str:
     text = result.case
     if several_places:  # say where, briefly: the store or server, not its settings
         text += f" — {result.on.split(',')[0]}"
-    return "\n".join(textwrap.wrap(text, 58))
+    return "\n".join(textwrap.wrap(text, WRAP_CHARACTERS))
 
 
 def draw_group(title: str, results: Sequence[Result], path: Path) -> None:
@@ -52,12 +60,12 @@ def draw_group(title: str, results: Sequence[Result], path: Path) -> None:
     several_places = len({r.on for r in results}) > 1
     panels = [[r for r in results if r.unit == unit] for unit in units]
     heights = [
-        0.2 + 0.42 * sum(_label(r, several_places).count("\n") + 1 for r in p) for p in panels
+        0.3 + 0.5 * sum(_label(r, several_places).count("\n") + 1 for r in p) for p in panels
     ]
     figure, axes = plt.subplots(
         len(panels),
         1,
-        figsize=(12, 0.9 + sum(heights)),
+        figsize=(WIDTH_INCHES, 1.1 + sum(heights)),
         gridspec_kw={"height_ratios": heights},
         squeeze=False,
     )
@@ -74,22 +82,29 @@ def draw_group(title: str, results: Sequence[Result], path: Path) -> None:
             color=[COLOURS[_contender(r.case)] for r in panel],
             error_kw={"elinewidth": 1, "capsize": 3, "ecolor": "#333333"},
         )
-        axis.set_yticks(list(positions), [_label(r, several_places) for r in panel], fontsize=7)
+        axis.set_yticks(
+            list(positions), [_label(r, several_places) for r in panel], fontsize=TEXT_POINTS
+        )
         axis.invert_yaxis()  # first row on top, as in the table
         worse = "lower is better" if panel[0].lower_is_better else "higher is better"
-        axis.set_xlabel(f"{unit} (median; bars: min–max; {worse})", fontsize=8)
-        axis.tick_params(axis="x", labelsize=7)
+        axis.set_xlabel(f"{unit} (median; bars: min–max; {worse})", fontsize=TEXT_POINTS)
+        axis.tick_params(axis="x", labelsize=TEXT_POINTS)
         axis.xaxis.set_major_formatter(
             FuncFormatter(lambda x, _: f"{x:,g}" if x < 100 else f"{x:,.0f}")
         )
-        axis.set_xlim(0, max(r.value.high for r in panel) * 1.45)
+        axis.set_xlim(0, max(r.value.high for r in panel) * 1.8)
         for position, result in zip(positions, panel, strict=True):
             text = format_value(result.value.median, result.unit)
             if result.comparisons:
                 first = result.comparisons[0]
                 text += f"  ({first.ratio:.2f}× {first.anchor})"
             axis.text(
-                result.value.high, position, "  " + text, va="center", fontsize=7, clip_on=False
+                result.value.high,
+                position,
+                "  " + text,
+                va="center",
+                fontsize=TEXT_POINTS,
+                clip_on=False,
             )
         axis.grid(axis="x", color="#dddddd", linewidth=0.6)
         axis.set_axisbelow(True)
@@ -97,11 +112,11 @@ def draw_group(title: str, results: Sequence[Result], path: Path) -> None:
     figure.legend(
         handles=[Patch(color=COLOURS[kind], label=kind) for kind in used],
         loc="upper right",
-        fontsize=8,
+        fontsize=TEXT_POINTS,
         ncols=len(used),
     )
-    figure.suptitle(title, x=0.01, ha="left", fontsize=11)
+    figure.suptitle(title, x=0.01, ha="left", fontsize=TITLE_POINTS)
     figure.tight_layout(rect=(0, 0, 1, 0.97))
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100, bbox_inches="tight")
+    figure.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(figure)

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, settings
 
 from runfold import CommandHandler, EventStore, MemoryStore
 from runfold.stores import SQLiteStore
+from tests.cli_support import Demo, ok, runfold_cli
 from tests.postgres_support import drop_session_schemas, suite_store
 
 # "ci" (the default) is quick and derandomized so CI is repeatable; "deep" is for `make test-deep`.
@@ -93,3 +94,15 @@ def clock() -> Clock:
 def handler(store: EventStore, clock: Clock) -> CommandHandler:
     """A command handler over `store` with the hand-driven `clock`."""
     return CommandHandler(store, clock=clock)
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """`runfold demo` twice on one file: first on the default store (runfold.db in the working
+    directory), then through `RUNFOLD_STORE` pointing at the same file."""
+    folder = tmp_path_factory.mktemp("demo")
+    first = ok(runfold_cli("demo", cwd=folder))
+    path = folder / "runfold.db"
+    url = f"sqlite:///{path}"
+    second = ok(runfold_cli("demo", env={"RUNFOLD_STORE": url}))
+    return Demo(path=path, url=url, first=first, second=second)

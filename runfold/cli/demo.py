@@ -13,12 +13,15 @@ import json
 from datetime import datetime, timedelta
 
 from runfold.cli.output import (
+    Part,
     Terminal,
+    duration,
     elapsed,
     format_value,
     preview,
     render_snapshot,
     render_timeline,
+    timestamp,
 )
 from runfold.engine import (
     AwaitHook,
@@ -50,6 +53,7 @@ from runfold.kernel import (
     RunFailed,
     RunStarted,
     RunSummary,
+    Snapshot,
     StepCompleted,
     StepFailed,
     StepRetrying,
@@ -141,58 +145,85 @@ class Story:
 
     def __init__(self, terminal: Terminal) -> None:
         self.terminal = terminal
-        self.start: datetime | None = None
+        self.starts: dict[str, datetime] = {}  # each run's first event seen: its time zero
 
     async def on_event(self, envelope: Envelope) -> None:
         """Print a line for the events a person watching would care about."""
-        if self.start is None:
-            self.start = envelope.recorded_at
-        text = self._tell(envelope.event, envelope.recorded_at)
-        if text is not None:
-            when = self.terminal.paint(elapsed(self.start, envelope.recorded_at).rjust(9), "dim")
-            self.terminal.line(f"  {when}  {text}")
+        start = self.starts.setdefault(envelope.run_id, envelope.recorded_at)
+        parts = self._tell(envelope.event, envelope.recorded_at)
+        if parts is not None:
+            when = elapsed(start, envelope.recorded_at).rjust(9)
+            self.terminal.line("  ", (when, "dim"), "  ", *parts)
 
-    def _tell(self, event: Event, at: datetime) -> str | None:
-        paint = self.terminal.paint
+    def _tell(self, event: Event, at: datetime) -> list[Part] | None:
         match event:
             case RunStarted():
-                return "run started"
+                return ["run started"]
             case AttributesSet():
-                return f"attributes {format_value(event.changes)}"
+                return [f"attributes {format_value(event.changes)}"]
             case StepStarted():
-                return f"step {event.step_id}: attempt {event.attempt} started"
+                return [f"step {event.step_id}: attempt {event.attempt} started"]
             case StepCompleted():
-                return (
-                    f"step {event.step_id}: {paint('completed', 'green')} {preview(event.output)}"
-                )
+                output = preview(event.output)
+                return [f"step {event.step_id}: ", ("completed", "green"), f" {output}"]
             case StepRetrying():
                 assert event.retry_after is not None
-                wait = (event.retry_after - at).total_seconds()
-                return (
-                    f"step {event.step_id}: {paint('failed', 'yellow')} "
-                    f"({preview(event.error)}), retrying in {wait:.2f}s"
-                )
+                wait = duration((event.retry_after - at).total_seconds())
+                return [
+                    f"step {event.step_id}: ",
+                    ("failed", "yellow"),
+                    f" ({preview(event.error)}), retrying in {wait}",
+                ]
             case StepFailed():
-                return f"step {event.step_id}: {paint('failed', 'red')} ({preview(event.error)})"
+                return [f"step {event.step_id}: ", ("failed", "red"), f" ({preview(event.error)})"]
             case ProgressRecorded():
                 total = event.total or event.completed
                 bar = "#" * event.completed + "-" * (total - event.completed)
-                return f"progress [{bar}] {event.completed}/{total} {event.message or ''}"
+                return [f"progress [{bar}] {event.completed}/{total} {event.message or ''}"]
             case WaitCreated():
-                return (
-                    f"timer {event.wait_id}: sleeping {(event.resume_at - at).total_seconds():.2f}s"
-                )
+                return [
+                    f"timer {event.wait_id}: sleeping "
+                    f"{duration((event.resume_at - at).total_seconds())}"
+                ]
             case WaitCompleted():
-                return f"timer {event.wait_id}: rang"
+                return [f"timer {event.wait_id}: rang"]
             case HookCreated():
-                return f"hook {event.hook_id}: waiting for the warehouse to call back"
+                return [f"hook {event.hook_id}: waiting for the warehouse to call back"]
             case HookReceived():
-                return f"hook {event.hook_id}: received {preview(event.payload)}"
+                return [f"hook {event.hook_id}: received {preview(event.payload)}"]
             case RunCompleted():
-                return f"run {paint('completed', 'green')}: {preview(event.output)}"
+                return ["run ", ("completed", "green"), f": {preview(event.output)}"]
             case RunFailed() | RunCancelled():
-                return f"run {paint(event.event_type, 'red')}"
+                return ["run ", (event.event_type, "red")]
         return None
+
+
+async def _host(engine: Engine, run: Snapshot, terminal: Terminal) -> Snapshot | None:
+    """What a host does for one run until it ends: sleep until its next wakeup, `resume_due`,
+    deliver the warehouse's callback when the run waits for it. None if it waits for
+    something the demo cannot provide."""
+    handler = engine.handler
+    while not run.is_terminal:
+        shipped = run.hooks.get("shipped")
+        if shipped is not None and shipped.status == "active" and not shipped.deliveries:
+            terminal.line(f"  {'':>9}  ", ("the warehouse calls back", "dim"))
+            callback = json.dumps({"tracking": "ZX81-0042"}).encode()
+            run = await engine.deliver(
+                warehouse_token(run.run_id), callback, delivery_id="shipment-1"
+            )
+            continue
+        due = min((w.due_at for w in run.wakeups()), default=None)
+        if due is None:
+            terminal.error(
+                f"run {run.run_id} waits for nothing the demo can provide ({run.status})"
+            )
+            return None
+        await asyncio.sleep(max(0.0, (due - handler.clock()).total_seconds()))
+        for resumed in await engine.resume_due():
+            if resumed.run_id == run.run_id and resumed.error is not None:
+                raise resumed.error
+        run = await handler.snapshot(run.run_id)
+    return run
 
 
 async def run_demo(store: EventStore, terminal: Terminal, store_label: str) -> bool:
@@ -202,30 +233,18 @@ async def run_demo(store: EventStore, terminal: Terminal, store_label: str) -> b
     """
     handler = CommandHandler(store)
     engine = Engine(handler, OrderFulfilment(), [Story(terminal)])
+    await _finish_interrupted(engine, terminal)
     run_id = new_run_id("order_")
     order = {"order": 1042, "customer": "acme", "region": "eu", "items": 3, "total": "EUR 42.00"}
-    paint = terminal.paint
-    terminal.line(f"{paint('runfold demo', 'bold')}: {WORKFLOW} run {run_id} on {store_label}")
-    run = await engine.start(WORKFLOW, json.dumps(order).encode(), run_id=run_id)
-    while not run.is_terminal:
-        shipped = run.hooks.get("shipped")
-        if shipped is not None and shipped.status == "active" and not shipped.deliveries:
-            terminal.line(f"  {'':>9}  {paint('the warehouse calls back', 'dim')}")
-            callback = json.dumps({"tracking": "ZX81-0042"}).encode()
-            run = await engine.deliver(warehouse_token(run_id), callback, delivery_id="shipment-1")
-            continue
-        due = min((w.due_at for w in run.wakeups()), default=None)
-        if due is None:
-            terminal.error(f"run {run_id} waits for nothing the demo can provide ({run.status})")
-            return False
-        await asyncio.sleep(max(0.0, (due - handler.clock()).total_seconds()))
-        for resumed in await engine.resume_due():
-            if resumed.run_id == run_id and resumed.error is not None:
-                raise resumed.error
-        run = await handler.snapshot(run_id)
+    terminal.line(("runfold demo", "bold"), f": {WORKFLOW} run {run_id} on {store_label}")
+    started = await engine.start(WORKFLOW, json.dumps(order).encode(), run_id=run_id)
+    ended = await _host(engine, started, terminal)
+    if ended is None:
+        return False
+    run = ended
 
     terminal.line()
-    terminal.line(paint("timeline", "bold"))
+    terminal.line(("timeline", "bold"))
     render_timeline(terminal, await handler.history(run_id), indent="  ")
     terminal.line()
     render_snapshot(terminal, run)
@@ -238,16 +257,31 @@ async def run_demo(store: EventStore, terminal: Terminal, store_label: str) -> b
         if not page.has_more or page.cursor is None:
             break
         cursor = page.cursor
-    terminal.line(f"{paint(f'{len(runs)} run(s)', 'bold')} of {WORKFLOW} in {store_label}")
+    terminal.line((f"{len(runs)} run(s)", "bold"), f" of {WORKFLOW} in {store_label}")
     terminal.table(
         ("RUN", "STATUS", "CREATED", "EVENTS"),
-        [
-            (s.run_id, s.status, s.created_at.isoformat(timespec="seconds"), str(s.last_sequence))
-            for s in runs[:5]
-        ],
+        [(s.run_id, s.status, timestamp(s.created_at), str(s.last_sequence)) for s in runs[:5]],
         indent="  ",
         status_column=1,
     )
     if len(runs) > 5:
         terminal.line(f"  … and {len(runs) - 5} more (runfold runs --workflow {WORKFLOW})")
     return run.status == "completed"
+
+
+async def _finish_interrupted(engine: Engine, terminal: Terminal) -> None:
+    """Finish the demo runs an earlier, interrupted demo left live (Ctrl-C, a crash).
+
+    `Engine.recover` drives each from where its history stops (a step that was running gets a
+    new attempt); each is then hosted to its end like a new one.
+    """
+    for resumed in await engine.recover():
+        run_id = resumed.run_id
+        terminal.line(("runfold demo", "bold"), f": finishing interrupted run {run_id}")
+        if resumed.snapshot is None:
+            terminal.line(f"  run {run_id} could not be driven: {resumed.error}")
+            continue
+        ended = await _host(engine, resumed.snapshot, terminal)
+        if ended is not None:
+            terminal.line(f"  run {run_id} ", terminal.status(ended.status))
+        terminal.line()

@@ -1,6 +1,7 @@
-"""How the CLI writes: aligned tables and colour on a terminal that wants them, plain text when
+"""How the CLI writes: rich tables and colour on a terminal that wants them, plain text when
 piped, JSON for scripts; and the text forms of events, timelines and snapshots.
 
+One time format everywhere (ISO 8601 in UTC, `Z`), durations in words ("1.2 s", "3 min 4 s").
 Hook tokens are bearer secrets: every field an attrs class hides from its `repr` (tokens) is
 left out of every form here, text and JSON alike.
 """
@@ -10,44 +11,46 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, TextIO
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO, TypeAlias
 
 import attrs
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
+from rich.table import Table
+from rich.text import Text
 
 from runfold.kernel import (
     TERMINAL_RUN_STATUSES,
     AttributeChange,
     Envelope,
+    HookState,
     RetryPolicy,
     Snapshot,
     correlation_id,
 )
 
 __all__ = [
+    "Part",
     "Terminal",
     "describe_event",
+    "duration",
     "elapsed",
     "envelope_json",
     "format_value",
+    "hook_status",
+    "payload_json",
     "preview",
-    "redact",
     "render_snapshot",
     "render_timeline",
+    "timestamp",
     "to_json",
 ]
 
-_STYLES = {
-    "bold": "1",
-    "dim": "2",
-    "red": "31",
-    "green": "32",
-    "yellow": "33",
-    "blue": "34",
-    "cyan": "36",
-}
+Part: TypeAlias = str | tuple[str, str]
+"""A piece of a line: plain text, or `(text, style)` with a rich style ("green", "bold")."""
+
 _STATUS_STYLES = {
     "completed": "green",
     "failed": "red",
@@ -58,51 +61,53 @@ _STATUS_STYLES = {
     "pending": "blue",
     "waiting": "cyan",
     "active": "cyan",
+    "retained": "cyan",
 }
-_SECRET_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@/\s]*@")
-
-
-def redact(text: str) -> str:
-    """`text` with any password in a URL (`scheme://user:password@host`) replaced by `***`."""
-    return _SECRET_IN_URL.sub(r"\1***@", text)
+_PIPED_WIDTH = 1_000_000  # piped lines are never wrapped: scripts cut them as they like
 
 
 class Terminal:
-    """Where the CLI writes: results to `out`, errors and progress to `err`.
+    """Where the CLI writes: results to `out`, errors and progress to `err`, through rich.
 
-    Colour is used only when `out` is a terminal, `NO_COLOR` is unset or empty and `TERM` is not
-    `dumb`; a progress bar only when `err` is a terminal.
+    rich decides about colour: only when `out` is a terminal, `NO_COLOR` is unset or empty and
+    `TERM` is not `dumb`. A progress bar is drawn only when `err` is a terminal.
     """
 
     def __init__(self, out: TextIO, err: TextIO, environ: Mapping[str, str] | None = None) -> None:
-        env = os.environ if environ is None else environ
-        self.out = out
-        self.err = err
-        self.color = out.isatty() and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
+        # rich reads NO_COLOR and TERM from `_environ` when given one (how tests pass theirs).
+        env = dict(os.environ if environ is None else environ)
+        terminal = out.isatty()
+        self.console = Console(
+            file=out,
+            width=None if terminal else _PIPED_WIDTH,
+            highlight=False,
+            soft_wrap=not terminal,
+            _environ=env,
+        )
+        self.errors = Console(file=err, width=_PIPED_WIDTH, highlight=False, _environ=env)
+        self.color = self.console.color_system is not None
         self.live_progress = err.isatty()
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
 
-    def paint(self, text: str, style: str | None) -> str:
-        """`text` in `style` (a name of `_STYLES`) when colour is on, else unchanged."""
-        if not self.color or style is None or not text:
-            return text
-        return f"\x1b[{_STYLES[style]}m{text}\x1b[0m"
+    def status(self, status: str) -> Part:
+        """A run, step, wait or hook status, styled by what it means."""
+        style = _STATUS_STYLES.get(status)
+        return (status, style) if style else status
 
-    def status(self, status: str) -> str:
-        """A run, step, wait or hook status, coloured by what it means."""
-        return self.paint(status, _STATUS_STYLES.get(status))
-
-    def line(self, text: str = "") -> None:
-        """Write one line of results."""
-        print(text, file=self.out, flush=True)
+    def line(self, *parts: Part) -> None:
+        """Write one line of results made of `parts`."""
+        self.console.print(Text.assemble(*parts), soft_wrap=True)
 
     def error(self, message: str) -> None:
-        """Write one error line to `err`, passwords redacted (a multi-line message is joined)."""
+        """Write one error line to `err` (a multi-line message is joined)."""
         one_line = " ".join(part.strip() for part in message.splitlines() if part.strip())
-        print(f"runfold: error: {redact(one_line)}", file=self.err)
+        self.errors.print(Text(f"runfold: error: {one_line}"), soft_wrap=True)
 
     def json(self, value: object) -> None:
         """Write `value` (already made of JSON types) as indented JSON."""
-        print(json.dumps(value, indent=2, ensure_ascii=False), file=self.out)
+        self.console.file.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+        self.console.file.flush()
 
     def table(
         self,
@@ -112,33 +117,42 @@ class Terminal:
         indent: str = "",
         status_column: int | None = None,
     ) -> None:
-        """Rows under bold headers, columns aligned; `status_column` is coloured by status."""
-        body = [list(row) for row in rows]
-        widths = [len(h) for h in headers]
-        for row in body:
-            widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
-        self.line(
-            indent
-            + "  ".join(
-                self.paint(h.ljust(w), "bold") for h, w in zip(headers, widths, strict=True)
-            ).rstrip()
-        )
-        for row in body:
-            cells = []
-            for number, (cell, width) in enumerate(zip(row, widths, strict=True)):
-                padded = cell.ljust(width)
-                cells.append(self.status(padded) if number == status_column else padded)
-            self.line((indent + "  ".join(cells)).rstrip())
+        """Rows under bold headers, columns aligned; `status_column` is styled by status."""
+        table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0))
+        for header in headers:
+            table.add_column(header, no_wrap=not self.console.is_terminal)
+        for row in rows:
+            table.add_row(
+                *(
+                    Text.assemble(self.status(cell)) if number == status_column else cell
+                    for number, cell in enumerate(row)
+                )
+            )
+        with self.console.capture() as captured:
+            self.console.print(table)
+        for text in captured.get().splitlines():
+            self.console.file.write(f"{indent}{text}".rstrip() + "\n")
+        self.console.file.flush()
 
     def progress(self, done: int, total: int, label: str) -> None:
-        """Redraw a progress bar on `err` (terminals only); ends the line when `done == total`."""
+        """Draw a progress bar on `err` (terminals only); it ends when `done == total`."""
         if not self.live_progress:
             return
-        width = 30
-        filled = width * done // total if total else width
-        bar = "#" * filled + "." * (width - filled)
-        end = "\n" if done >= total else ""
-        print(f"\r{label} [{bar}] {done}/{total}", end=end, file=self.err, flush=True)
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=self.errors,
+                transient=False,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(label, total=total)
+        assert self._task is not None
+        self._progress.update(self._task, completed=done, total=total)
+        if done >= total:
+            self._progress.stop()
+            self._progress = None
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -156,13 +170,33 @@ def preview(payload: bytes | None, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _when(value: datetime) -> str:
-    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def timestamp(value: datetime) -> str:
+    """`value` in ISO 8601, in UTC, to the millisecond, with `Z`: `2026-12-01T21:44:02.125Z`."""
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def duration(seconds: float) -> str:
+    """A duration in words: `250 ms`, `1.2 s`, `3 min 4 s`, `2 h 5 min`, `3 d 4 h`."""
+    sign, seconds = ("-", -seconds) if seconds < 0 else ("", seconds)
+    if seconds < 1:
+        return f"{sign}{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{sign}{seconds:.3g} s"
+    for unit, size, smaller, small_size in (
+        ("d", 86400, "h", 3600),
+        ("h", 3600, "min", 60),
+        ("min", 60, "s", 1),
+    ):
+        if seconds >= size:
+            whole, rest = divmod(round(seconds), size)
+            part = rest // small_size
+            return f"{sign}{whole} {unit}" + (f" {part} {smaller}" if part else "")
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def elapsed(since: datetime, at: datetime) -> str:
-    """`+S.mmms`: the time from `since` to `at`."""
-    return f"+{(at - since).total_seconds():.3f}s"
+    """`+1.2 s`: the time from `since` to `at`."""
+    return "+" + duration((at - since).total_seconds())
 
 
 def format_value(value: object) -> str:
@@ -170,9 +204,9 @@ def format_value(value: object) -> str:
     if isinstance(value, bytes):
         return preview(value)
     if isinstance(value, datetime):
-        return _when(value)
+        return timestamp(value)
     if isinstance(value, timedelta):
-        return f"{value.total_seconds():g}s"
+        return duration(value.total_seconds())
     if isinstance(value, RetryPolicy):
         return (
             f"{value.max_attempts} attempts from {format_value(value.initial_interval)} "
@@ -241,15 +275,15 @@ def render_timeline(terminal: Terminal, history: Sequence[Envelope], indent: str
 
 def render_snapshot(terminal: Terminal, run: Snapshot) -> None:
     """A run as it stands: its fields, then its steps, waits, hooks, progress and children."""
-    line, paint = terminal.line, terminal.paint
-    line(f"{paint('run', 'bold')} {run.run_id}  {terminal.status(run.status)}")
+    line = terminal.line
+    line(("run", "bold"), f" {run.run_id}  ", terminal.status(run.status))
     ended = f", ended {elapsed(run.created_at, run.completed_at)}" if run.completed_at else ""
     fields = [
         (
             "workflow",
             run.workflow_name + (f" v{run.workflow_version}" if run.workflow_version else ""),
         ),
-        ("created", f"{_when(run.created_at)}{ended}"),
+        ("created", f"{timestamp(run.created_at)}{ended}"),
         ("input", preview(run.input, 72)),
     ]
     if run.status in TERMINAL_RUN_STATUSES:
@@ -259,15 +293,15 @@ def render_snapshot(terminal: Terminal, run: Snapshot) -> None:
             code = f" [{run.error_code}]" if run.error_code else ""
             fields.append(("error", preview(run.error, 72) + code))
     if run.cancellation is not None:
-        fields.append(("cancel", f"requested at {_when(run.cancellation.requested_at)}"))
+        fields.append(("cancel", f"requested at {timestamp(run.cancellation.requested_at)}"))
     if run.deadline is not None:
-        fields.append(("deadline", _when(run.deadline)))
+        fields.append(("deadline", timestamp(run.deadline)))
     if run.parent_run_id is not None:
         fields.append(("parent", run.parent_run_id))
     fields.append(("attributes", format_value(run.attributes) or "-"))
     fields.append(("events", str(run.last_sequence)))
     for name, text in fields:
-        line(f"  {paint(name.ljust(10), 'dim')}  {text}")
+        line("  ", (name.ljust(10), "dim"), f"  {text}")
     sections: list[tuple[Sequence[str], list[tuple[str, ...]]]] = [
         (
             ("STEP", "STATUS", "ATTEMPTS", "RESULT"),
@@ -278,14 +312,14 @@ def render_snapshot(terminal: Terminal, run: Snapshot) -> None:
         ),
         (
             ("WAIT", "STATUS", "RESUME AT"),
-            [(w.wait_id, w.status, _when(w.resume_at)) for w in run.waits.values()],
+            [(w.wait_id, w.status, timestamp(w.resume_at)) for w in run.waits.values()],
         ),
         (
             ("HOOK", "STATUS", "DELIVERIES", "LAST PAYLOAD"),
             [
                 (
                     h.hook_id,
-                    h.status,
+                    hook_status(run, h),
                     str(len(h.deliveries)),
                     preview(h.deliveries[-1].payload) if h.deliveries else "-",
                 )
@@ -318,6 +352,21 @@ def render_snapshot(terminal: Terminal, run: Snapshot) -> None:
             )
 
 
+def hook_status(run: Snapshot, hook: HookState) -> str:
+    """A hook's status as a person reads it, `released` or `retained …` once its run ended.
+
+    An active hook of an ended run still holds its token while `retain_token_until` is later
+    than the run's end (retained), else the token is free again (released).
+    """
+    if hook.status != "active" or not run.is_terminal:
+        return hook.status
+    if hook.retain_token_until is not None and (
+        run.completed_at is None or hook.retain_token_until > run.completed_at
+    ):
+        return f"retained until {timestamp(hook.retain_token_until)}"
+    return "released"
+
+
 def _step_result(status: str, output: bytes | None, error: bytes | None) -> str:
     if status == "completed":
         after = f"  (after: {preview(error, 32)})" if error is not None else ""
@@ -328,11 +377,26 @@ def _step_result(status: str, output: bytes | None, error: bytes | None) -> str:
 # --- JSON ---------------------------------------------------------------------------------------
 
 
+def payload_json(payload: bytes) -> dict[str, Any]:
+    """A payload as labelled JSON: `{"json": …}`, `{"text": …}` or `{"base64": …}`.
+
+    JSON is nested as it is; other UTF-8 is text; anything else is base64.
+    """
+    try:
+        text = payload.decode()
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(payload).decode()}
+    try:
+        return {"json": json.loads(text)}
+    except ValueError:
+        return {"text": text}
+
+
 def to_json(value: object) -> Any:
     """`value` made of JSON types, ready for `json.dumps`.
 
-    Attrs classes become objects (secrets left out), `bytes` the text they hold if UTF-8 else
-    `{"base64": …}`, times ISO 8601, durations seconds.
+    Attrs classes become objects (secrets left out), `bytes` labelled payloads (`payload_json`),
+    times ISO 8601 UTC with `Z`, durations seconds.
     """
     cls = type(value)
     if attrs.has(cls):
@@ -342,12 +406,9 @@ def to_json(value: object) -> Any:
             if f.repr is not False
         }
     if isinstance(value, bytes):
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            return {"base64": base64.b64encode(value).decode()}
+        return payload_json(value)
     if isinstance(value, datetime):
-        return value.isoformat()
+        return timestamp(value)
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, Mapping):
@@ -362,7 +423,7 @@ def envelope_json(envelope: Envelope) -> dict[str, Any]:
     return {
         "sequence": envelope.sequence,
         "type": envelope.event.event_type,
-        "recorded_at": envelope.recorded_at.isoformat(),
+        "recorded_at": timestamp(envelope.recorded_at),
         "position": envelope.position,
         "event": to_json(envelope.event),
     }

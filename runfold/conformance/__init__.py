@@ -13,6 +13,21 @@
 Importing it has no side effects: no pytest plugin, no hypothesis profile, no event loop.
 """
 
+import sys
+
+try:
+    import hypothesis  # noqa: F401  (the kit's extra: checked first, to say so in one line)
+    import pytest  # noqa: F401
+except ImportError as _missing:
+    _NEEDS = (
+        "runfold.conformance needs its extra: pip install 'runfold[conformance]' "
+        f"({_missing.name or _missing} is missing)"
+    )
+    if sys.argv[:1] == ["-m"]:  # `python -m runfold.conformance`: one line, not a traceback
+        print(f"runfold.conformance: error: {_NEEDS}", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise ImportError(_NEEDS, name=_missing.name) from None
+
 from runfold.conformance import strategies
 from runfold.conformance._core import Capabilities, Check, Effort
 from runfold.conformance.kit import CHECK_NAMES, CHECKS, StoreConformance

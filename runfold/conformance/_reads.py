@@ -362,7 +362,7 @@ _MAX_ID = Limits().max_id_length
 
 
 def _with_valid_ids(event: Event) -> Event:
-    """`event` with its identifiers made valid ones (EVENTS.md: 1 to 256 characters, no control
+    """`event` with its identifiers made valid ones (1 to 256 characters, no control
     character). A store may keep the correlation id in an indexed column, and the kernel never
     hands it any other; every other field keeps whatever `strategies.events()` drew."""
     changes = {}

@@ -1,4 +1,4 @@
-"""The rule scenarios of `RULES.md`, replayed through a `CommandHandler` over the store under test.
+"""The command rules' scenarios, replayed through a `CommandHandler` over the store under test.
 
 Every rule lives in `decide`, but a rule only holds if the store keeps the history it was decided
 on: a store that reorders, drops or duplicates events, or loses a token claim, fails the scenario

@@ -1,4 +1,4 @@
-"""Commands (`RULES.md`): what a caller asks of a run.
+"""Commands: what a caller asks of a run.
 
 `decide` turns a command into events or a `Rejection`. Attrs classes: frozen, slotted,
 keyword-only. Hook tokens never appear in a repr.

@@ -1,4 +1,4 @@
-"""`decide`: the pure command decider of `RULES.md`.
+"""`decide`: the pure command decider, the rules every command is held to.
 
 `decide(snapshot, command, *, now, limits, token_holder)` returns a `Decision` or raises a
 `Rejection`; it never raises anything else, never reads a clock and never writes anything.

@@ -1,4 +1,4 @@
-"""The event catalogue (`EVENTS.md`), the envelope, and the small value types events carry.
+"""The event catalogue, the envelope, and the small value types events carry.
 
 Events are attrs classes: frozen, slotted, keyword-only. Each has a wire name (`event_type`) and a
 `schema_version`. `bytes` fields are opaque payloads the runtime serialized; times are aware UTC

@@ -1,4 +1,4 @@
-"""The records stores speak (`STORES.md`) and `run_index`, the projection of a run's index rows.
+"""The records stores speak and `run_index`, the projection of a run's index rows.
 
 A store writes `run_index(snapshot_after_append)` in the append's transaction.
 """

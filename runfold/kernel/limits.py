@@ -32,7 +32,7 @@ MAX_BACKOFF_COEFFICIENT = 1000
 class Limits:
     """The bounds `decide` enforces (`project_run` re-checks the attribute ones).
 
-    Defaults follow `RULES.md`. A command over a bound is an `InvalidCommand`
+    Defaults follow the command rules. A command over a bound is an `InvalidCommand`
     (`InvalidAttributes` for attributes); a decision past `max_events_per_run` is a
     `HistoryLimitExceeded`.
     """

@@ -676,9 +676,9 @@ def _fold(b: _Builder, envelopes: Iterable[Envelope]) -> Snapshot:
 def project_run(history: Sequence[Envelope], *, limits: Limits = _DEFAULT_LIMITS) -> Snapshot:
     """Fold a run's whole history into its snapshot.
 
-    Raises `HistoryError(run_id, sequence, reason)` for a history that breaks a law of
-    `EVENTS.md` (gap, repeat, foreign run id, event before `run_created`, impossible transition),
-    and `RunNotSupported` for a run stamped by a newer kernel spec.
+    Raises `HistoryError(run_id, sequence, reason)` for a history that breaks a law of the
+    event catalogue (gap, repeat, foreign run id, event before `run_created`, impossible
+    transition), and `RunNotSupported` for a run stamped by a newer kernel spec.
     """
     if not history:
         raise HistoryError(None, 0, "empty history")

@@ -1,21 +1,30 @@
-"""Stores: the `EventStore` protocol and its backends, and `open_store(url)`."""
+"""Stores: the `EventStore` protocol and its backends, and `open_store(url)`.
+
+The backends are imported on first use, so that `import runfold` loads no database driver:
+`SQLiteStore` needs aiosqlite, `PostgresStore` psycopg (the optional `postgres` extra).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from runfold.stores import _conninfo
 from runfold.stores.memory import MemoryStore
 from runfold.stores.protocol import EventStore
-from runfold.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from runfold.stores.postgres import PostgresStore
+    from runfold.stores.sqlite import SQLiteStore
 
 __all__ = ["EventStore", "MemoryStore", "PostgresStore", "SQLiteStore", "open_store"]
 
 
 def __getattr__(name: str) -> Any:
-    """`PostgresStore`, imported on first use: psycopg is the optional `postgres` extra."""
+    """`SQLiteStore` and `PostgresStore`, imported on first use."""
+    if name == "SQLiteStore":
+        from runfold.stores.sqlite import SQLiteStore
+
+        return SQLiteStore
     if name == "PostgresStore":
         from runfold.stores.postgres import PostgresStore
 
@@ -23,26 +32,37 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-async def open_store(url: str) -> EventStore:
+async def open_store(url: str, *, read_only: bool = False) -> EventStore:
     """Open the store a URL names: `memory://`, `sqlite:///path.db`, `postgresql://…`.
 
-    Raises `ValueError` for a scheme runfold does not know, `ImportError` for `postgresql://`
+    A libpq keyword string (`host=db.internal dbname=app`) names a PostgreSQL store too.
+
+    With `read_only`, nothing is created or migrated: a SQLite file is opened read-only (it
+    must exist), a PostgreSQL schema must already be at this runfold's version. That is how
+    commands that only look open a store.
+
+    Raises `ValueError` for a scheme runfold does not know, `ImportError` for PostgreSQL
     without the `postgres` extra, and what the store's `open` raises.
     """
     scheme, sep, _ = url.partition("://")
-    if not sep:
+    shown = repr(_conninfo.scrub(url, url))  # a mistyped URL may still hold a password
+    if not sep and "=" in url:
+        scheme = "postgresql"
+    elif not sep:
         raise ValueError(
-            f"not a store URL: {url!r} (expected memory://, sqlite:///…, postgresql://…)"
+            f"not a store URL: {shown} (expected memory://, sqlite:///…, postgresql://…)"
         )
     if scheme == "memory":
         return MemoryStore()
     if scheme == "sqlite":
+        from runfold.stores.sqlite import SQLiteStore
+
         path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
         if not path:
-            raise ValueError(f"SQLite store URLs look like sqlite:///path.db, not {url!r}")
-        return await SQLiteStore.open(path)
+            raise ValueError(f"SQLite store URLs look like sqlite:///path.db, not {shown}")
+        return await SQLiteStore.open(path, read_only=read_only)
     if scheme in ("postgresql", "postgres"):
         from runfold.stores.postgres import PostgresStore
 
-        return await PostgresStore.open(url)
-    raise ValueError(f"unsupported store scheme {scheme!r} in {url!r}")
+        return await PostgresStore.open(url, migrate=not read_only)
+    raise ValueError(f"unsupported store scheme {scheme!r} in {shown}")

@@ -41,7 +41,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Collection, Coroutine
 from datetime import datetime
 from types import TracebackType
 from typing import Any, ClassVar, Self
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import AsyncConnection, AsyncCursor
@@ -72,6 +71,7 @@ from runfold.kernel import (
     encode_event,
     make_envelope,
 )
+from runfold.stores import _conninfo
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     envelopes_from_rows,
@@ -89,7 +89,6 @@ from runfold.stores._sql import (
 from runfold.stores.protocol import check_append, check_index, time_key
 
 __all__ = [
-    "MAX_WRITES",
     "NOTIFY_INTERVAL",
     "POSITIONS_PER_TRANSACTION",
     "SCHEMA_VERSION",
@@ -693,19 +692,6 @@ def _plain_outcome(expected: int, outcome: int) -> tuple[str | None, int | None,
     return ("RF001", None, str(head)) if head != expected else ("40001", None, None)
 
 
-def _split_schema(dsn: str) -> tuple[str, str | None]:
-    """A URL `dsn` without its `schema` query parameter (not one libpq knows), and its value."""
-    parts = urlsplit(dsn)
-    if parts.scheme not in ("postgresql", "postgres") or not parts.query:
-        return dsn, None
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    named = [value for key, value in pairs if key == "schema"]
-    if not named:
-        return dsn, None
-    query = urlencode([(key, value) for key, value in pairs if key != "schema"])
-    return urlunsplit(parts._replace(query=query)), named[-1]
-
-
 def _quote(identifier: str) -> str:
     """`identifier` as a quoted PostgreSQL identifier."""
     return '"' + identifier.replace('"', '""') + '"'
@@ -726,6 +712,9 @@ class PostgresStore:
         self._schema = schema
         self._owns_pool = owns_pool
         self._closed = False
+        self.migrated_from: int | None = None
+        """The schema version this store found and migrated from (0: it created the schema), or
+        None while it has migrated nothing (the schema was current)."""
         # Each pooled connection that has sent appends, with the cursor its appends reuse (a new
         # cursor per statement cost about a sixth of an append's client time).
         self._cursors: dict[Connection, Cursor] = {}
@@ -790,13 +779,16 @@ class PostgresStore:
 
         Raises `StoreOpenError` for a schema written by a newer runfold, a schema that is not
         runfold's, or (without `migrate`) one that needs migrating; `StoreUnavailable` when no
-        connection can be made within `timeout`; `ValueError` for bad arguments.
+        connection can be made within `timeout`; `ValueError` for bad arguments, a connection
+        string libpq cannot parse among them. No message names the password, however it was
+        given (URL, `?password=`, a `password=` keyword, `PGPASSWORD`).
         """
         if (dsn is None) == (pool is None):
             raise ValueError("PostgresStore.open needs a dsn or a pool (one of them)")
         if dsn is not None:
-            dsn, named = _split_schema(dsn)
+            dsn, named = _conninfo.split_schema(dsn)
             schema = schema or named
+            _conninfo.check(dsn)  # a malformed string fails here, its password withheld
         schema = schema or "runfold"
         if pool is not None:
             store = cls(pool, schema, owns_pool=False, feed_wait=feed_wait)
@@ -807,31 +799,36 @@ class PostgresStore:
                 await store.close()
                 raise
             return store
-        pool = AsyncConnectionPool(
-            dsn or "",
-            min_size=pool_min,
-            max_size=pool_max,
-            kwargs={"autocommit": True},
-            timeout=timeout,
-            open=False,
-            name=f"runfold-{schema}",
-        )
-        store = cls(pool, schema, owns_pool=True, feed_wait=feed_wait)
+        # A connection of its own for the schema work, made before the pool: a server that is
+        # down or refuses the login fails here at once, with its reason, where the pool would
+        # retry until `timeout` (and log a warning of its own for each try).
         try:
-            await pool.open(wait=False)  # its connections are made in the background meanwhile
-            # A connection of its own for the schema work: a server that is down fails here at
-            # once, with its reason, where the pool would retry until `timeout`.
+            probe = await AsyncConnection.connect(
+                dsn or "", autocommit=True, connect_timeout=max(2, round(timeout))
+            )
+        except psycopg.Error as exc:
+            refusal: str | None = _conninfo.scrub(str(exc), dsn or "")
+        else:
+            refusal = None
+        if refusal is not None:  # raised out here: the driver's error is not kept as context
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {refusal}")
+        async with probe:
+            pool = AsyncConnectionPool(
+                dsn or "",
+                min_size=pool_min,
+                max_size=pool_max,
+                kwargs={"autocommit": True},
+                timeout=timeout,
+                open=False,
+                name=f"runfold-{schema}",
+            )
+            store = cls(pool, schema, owns_pool=True, feed_wait=feed_wait)
             try:
-                probe = await AsyncConnection.connect(
-                    dsn or "", autocommit=True, connect_timeout=max(2, round(timeout))
-                )
-            except psycopg.Error as exc:
-                raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
-            async with probe:
+                await pool.open(wait=False)  # its connections are made in the background meanwhile
                 await store._prepare_schema(probe, migrate)
-        except BaseException:
-            await store.close()
-            raise
+            except BaseException:
+                await store.close()
+                raise
         return store
 
     async def __aenter__(self) -> Self:
@@ -985,10 +982,14 @@ class PostgresStore:
             self._refuse_newer(version)
             if version != SCHEMA_VERSION:
                 if not migrate:
+                    found = (
+                        "holds no runfold store"
+                        if version == 0
+                        else f"is at version {version}, this runfold needs {SCHEMA_VERSION}"
+                    )
                     raise StoreOpenError(
-                        f"schema {self._schema!r} is at version {version}, this runfold needs "
-                        f"{SCHEMA_VERSION}: run `await store.migrate()` (or open with "
-                        "migrate=True)"
+                        f"schema {self._schema!r} {found}: migrate it first "
+                        "(`runfold migrate`, or `await store.migrate()`)"
                     )
                 # A session lock, so that the migration runs in a transaction begun after it:
                 # one begun before would keep catalog caches from before the previous
@@ -1025,6 +1026,8 @@ class PostgresStore:
                 f"CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
                 "applied_at timestamptz NOT NULL DEFAULT now())"
             )
+        if version < SCHEMA_VERSION:
+            self.migrated_from = version
         for number in range(version + 1, SCHEMA_VERSION + 1):
             await conn.execute(_MIGRATIONS[number - 1].format(s=s))
             await conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (number,))

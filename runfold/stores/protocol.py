@@ -1,4 +1,4 @@
-"""The `EventStore` protocol (`STORES.md`): what every runfold store offers.
+"""The `EventStore` protocol (the store contract page of the docs): what every store offers.
 
 A store keeps, per run, an append-only list of encoded events numbered 1, 2, 3 … and the run's
 index rows, which the kernel computes (`run_index`). It knows no workflow rules; its one job is to

@@ -185,6 +185,9 @@ class SQLiteStore:
         self._db = db
         self._path = path
         self._closed = False
+        self.migrated_from: int | None = None
+        """The schema version `open` found and migrated from (0: it created the schema), or None
+        when the file was already at this runfold's version."""
         # Group commit: while a transaction of appends is in flight (not `_idle`), appends wait in
         # `_queue`, and the `_writer` task writes them together in the next one.
         self._idle = asyncio.Event()
@@ -199,8 +202,15 @@ class SQLiteStore:
         *,
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 5.0,
+        read_only: bool = False,
     ) -> SQLiteStore:
         """Open (creating or migrating) the store at `path`, or `":memory:"`.
+
+        With `read_only`, the file is opened read-only (`mode=ro`): nothing is created or
+        migrated and no lock is taken, so it can be read while another process writes (WAL
+        readers do not wait for writers) and when the file itself is read-only; a file that is
+        missing, not a runfold database, or at another schema version is refused, and appends
+        fail with `StoreUnavailable`.
 
         `synchronous="FULL"` (the default) makes every acknowledged append survive power loss;
         `"NORMAL"` is faster in WAL mode and survives a crash of the process, but the last
@@ -214,29 +224,29 @@ class SQLiteStore:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
         location = str(path)
-        connecting = aiosqlite.connect(location, isolation_level=None)
-        try:
-            db = await connecting
-        except sqlite3.Error as exc:
-            # On a failed connect aiosqlite stops its worker thread with a future nobody awaits;
-            # let the thread end while this loop runs, or it posts to a closed loop and raises.
-            for _ in range(5000):
-                if not connecting._thread.is_alive():
-                    break
-                await asyncio.sleep(0.001)
-            raise StoreOpenError(f"cannot open SQLite store {location!r}: {exc}") from None
-        try:
-            await _on_thread(db, _prepare, int(busy_timeout * 1000), synchronous)
-        except StoreOpenError:
-            await db.close()
-            raise
-        except sqlite3.Error as exc:
-            await db.close()
-            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:
-                # Another connection held the write lock past busy_timeout: transient.
-                raise StoreUnavailable(f"SQLite store {location!r} is busy: {exc}") from None
-            raise StoreOpenError(f"cannot use SQLite store {location!r}: {exc}") from None
-        return cls(db, location)
+        busy_ms = int(busy_timeout * 1000)
+        if not read_only:
+            db = await _connect(location, location)
+            found = await _ready(db, location, _prepare, busy_ms, synchronous)
+        else:
+            uri = Path(location).absolute().as_uri() + "?mode=ro"
+            db = await _connect(location, uri)
+            try:
+                found = await _ready(db, location, _check_read_only, busy_ms)
+            except StoreOpenError as exc:
+                if not isinstance(exc.__cause__, sqlite3.Error) or _code(exc.__cause__) not in (
+                    sqlite3.SQLITE_READONLY,
+                    sqlite3.SQLITE_CANTOPEN,
+                ):
+                    raise
+                # A WAL file is read through its -shm file, which nobody has made and this
+                # process cannot make (a read-only folder): then nobody is writing the file
+                # either, and SQLite may read it as immutable.
+                db = await _connect(location, uri + "&immutable=1")
+                found = await _ready(db, location, _check_read_only, busy_ms)
+        store = cls(db, location)
+        store.migrated_from = found
+        return store
 
     async def __aenter__(self) -> Self:
         return self
@@ -484,6 +494,43 @@ class SQLiteStore:
 # --- functions that run on the connection thread -------------------------------------------------
 
 
+async def _connect(location: str, target: str) -> aiosqlite.Connection:
+    """A connection to `target` (a path, or a `file:` URI), in autocommit mode."""
+    connecting = aiosqlite.connect(target, isolation_level=None, uri=target.startswith("file:"))
+    try:
+        return await connecting
+    except sqlite3.Error as exc:
+        # On a failed connect aiosqlite stops its worker thread with a future nobody awaits;
+        # let the thread end while this loop runs, or it posts to a closed loop and raises.
+        for _ in range(5000):
+            if not connecting._thread.is_alive():
+                break
+            await asyncio.sleep(0.001)
+        raise StoreOpenError(f"cannot open SQLite store {location!r}: {exc}") from None
+
+
+async def _ready(
+    db: aiosqlite.Connection, location: str, prepare: Callable[..., T], *args: Any
+) -> T:
+    """`prepare(connection, *args)`, its driver errors as runfold's; `db` closed if it fails."""
+    try:
+        return await _on_thread(db, prepare, *args)
+    except StoreOpenError:
+        await db.close()
+        raise
+    except sqlite3.Error as exc:
+        await db.close()
+        if _code(exc) == sqlite3.SQLITE_BUSY:
+            # Another connection held the write lock past busy_timeout: transient.
+            raise StoreUnavailable(f"SQLite store {location!r} is busy: {exc}") from None
+        raise StoreOpenError(f"cannot use SQLite store {location!r}: {exc}") from exc
+
+
+def _code(exc: sqlite3.Error) -> int:
+    """The primary result code of a driver error (0 if it has none)."""
+    return int(getattr(exc, "sqlite_errorcode", 0)) & 0xFF
+
+
 async def _on_thread(db: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
     """Run `fn(sqlite3_connection, *args)` on aiosqlite's connection thread, in one hop.
 
@@ -517,18 +564,40 @@ class _Call:
         return f"<runfold SQLite call {getattr(self.fn, '__name__', 'function')}>"
 
 
-def _prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> None:
+def _tables(conn: sqlite3.Connection, busy_ms: int) -> set[str]:
+    """The file's table names; `StoreOpenError` if it is not a SQLite file, or not runfold's."""
     conn.execute(f"PRAGMA busy_timeout = {busy_ms:d}")
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     except sqlite3.DatabaseError as exc:
-        if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_NOTADB:
+        if _code(exc) != sqlite3.SQLITE_NOTADB:
             raise  # e.g. unreadable, or its folder is read-only: `open` reports it with the path
         raise StoreOpenError(f"not a SQLite database: {exc}") from None
     if tables and "runfold_schema" not in tables:
         raise StoreOpenError(
             f"not a runfold database (it has tables {sorted(tables)[:5]} but no runfold_schema)"
         )
+    return tables
+
+
+def _check_read_only(conn: sqlite3.Connection, busy_ms: int) -> None:
+    """Check a file opened read-only is a runfold store at this version (nothing is written)."""
+    if not _tables(conn, busy_ms):
+        raise StoreOpenError("an empty database: no runfold store in it yet")
+    row = conn.execute("SELECT max(version) FROM runfold_schema").fetchone()
+    version = row[0] or 0
+    if version != SCHEMA_VERSION:
+        newer = "a newer runfold" if version > SCHEMA_VERSION else "an older runfold"
+        raise StoreOpenError(
+            f"the database has schema version {version}, written by {newer}; this one reads "
+            f"version {SCHEMA_VERSION}"
+            + (" (open it for writing to migrate it)" if version < SCHEMA_VERSION else "")
+        )
+
+
+def _prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> int | None:
+    """Create or migrate the schema; the version migrated from (0: created), or None."""
+    _tables(conn, busy_ms)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute("PRAGMA foreign_keys = ON")
@@ -542,6 +611,7 @@ def _prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> None:
                 f"the database has schema version {version}, written by a newer runfold; "
                 f"this one knows up to {SCHEMA_VERSION}"
             )
+        migrated_from = version if version < SCHEMA_VERSION else None
         for number in range(version + 1, SCHEMA_VERSION + 1):
             for statement in _MIGRATIONS[number - 1].split(";"):
                 if statement.strip():
@@ -554,6 +624,7 @@ def _prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    return migrated_from
 
 
 def _fetch(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:

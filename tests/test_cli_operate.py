@@ -1,0 +1,152 @@
+"""Operating runs from the command line: the real `runfold` in subprocesses. A demo interrupted
+with SIGINT exits 130 and leaves its run live; the next demo finishes it; `cancel`, `resume`
+and `delete` act on such runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import ROOT, ok, one_line_error, run_ids, runfold_cli
+
+DEMO_RUNTIME = "runfold.cli.demo:OrderFulfilment"
+
+
+def interrupted_demo(url: str, after: str) -> tuple[str, str]:
+    """Start `runfold demo` on `url`, send SIGINT once it prints `after`; (stdout, stderr)
+    after checking it exited 130 with one line and no traceback."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("RUNFOLD_STORE", "NO_COLOR")}
+    environment["PYTHONPATH"] = str(ROOT)
+    with subprocess.Popen(
+        [sys.executable, "-m", "runfold", "demo", "--store", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    ) as demo:
+        assert demo.stdout is not None and demo.stderr is not None
+        seen = []
+        for line in demo.stdout:
+            seen.append(line)
+            if after in line:
+                demo.send_signal(signal.SIGINT)
+                break
+        out = "".join(seen) + demo.stdout.read()
+        err = demo.stderr.read()
+        assert demo.wait(timeout=60) == 130, (out, err)
+    assert "Traceback" not in err
+    assert err.strip().splitlines() == ["runfold: error: interrupted"], err
+    return out, err
+
+
+def wait_until(when: datetime) -> None:
+    """Sleep until `when` has passed (the run's timer or retry is then due)."""
+    time.sleep(max(0.0, (when - datetime.now(UTC)).total_seconds()) + 0.05)
+
+
+def status_of(url: str, run_id: str) -> str:
+    shown = json.loads(ok(runfold_cli("show", run_id, "--json", "--store", url)))
+    status: str = shown["status"]
+    return status
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'ops.db'}"
+
+
+def test_sigint_mid_demo_exits_130_and_the_next_demo_finishes_the_run(url: str) -> None:
+    out, _ = interrupted_demo(url, "retrying in")
+    [interrupted] = run_ids(url)
+    assert interrupted in out and status_of(url, interrupted) == "running"
+    again = ok(runfold_cli("demo", "--store", url))
+    assert f"finishing interrupted run {interrupted}" in again
+    assert status_of(url, interrupted) == "completed"
+    assert "2 run(s) of order-fulfilment" in again
+    history = json.loads(ok(runfold_cli("history", interrupted, "--json", "--store", url)))
+    charged = [e for e in history if e["event"].get("step_id") == "charge-card"]
+    assert charged[-1]["type"] == "step_completed"
+
+
+def test_cancel_ends_an_interrupted_run(url: str) -> None:
+    interrupted_demo(url, "attempt 1 started")
+    [run_id] = run_ids(url)
+    said = ok(runfold_cli("cancel", run_id, "--reason", "operator gave up", "--store", url))
+    assert said.strip() == f"run {run_id}  cancelled"
+    history = json.loads(ok(runfold_cli("history", run_id, "--json", "--store", url)))
+    assert history[-1]["type"] == "run_cancelled"
+    assert history[-1]["event"]["reason"] == "operator gave up"
+    assert ok(runfold_cli("cancel", run_id, "--store", url)).strip() == f"run {run_id}  cancelled"
+    ok(runfold_cli("demo", "--store", url))  # nothing left to finish: one new run
+    completed = [r for r in run_ids(url) if r != run_id]
+    line = one_line_error(runfold_cli("cancel", completed[0], "--store", url), 1)
+    assert "terminal_state" in line
+    assert "not found" in one_line_error(runfold_cli("cancel", "nope", "--store", url), 3)
+
+
+def test_resume_drives_an_interrupted_run_then_the_due_ones(url: str) -> None:
+    interrupted_demo(url, "retrying in")
+    [run_id] = run_ids(url)
+    retry_after = json.loads(ok(runfold_cli("show", run_id, "--json", "--store", url)))["steps"][
+        "charge-card"
+    ]["retry_after"]
+    wait_until(datetime.fromisoformat(retry_after))
+    resumed = ok(runfold_cli("resume", "--runtime", DEMO_RUNTIME, run_id, "--store", url))
+    assert resumed.strip() == f"run {run_id}  running"  # now waiting on its timer or hook
+    shown = json.loads(ok(runfold_cli("show", run_id, "--json", "--store", url)))
+    assert shown["steps"]["charge-card"]["status"] == "completed"
+    assert "cool-off" in shown["waits"]
+    wait_until(datetime.fromisoformat(shown["waits"]["cool-off"]["resume_at"]))
+    due = ok(runfold_cli("resume", "--runtime", DEMO_RUNTIME, "--due", "--store", url))
+    assert due.strip() == f"run {run_id}  running"  # the timer rang; now the hook waits
+    shown = json.loads(ok(runfold_cli("show", run_id, "--json", "--store", url)))
+    assert shown["waits"]["cool-off"]["status"] == "completed" and "shipped" in shown["hooks"]
+    assert shown["hooks"]["shipped"]["status"] == "active"
+    nothing = ok(runfold_cli("resume", "--runtime", DEMO_RUNTIME, "--due", "--store", url))
+    assert nothing.strip() == "nothing is due"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        (["resume", "--runtime", DEMO_RUNTIME], "give a RUN_ID or --due"),
+        (["resume", "--runtime", DEMO_RUNTIME, "r", "--due"], "give a RUN_ID or --due"),
+        (
+            ["resume", "--runtime", "no_such_module:make", "r"],
+            "cannot import 'no_such_module:make'",
+        ),
+        (["resume", "--runtime", "runfold:utc_now", "r"], "not a WorkflowRuntime"),
+        (["resume", "--runtime", "nocolon", "r"], "expected MODULE:FACTORY"),
+        (["delete", "--ended-before", "yesterday"], "not an ISO 8601 time"),
+        (["delete", "--ended-before", "2026-01-01T00:00:00"], "give a time zone"),
+    ],
+)
+def test_operating_mistakes_are_usage_errors(url: str, arguments: list[str], says: str) -> None:
+    ok(runfold_cli("migrate", "--store", url))
+    assert says in one_line_error(runfold_cli(*arguments, "--store", url), 2)
+
+
+def test_delete_removes_the_runs_that_ended_before_a_time(url: str) -> None:
+    for _ in range(2):
+        ok(runfold_cli("demo", "--store", url))
+    interrupted_demo(url, "attempt 1 started")
+    assert len(run_ids(url)) == 3
+    past = (datetime.now(UTC) - timedelta(days=1)).isoformat()
+    assert ok(runfold_cli("delete", "--ended-before", past, "--store", url)).startswith(
+        "deleted 0 run(s)"
+    )
+    future = (datetime.now(UTC) + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
+    one = ok(runfold_cli("delete", "--ended-before", future, "--limit", "1", "--store", url))
+    assert one.startswith("deleted 1 run(s) that ended before ")
+    rest = ok(runfold_cli("delete", "--ended-before", future, "--store", url))
+    assert rest.startswith("deleted 1 run(s)")
+    [live] = run_ids(url)  # the interrupted run has not ended: it stays
+    assert status_of(url, live) == "running"
