@@ -114,18 +114,9 @@ def bench_engine_cost(quick: bool) -> list[Result | Remark]:
     found: list[Result | Remark] = []
     costs = {length: _per_step(length, repeats) for length in lengths}
     shortest = costs[lengths[0]]
+    anchor = f"{lengths[0]}-step workflow"
     found += [
-        Result(
-            group=GROUP,
-            case=f"Engine on MemoryStore: cost per step, {length}-step workflow",
-            on="MemoryStore",
-            unit="µs",
-            value=cost,
-            comparisons=compare(cost, f"{lengths[0]}-step workflow", shortest)
-            if length != lengths[0]
-            else (),
-            lower_is_better=True,
-        )
+        _row(f"cost per step, {length}-step workflow", "µs", cost, (anchor, shortest))
         for length, cost in costs.items()
     ]
     if not _STATUS.exists():
@@ -133,21 +124,23 @@ def bench_engine_cost(quick: bool) -> list[Result | Remark]:
         return found
     marks = (1_000, 10_000) if quick else (10_000, 100_000)
     resident = _resident_after(marks)
-    first = Measurement.of([resident[marks[0]] / 1e6])
-    for mark in marks:
-        value = Measurement.of([resident[mark] / 1e6])
-        found.append(
-            Result(
-                group=GROUP,
-                case=f"Engine on MemoryStore: resident set after {mark:,} {SHORT_STEPS}-step "
-                "workflows (retention every 1,000)",
-                on="MemoryStore",
-                unit="MB",
-                value=value,
-                comparisons=compare(value, f"after {marks[0]:,}", first)
-                if mark != marks[0]
-                else (),
-                lower_is_better=True,
-            )
-        )
+    sizes = {mark: Measurement.of([resident[mark] / 1e6]) for mark in marks}
+    first = sizes[marks[0]]
+    for mark, value in sizes.items():
+        what = f"resident set after {mark:,} {SHORT_STEPS}-step workflows (retention every 1,000)"
+        found.append(_row(what, "MB", value, (f"after {marks[0]:,}", first)))
     return found
+
+
+def _row(what: str, unit: str, value: Measurement, against: tuple[str, Measurement]) -> Result:
+    """A row of the group, compared with the first of its kind (`against`) unless it is it."""
+    anchor, first = against
+    return Result(
+        group=GROUP,
+        case=f"Engine on MemoryStore: {what}",
+        on="MemoryStore",
+        unit=unit,
+        value=value,
+        comparisons=compare(value, anchor, first) if value is not first else (),
+        lower_is_better=True,
+    )

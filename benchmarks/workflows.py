@@ -359,33 +359,24 @@ def _rows(
 
 
 def _count_rows(on: str, appends: int, calls: int) -> list[Result | Remark]:
+    counted = (
+        ("appends", appends, APPENDS_BOUND, ENGINE_APPENDS_PER_WORKFLOW),
+        ("store calls", calls, STORE_CALLS_BOUND, ENGINE_STORE_CALLS_PER_WORKFLOW),
+    )
     return [
         Result(
             group=GROUP,
-            case=f"{ENGINE}: appends per {WORKFLOW_STEPS}-step workflow",
+            case=f"{ENGINE}: {what} per {WORKFLOW_STEPS}-step workflow",
             on=on,
-            unit="appends",
-            value=Measurement.of([appends]),
+            unit=what.split()[-1],
+            value=Measurement.of([count]),
             comparisons=compare(
-                Measurement.of([appends]),
-                f"the bound of {APPENDS_BOUND}",
-                Measurement.of([APPENDS_BOUND]),
-                ENGINE_APPENDS_PER_WORKFLOW,
+                Measurement.of([count]),
+                f"the bound of {bound}",
+                Measurement.of([bound]),
+                target,
             ),
             lower_is_better=True,
-        ),
-        Result(
-            group=GROUP,
-            case=f"{ENGINE}: store calls per {WORKFLOW_STEPS}-step workflow",
-            on=on,
-            unit="calls",
-            value=Measurement.of([calls]),
-            comparisons=compare(
-                Measurement.of([calls]),
-                f"the bound of {STORE_CALLS_BOUND}",
-                Measurement.of([STORE_CALLS_BOUND]),
-                ENGINE_STORE_CALLS_PER_WORKFLOW,
-            ),
-            lower_is_better=True,
-        ),
+        )
+        for what, count, bound, target in counted
     ]

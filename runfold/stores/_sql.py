@@ -8,7 +8,7 @@ once; `mark` is the driver's parameter placeholder (`?` or `%s`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
 from typing import Any
@@ -34,6 +34,7 @@ from runfold.stores.protocol import (
 
 __all__ = [
     "SUMMARY_COLUMNS",
+    "WakeupReads",
     "envelopes_from_rows",
     "from_key",
     "hook_page",
@@ -135,6 +136,27 @@ def wakeup_from_row(row: Any) -> Wakeup:
     """A `Wakeup` from a `(run_id, kind, subject_id, due_at)` row."""
     run_id, kind, subject_id, due_at = row
     return Wakeup(run_id=run_id, kind=kind, subject_id=subject_id, due_at=from_key(due_at))
+
+
+class WakeupReads:
+    """`due_wakeups` and `next_wakeup` of a SQL store, over its `_wakeups` query."""
+
+    async def _wakeups(
+        self, workflow_names: Collection[str] | None, due: int | None, limit: int
+    ) -> list[Wakeup]:
+        """Wakeups in due order, `due_at <= due` (a `time_key`) unless None, at most `limit`."""
+        raise NotImplementedError
+
+    async def due_wakeups(
+        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    ) -> list[Wakeup]:
+        """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
+        return await self._wakeups(workflow_names, time_key(now), max(limit, 0))
+
+    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
+        """The earliest pending wakeup (of a run of `workflow_names`), or None."""
+        found = await self._wakeups(workflow_names, None, 1)
+        return found[0] if found else None
 
 
 def wakeups_query(schema: str, mark: str, *, served: str | None, due: bool) -> str:

@@ -74,6 +74,7 @@ from runfold.kernel import (
 from runfold.stores import _conninfo
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
+    WakeupReads,
     envelopes_from_rows,
     holds_at,
     hook_page,
@@ -702,7 +703,7 @@ def _channel(schema: str) -> str:
     return f"runfold_{schema}".encode()[:63].decode(errors="ignore")
 
 
-class PostgresStore:
+class PostgresStore(WakeupReads):
     """An `EventStore` in a PostgreSQL schema, opened with `await PostgresStore.open(dsn)`."""
 
     def __init__(self, pool: Pool, schema: str, *, owns_pool: bool, feed_wait: float) -> None:
@@ -1533,22 +1534,12 @@ class PostgresStore:
         )
         return hook_page(await self._fetch(query, params), limit)
 
-    async def due_wakeups(
-        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
-    ) -> list[Wakeup]:
-        """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
-        return await self._wakeups(workflow_names, (time_key(now), max(limit, 0)))
-
-    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
-        """The earliest pending wakeup (of a run of `workflow_names`), or None."""
-        found = await self._wakeups(workflow_names, (1,))
-        return found[0] if found else None
-
     async def _wakeups(
-        self, workflow_names: Collection[str] | None, params: tuple[Any, ...]
+        self, workflow_names: Collection[str] | None, due: int | None, limit: int
     ) -> list[Wakeup]:
+        params: tuple[Any, ...] = (limit,) if due is None else (due, limit)
         served = None if workflow_names is None else "= ANY(%s)"
-        query = wakeups_query(f"{self._s}.", "%s", served=served, due=len(params) == 2)
+        query = wakeups_query(f"{self._s}.", "%s", served=served, due=due is not None)
         if workflow_names is not None:
             params = (sorted(workflow_names), *params)
         return [wakeup_from_row(row) for row in await self._fetch(query, params)]

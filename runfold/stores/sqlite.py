@@ -50,6 +50,7 @@ from runfold.kernel import (
 )
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
+    WakeupReads,
     envelopes_from_rows,
     holds_at,
     hook_page,
@@ -177,7 +178,7 @@ def _settle(request: _Append, outcome: list[Envelope] | BaseException) -> None:
         request.future.set_result(outcome)
 
 
-class SQLiteStore:
+class SQLiteStore(WakeupReads):
     """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`."""
 
     def __init__(self, db: aiosqlite.Connection, path: str) -> None:
@@ -447,22 +448,12 @@ class SQLiteStore:
         )
         return hook_page(await self._run(_fetch, query, params), limit)
 
-    async def due_wakeups(
-        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
-    ) -> list[Wakeup]:
-        """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
-        return await self._wakeups(workflow_names, (time_key(now), max(limit, 0)))
-
-    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
-        """The earliest pending wakeup (of a run of `workflow_names`), or None."""
-        found = await self._wakeups(workflow_names, (1,))
-        return found[0] if found else None
-
     async def _wakeups(
-        self, workflow_names: Collection[str] | None, params: tuple[object, ...]
+        self, workflow_names: Collection[str] | None, due: int | None, limit: int
     ) -> list[Wakeup]:
+        params: tuple[object, ...] = (limit,) if due is None else (due, limit)
         served = None if workflow_names is None else "IN (SELECT value FROM json_each(?))"
-        query = wakeups_query("", "?", served=served, due=len(params) == 2)
+        query = wakeups_query("", "?", served=served, due=due is not None)
         if workflow_names is not None:
             params = (json.dumps(sorted(workflow_names)), *params)
         rows = await self._run(_fetch, query, params)
