@@ -28,6 +28,7 @@ lint: install
 test: lint
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(or $(TMPDIR),/tmp)/runfold-site
 	bash scripts/ensure-postgres.sh
+	bash scripts/ensure-chromium.sh
 	$(VENV)/bin/pytest
 	$(PY) -m benchmarks --quick --out $(or $(TMPDIR),/tmp)/runfold-bench-quick
 
