@@ -11,13 +11,20 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
+from psycopg.conninfo import conninfo_to_dict
 
+from runfold import CommandHandler
+from runfold.engine import Engine
+from runfold.stores.postgres import PostgresStore
 from runfold.ui.payloads import HEX_LIMIT, show_payload
+from tests.postgres_support import DSN, admin, schema_name
 from tests.ui_support import (
+    BULK,
     CHROMIUM,
     HOSTILE,
     HOSTILE_ATTR,
     TOKEN_PREFIX,
+    Shop,
     bulk_runs,
     data_digest,
     deliver_hook,
@@ -327,3 +334,34 @@ def test_serving_a_missing_file_fails_without_creating_it(tmp_path: Path) -> Non
     assert result.returncode == 2
     assert "unsupported store scheme 'mongo'" in result.stderr
     assert "hunter2" not in result.stderr
+
+
+def test_a_select_only_postgres_role_can_inspect(tmp_path: Path) -> None:
+    schema = schema_name("ui")
+    role = f"{schema}_reader"
+    dsn = conninfo_to_dict(DSN)
+
+    async def populate() -> None:
+        async with await PostgresStore.open(DSN, schema=schema) as store:
+            engine = Engine(CommandHandler(store), Shop())
+            await engine.start(BULK, b'{"n": 7}', run_id="pg-run")
+
+    run_async(populate())
+    admin().execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        admin().execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
+        admin().execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
+        host, port = dsn.get("host", "127.0.0.1"), dsn.get("port", "5432")
+        url = f"postgresql://{role}@{host}:{port}/{dsn.get('dbname', 'postgres')}?schema={schema}"
+        for base in serve(url):
+            status, body, _ = get(base + "/")
+            assert (status, "pg-run" in body) == (200, True)
+            status, body, _ = get(base + "/runs/pg-run")
+            assert (status, "run_completed" in body) == (200, True)
+        denied = admin().execute(
+            "SELECT has_table_privilege(%s, %s, 'INSERT')", (role, f'"{schema}".events')
+        )
+        assert denied.fetchone() == (False,)  # the role could not have written
+    finally:
+        admin().execute(f'DROP OWNED BY "{role}"')
+        admin().execute(f'DROP ROLE "{role}"')

@@ -99,14 +99,22 @@ def _templates() -> Jinja2Templates:
 
 
 async def open_read_store(store_url: str) -> EventStore:
-    """Open the store at `store_url` for reading; a SQLite file must already exist.
+    """Open the store at `store_url` for reading, changing nothing in it.
 
-    The inspector creates nothing: a path with no file is a `StoreOpenError`, not a new store.
+    A SQLite path with no file is a `StoreOpenError`, not a new store (`SQLiteStore` has no
+    read-only mode: an existing file is opened as the engine opens it, and never written). A
+    PostgreSQL schema is opened without migrating it (`migrate=False`), so a role with only
+    `SELECT` rights can inspect it; a schema that needs migrating is a `StoreOpenError`.
     """
-    if store_url.startswith("sqlite:///"):
+    scheme = store_url.partition("://")[0]
+    if scheme == "sqlite" and store_url.startswith("sqlite:///"):
         path = store_url[len("sqlite:///") :]
         if path and path != ":memory:" and not Path(path).is_file():
             raise StoreOpenError(f"no SQLite store at {path}")
+    if scheme in ("postgresql", "postgres"):
+        from runfold.stores.postgres import PostgresStore
+
+        return await PostgresStore.open(store_url, migrate=False)
     return await open_store(store_url)
 
 
