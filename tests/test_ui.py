@@ -365,3 +365,16 @@ def test_a_select_only_postgres_role_can_inspect(tmp_path: Path) -> None:
     finally:
         admin().execute(f'DROP OWNED BY "{role}"')
         admin().execute(f'DROP ROLE "{role}"')
+
+
+def test_without_the_extra_the_import_names_it() -> None:
+    blocked = "import sys; sys.modules['uvicorn'] = None; import runfold.ui"
+    result = subprocess.run(
+        [sys.executable, "-c", blocked], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (
+        "ImportError: runfold.ui needs the `ui` extra: pip install 'runfold[ui]' "
+        "(uvicorn is missing)"
+    )

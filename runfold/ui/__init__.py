@@ -11,7 +11,7 @@ try:
     import jinja2  # noqa: F401
     import starlette  # noqa: F401
     import uvicorn
-except ImportError as exc:  # pragma: no cover - exercised by hand, not in a dev environment
+except ImportError as exc:  # the extra is not installed
     raise ImportError(
         f"runfold.ui needs the `ui` extra: pip install 'runfold[ui]' ({exc.name} is missing)"
     ) from exc
