@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip>=25.1"
-	$(PY) -m pip install -q -e ".[postgres-binary,conformance,otel]" --group dev
+	$(PY) -m pip install -q -e ".[postgres-binary,conformance,otel,ui]" --group dev
 	touch $(STAMP)
 
 # The package alone: what the demo needs.
@@ -37,6 +37,7 @@ lint: install
 test: lint
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(or $(TMPDIR),/tmp)/runfold-site
 	bash scripts/ensure-postgres.sh
+	bash scripts/ensure-chromium.sh
 	$(VENV)/bin/pytest
 	$(PY) -m benchmarks --quick --out $(or $(TMPDIR),/tmp)/runfold-bench-quick
 

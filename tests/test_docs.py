@@ -24,6 +24,7 @@ import runfold.engine
 import runfold.kernel
 import runfold.otel
 import runfold.stores
+import runfold.ui
 from runfold.cli import main as cli_main
 from runfold.engine import errors as engine_errors
 from runfold.kernel import Command, Event, errors
@@ -171,6 +172,7 @@ PUBLIC_PACKAGES = [
     runfold.stores,
     runfold.engine,
     runfold.otel,
+    runfold.ui,
     runfold.conformance,
     runfold.cli,
     runfold.cli.verify,

@@ -486,6 +486,29 @@ def migrate(ctx: click.Context, command_store: str | None) -> int:
 
 
 @cli.command()
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="where to listen (loopback by default)"
+)
+@click.option("--port", default=8765, show_default=True, type=int, help="the port")
+@_store_option
+@click.pass_context
+def ui(ctx: click.Context, host: str, port: int, command_store: str | None) -> int:
+    """Serve a read-only web inspector of the store's runs until stopped (the `ui` extra)."""
+    url = _url(ctx, command_store)
+    try:
+        from runfold import ui as inspector
+    except ImportError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    try:
+        inspector.serve(url, host=host, port=port)
+    except ValueError as exc:
+        raise CliError(f"bad store URL: {exc}", EXIT_USAGE) from None
+    except (StoreError, OSError) as exc:
+        raise CliError(f"cannot open {label(url)}: {exc}", EXIT_STORE) from None
+    return EXIT_OK
+
+
+@cli.command()
 @click.option("--reason", help="why (recorded in the run's history)")
 @_on_a_run
 def cancel(

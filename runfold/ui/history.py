@@ -1,0 +1,102 @@
+"""A run's history as the run page lists it: each event's fields, payloads decoded.
+
+Fields an event class hides from its `repr` (hook tokens: bearer secrets) are left out here, so
+no page ever shows one. Byte fields become labelled payloads (`payloads.show_payload`); the rest
+become short text. Nothing here escapes: the templates do, for every value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import attrs
+
+from runfold.kernel import AttributeChange, Envelope, RetryPolicy, correlation_id
+from runfold.ui.payloads import ShownPayload, show_payload
+
+__all__ = ["EventField", "HistoryEntry", "history_entry", "short_text", "timestamp"]
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class EventField:
+    """One field of an event: short `text`, or a decoded `payload` for bytes."""
+
+    name: str
+    text: str | None
+    payload: ShownPayload | None
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class HistoryEntry:
+    """One row of the history table."""
+
+    sequence: int
+    position: int | None
+    event_type: str
+    recorded_at: str
+    elapsed: str
+    subject: str
+    fields: tuple[EventField, ...]
+
+
+def timestamp(value: datetime) -> str:
+    """A time as the pages show it: ISO 8601 to the millisecond, `Z` for UTC."""
+    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def short_text(value: object) -> str:
+    """A one-line text form of a non-bytes field value (times ISO 8601, durations in seconds)."""
+    if isinstance(value, datetime):
+        return timestamp(value)
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g}s"
+    if isinstance(value, RetryPolicy):
+        return (
+            f"{value.max_attempts} attempts from {short_text(value.initial_interval)} "
+            f"x{value.backoff_coefficient:g}"
+        )
+    if isinstance(value, AttributeChange):
+        return f"{value.key}={'(removed)' if value.value is None else value.value}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, tuple):
+        return ", ".join(short_text(item) for item in value)
+    if attrs.has(type(value)):
+        inner = ", ".join(
+            f"{f.name}={short_text(getattr(value, f.name))}"
+            for f in attrs.fields(cast(Any, type(value)))
+            if f.repr is not False
+        )
+        return f"{type(value).__name__}({inner})"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
+
+
+def history_entry(envelope: Envelope, start: datetime) -> HistoryEntry:
+    """`envelope` as a history row; `start` is the run's first event's time."""
+    event = envelope.event
+    subject = correlation_id(event) or ""
+    fields = []
+    for field in attrs.fields(cast(Any, type(event))):
+        if field.repr is False:  # a secret (hook token): never shown
+            continue
+        value = getattr(event, field.name)
+        if value is None or value == field.default or (subject and value == subject):
+            continue
+        if isinstance(value, bytes):
+            fields.append(EventField(name=field.name, text=None, payload=show_payload(value)))
+        else:
+            fields.append(EventField(name=field.name, text=short_text(value), payload=None))
+    return HistoryEntry(
+        sequence=envelope.sequence,
+        position=envelope.position,
+        event_type=event.event_type,
+        recorded_at=timestamp(envelope.recorded_at),
+        elapsed=f"+{(envelope.recorded_at - start).total_seconds():.3f}s",
+        subject=subject,
+        fields=tuple(fields),
+    )
