@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 from runfold.kernel import (
@@ -360,7 +360,9 @@ class DeletesRetainedRuns(_Appending):
     """Retention deletes every run that ended before the cutoff, forgetting to ask whether one of
     its hooks still retains its token."""
 
-    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+    async def delete_runs(
+        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    ) -> int:
         async with self._lock:
             self._check_open()
             doomed = sorted(
@@ -370,6 +372,7 @@ class DeletesRetainedRuns(_Appending):
                     if index.summary.status in TERMINAL_RUN_STATUSES
                     and index.summary.completed_at is not None
                     and index.summary.completed_at < terminal_before
+                    and (run_ids is None or index.summary.run_id in run_ids)
                 ),
                 key=lambda s: (s.completed_at, s.run_id),
             )[: max(limit, 0)]

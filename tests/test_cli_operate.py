@@ -150,3 +150,22 @@ def test_delete_removes_the_runs_that_ended_before_a_time(url: str) -> None:
     assert rest.startswith("deleted 1 run(s)")
     [live] = run_ids(url)  # the interrupted run has not ended: it stays
     assert status_of(url, live) == "running"
+
+
+def test_delete_run_id_removes_that_ended_run_only(url: str) -> None:
+    for _ in range(2):
+        ok(runfold_cli("demo", "--store", url))
+    interrupted_demo(url, "attempt 1 started")
+    runs = run_ids(url)
+    [live] = [r for r in runs if status_of(url, r) == "running"]
+    ended = [r for r in runs if r != live]
+    assert ok(runfold_cli("delete", ended[0], "--store", url)).strip() == f"deleted run {ended[0]}"
+    assert sorted(run_ids(url)) == sorted([live, ended[1]])
+    refused = one_line_error(runfold_cli("delete", live, "--store", url), 1)
+    assert "was not deleted" in refused and "still live" in refused
+    assert one_line_error(runfold_cli("delete", "no-such-run", "--store", url), 1)
+    assert live in run_ids(url)
+    both = one_line_error(
+        runfold_cli("delete", live, "--ended-before", "2026-01-01T00:00:00Z", "--store", url), 2
+    )
+    assert "give a RUN_ID or --ended-before" in both

@@ -200,9 +200,13 @@ class DelegatingStore:
         await self.pause()
         return await self.inner.read_all(after_position=after_position, limit=limit)
 
-    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+    async def delete_runs(
+        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    ) -> int:
         await self.pause()
-        return await self.inner.delete_runs(terminal_before=terminal_before, limit=limit)
+        return await self.inner.delete_runs(
+            terminal_before=terminal_before, limit=limit, run_ids=run_ids
+        )
 
     async def close(self) -> None:
         await self.inner.close()

@@ -581,7 +581,6 @@ def resume(
 @click.option(
     "--ended-before",
     "ended_before",
-    required=True,
     metavar="TIME",
     help="delete the runs that ended before this ISO 8601 time (e.g. 2026-11-01T00:00:00Z)",
 )
@@ -591,15 +590,37 @@ def resume(
     default=None,
     help="delete at most this many runs (default: all)",
 )
+@click.argument("run_id", metavar="[RUN_ID]", required=False)
 @_store_option
 @click.pass_context
 def delete(
-    ctx: click.Context, ended_before: str, limit: int | None, command_store: str | None
+    ctx: click.Context,
+    ended_before: str | None,
+    limit: int | None,
+    run_id: str | None,
+    command_store: str | None,
 ) -> int:
-    """Retention: delete the runs that ended before a time, with all their rows.
+    """Delete one ended run (RUN_ID), or the runs that ended before a time (--ended-before).
 
-    A run whose hook still retains its token is kept. Run ids and tokens freed may be used again.
+    With all their rows. A run whose hook still retains its token is kept; a live run is never
+    deleted. Run ids and tokens freed may be used again.
     """
+    if (run_id is None) == (ended_before is None):
+        raise click.UsageError("give a RUN_ID or --ended-before")
+    if run_id is not None:
+
+        async def one(store: EventStore, terminal: Terminal) -> int:
+            if await operate.delete_run(store, run_id):
+                terminal.line(f"deleted run {run_id}")
+                return EXIT_OK
+            raise CliError(
+                f"run {run_id!r} was not deleted: it is unknown, still live, or one of its hooks "
+                "retains its token",
+                EXIT_FAILED,
+            )
+
+        return _run(ctx, command_store, one, read_only=False)
+    assert ended_before is not None
     try:
         before = datetime.fromisoformat(ended_before)
     except ValueError:

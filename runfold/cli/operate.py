@@ -8,7 +8,7 @@ import os
 import pkgutil
 import sys
 from collections.abc import Collection
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import cast
 
 from runfold.engine import Engine, Resumption, WorkflowRuntime
@@ -116,6 +116,12 @@ async def _live_heads(store: EventStore, workflow_names: Collection[str]) -> dic
                     break
                 cursor = page.cursor
     return heads
+
+
+async def delete_run(store: EventStore, run_id: str) -> bool:
+    """Delete `run_id` if it ended (by now) and retains no hook token; whether it was deleted."""
+    now = datetime.now(UTC)
+    return await store.delete_runs(terminal_before=now, limit=1, run_ids=(run_id,)) == 1
 
 
 async def delete_ended(store: EventStore, before: datetime, limit: int | None) -> int:

@@ -1,11 +1,11 @@
-"""Checks of the wakeups of some workflows only: services that share a store each ask for their
-own (`due_wakeups` and `next_wakeup` with `workflow_names`)."""
+"""Checks of the calls that pick some runs only: the wakeups of some workflows (services that
+share a store each ask for their own) and the deletion of runs named by id."""
 
 from __future__ import annotations
 
 from runfold.conformance._core import Context, check
 from runfold.conformance._support import FAR, MINUTE, T0, created, write
-from runfold.kernel import RunStarted, WaitCreated
+from runfold.kernel import RunCompleted, RunStarted, WaitCreated
 from runfold.stores.protocol import EventStore
 
 
@@ -42,3 +42,21 @@ async def wakeups_of_served_workflows(ctx: Context, store: EventStore) -> None:
     assert await store.next_wakeup(workflow_names=["nobody"]) is None
     anyone = await store.next_wakeup()
     assert anyone is not None and anyone.run_id == "other-0", anyone
+
+
+@check("retention")
+async def delete_runs_by_id(ctx: Context, store: EventStore) -> None:
+    """`delete_runs(..., run_ids=…)` deletes only runs among those, by the same rules: an ended
+    run named goes, an ended run not named stays, a live one named stays; an empty collection
+    deletes nothing."""
+    for run_id in ("named", "other"):
+        await write(store, run_id, created("wf"), RunStarted())
+        await write(store, run_id, RunCompleted(output=b""), at=T0 + MINUTE)
+    await write(store, "live", created("wf"), RunStarted())
+    later = T0 + 2 * MINUTE
+    assert await store.delete_runs(terminal_before=later, limit=10, run_ids=()) == 0
+    assert await store.delete_runs(terminal_before=later, limit=10, run_ids=["live"]) == 0
+    assert await store.delete_runs(terminal_before=later, limit=10, run_ids=["named"]) == 1
+    assert await store.head("named") == 0
+    assert await store.head("other") == 3 and await store.head("live") == 2
+    assert await store.delete_runs(terminal_before=later, limit=10) == 1  # "other"

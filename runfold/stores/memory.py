@@ -376,7 +376,9 @@ class MemoryStore:
 
     # --- retention ----------------------------------------------------------------------------
 
-    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+    async def delete_runs(
+        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` (see the protocol)."""
         async with self._lock:
             self._check_open()
@@ -388,6 +390,7 @@ class MemoryStore:
                     and index.summary.completed_at is not None
                     and index.summary.completed_at < terminal_before
                     and not index.claims_at(terminal_before)
+                    and (run_ids is None or index.summary.run_id in run_ids)
                 ),
                 key=lambda s: (s.completed_at, s.run_id),
             )[: max(limit, 0)]

@@ -1574,7 +1574,9 @@ class PostgresStore(WakeupReads):
         self._check_open()
         await self._append_one(_Append(run_id, index.summary.last_sequence, (), index, now))
 
-    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+    async def delete_runs(
+        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
         s = self._s
         [(count,)] = await self._fetch(
@@ -1584,6 +1586,7 @@ class PostgresStore(WakeupReads):
                     AND status = ANY(%(terminal)s::text[])
                     AND NOT EXISTS (SELECT FROM {s}.hooks h WHERE h.run_id = r.run_id
                         AND {holds_at("%(before)s", "h.")})
+                    AND (%(chosen)s::text[] IS NULL OR run_id = ANY(%(chosen)s::text[]))
                 ORDER BY completed_at, run_id LIMIT %(limit)s
                 FOR UPDATE""",
                 "SELECT count(*) FROM dropped",
@@ -1592,6 +1595,7 @@ class PostgresStore(WakeupReads):
                 "before": time_key(terminal_before),
                 "terminal": sorted(TERMINAL_RUN_STATUSES),
                 "limit": max(limit, 0),
+                "chosen": None if run_ids is None else sorted(run_ids),
             },
         )
         return int(count)

@@ -188,10 +188,14 @@ class EventStore(Protocol):
         """
         ...
 
-    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+    async def delete_runs(
+        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before`, with all their rows.
 
-        Retention: a run whose hook still retains its token past `terminal_before` is kept.
+        With `run_ids`, only runs among those (an operator deleting one run by id); the rules
+        are the same. Retention: a run whose hook still retains its token past
+        `terminal_before` is kept.
         Deleted run ids and freed tokens may be used again.
 
         Returns:

@@ -475,11 +475,14 @@ class SQLiteStore(WakeupReads):
 
     # --- retention ----------------------------------------------------------------------------
 
-    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+    async def delete_runs(
+        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
-        return await self._run(_delete_runs, time_key(terminal_before), max(limit, 0))
+        chosen = None if run_ids is None else json.dumps(sorted(run_ids))
+        return await self._run(_delete_runs, time_key(terminal_before), max(limit, 0), chosen)
 
 
 # --- functions that run on the connection thread -------------------------------------------------
@@ -857,7 +860,10 @@ def _append_batch(
     return outcomes
 
 
-def _delete_runs(conn: sqlite3.Connection, terminal_before: int, limit: int) -> int:
+def _delete_runs(
+    conn: sqlite3.Connection, terminal_before: int, limit: int, run_ids: str | None
+) -> int:
+    """`run_ids`: a JSON array of the runs to choose from, or None for any."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         doomed = [
@@ -866,8 +872,9 @@ def _delete_runs(conn: sqlite3.Connection, terminal_before: int, limit: int) -> 
                 "SELECT run_id FROM runs WHERE completed_at IS NOT NULL AND completed_at < ? "
                 f"AND status IN {_TERMINAL!r} AND NOT EXISTS (SELECT 1 FROM hooks "
                 f"WHERE hooks.run_id = runs.run_id AND {holds_at('?')}) "
+                "AND (? IS NULL OR run_id IN (SELECT value FROM json_each(?))) "
                 "ORDER BY completed_at, run_id LIMIT ?",
-                (terminal_before, terminal_before, limit),
+                (terminal_before, terminal_before, run_ids, run_ids, limit),
             )
         ]
         conn.execute(

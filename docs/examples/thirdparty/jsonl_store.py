@@ -478,7 +478,9 @@ class JsonlStore:
 
     # --- retention ----------------------------------------------------------------------------
 
-    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+    async def delete_runs(
+        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` and retain no token
         past it; one line records which."""
         async with self._lock:
@@ -491,6 +493,7 @@ class JsonlStore:
                     and index.summary.completed_at is not None
                     and index.summary.completed_at < terminal_before
                     and not index.claims_at(terminal_before)
+                    and (run_ids is None or index.summary.run_id in run_ids)
                 ),
                 key=lambda s: (s.completed_at or EPOCH, s.run_id),
             )[: max(limit, 0)]
