@@ -8,7 +8,7 @@ import time
 import urllib.error
 from pathlib import Path
 
-from tests.cli_support import ok, one_line_error, runfold_cli
+from tests.cli_support import ok, one_line_error, run_ids, runfold_cli
 from tests.ui_support import free_port, get
 
 
@@ -33,6 +33,13 @@ def test_runfold_ui_serves_the_store_it_is_given(tmp_path: Path) -> None:
                 time.sleep(0.05)
         assert status == 200
         assert "order-fulfilment" in body and "completed" in body
+        [run_id] = run_ids(url)
+        status, page, _ = get(f"{base}/runs/{run_id}")
+        assert status == 200
+        timeline = page[
+            page.index('<svg id="timeline"') : page.index("</svg>", page.index('id="timeline"'))
+        ]
+        assert "reserve-stock" in timeline and "charge-card" in timeline  # a row per step
     finally:
         server.terminate()
         out, _ = server.communicate(timeout=10)
