@@ -21,6 +21,7 @@ from runfold import (
     RetryPolicy,
     StartRun,
     StartStep,
+    StoreClosed,
     project_run,
 )
 from tests.test_handler import START
@@ -107,3 +108,9 @@ async def test_a_step_is_not_started_past_its_last_attempt(
         await handler.execute("r", StartStep(step_id="s"))
     assert await store.read("r") == before
     assert AttemptsExhausted.code == "attempts_exhausted"
+
+
+async def test_a_closed_store_refuses_even_an_empty_get_runs(store: EventStore) -> None:
+    await store.close()
+    with pytest.raises(StoreClosed):
+        await store.get_runs([])

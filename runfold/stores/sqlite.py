@@ -417,6 +417,8 @@ class SQLiteStore(WakeupReads):
         """Summaries in the order asked, None for unknown ids."""
         wanted = list(dict.fromkeys(run_ids))
         if not wanted:
+            if self._closed:
+                raise StoreClosed(f"the SQLite store {self._path!r} is closed")
             return []
         rows = await self._run(
             _fetch,
