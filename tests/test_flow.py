@@ -1,0 +1,235 @@
+"""runfold.flow: durable functions on the engine, on every store."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from runfold import EventStore
+from runfold.engine import RunDefinitionConflict
+from runfold.flow import (
+    DuplicateWorkflow,
+    Flow,
+    FlowNonDeterminism,
+    JsonCodec,
+    NotInWorkflow,
+    PayloadError,
+    StepError,
+    TokenInUse,
+    UnknownWorkflow,
+    UnsupportedAwait,
+    sleep,
+    step,
+    wait_for_event,
+    workflow,
+)
+from runfold.kernel import RetryPolicy
+from tests.conftest import Clock
+from tests.flow_workflows import chain, order
+
+ORDER = {"id": "A1", "items": ["book", "pen"], "amount": 42}
+
+
+async def finish_order(flow: Flow, clock: Clock, run_id: str, answer: str = "yes") -> Any:
+    clock.advance(timedelta(seconds=5))  # the payment retry is due
+    await flow.run_until_idle()
+    clock.advance(timedelta(hours=2))  # the sleep is due
+    await flow.run_until_idle()
+    return await flow.deliver(f"approve-{run_id}", answer)
+
+
+async def test_order_runs_to_completion(store: EventStore, clock: Clock) -> None:
+    flow = Flow(store, [order], clock=clock)
+    started = await flow.start(order, ORDER, run_id="A1")
+    assert started.status == "running"
+    done = await finish_order(flow, clock, "A1")
+    assert done.status == "completed"
+    assert done.output == {
+        "order": "A1",
+        "reservation": "reservation-2",
+        "payment": {"charged": 42, "key": "A1/2/2"},
+        "parcel": "parcel-A1",
+    }
+    kinds = [e.event.event_type for e in await store.read("A1")]
+    assert kinds.count("step_retrying") == 1 and kinds[-1] == "run_completed"
+    assert flow.interpreter.replays == 1  # one coroutine carried the run through
+
+
+async def test_a_fresh_flow_carries_the_run_on(store: EventStore, clock: Clock) -> None:
+    await Flow(store, [order], clock=clock).start(order, ORDER, run_id="A1")
+    later = Flow(store, [order], clock=clock)
+    done = await finish_order(later, clock, "A1", answer="no")
+    assert done.output == {"order": "A1", "status": "rejected"}
+
+
+async def test_cost_per_step_is_flat(store: EventStore) -> None:
+    entered = 0
+    real = chain.fn
+
+    async def counting(n: int) -> int:
+        nonlocal entered
+        entered += 1
+        result: int = await real(n)
+        return result
+
+    counted = workflow(name="counted-chain")(counting)
+    flow = Flow(store, [counted])
+    done = await flow.start(counted, 60, run_id="c")
+    assert done.output == sum(range(60))
+    assert entered == 1  # never re-run from the start while the process lives
+    # Replayed in a fresh Flow, the function runs once more and no step body runs again.
+    fresh = Flow(store, [counted])
+    again = await fresh.start(counted, 60, run_id="c")
+    assert again.output == sum(range(60)) and entered == 1  # ended: nothing to replay
+
+
+async def test_replay_feeds_recorded_results_without_running_steps(store: EventStore) -> None:
+    ran: list[int] = []
+
+    def record(i: int) -> int:
+        ran.append(i)
+        return i * 10
+
+    @workflow(name="gate")
+    async def gate(_: None) -> list[int]:
+        first = await step(record, 1)
+        token = await wait_for_event("go", token="gate-token")
+        second = await step(record, 2)
+        return [first, token, second]
+
+    await Flow(store, [gate]).start(gate, None, run_id="g")
+    assert ran == [1]
+    done = await Flow(store, [gate]).deliver("gate-token", 7)
+    assert done.output == [10, 7, 20]
+    assert ran == [1, 2]
+
+
+async def test_changed_code_is_reported_with_the_call(store: EventStore) -> None:
+    def a() -> str:
+        return "a"
+
+    def b() -> str:
+        return "b"
+
+    @workflow(name="drift")
+    async def before(_: None) -> None:
+        await step(a)
+        await wait_for_event("e", token="drift-token")
+
+    await Flow(store, [before]).start(before, None, run_id="d")
+
+    @workflow(name="drift")  # type: ignore[no-redef]  # the same function redeployed
+    async def before(_: None) -> None:
+        await step(b)
+        await wait_for_event("e", token="drift-token")
+
+    with pytest.raises(FlowNonDeterminism) as caught:
+        await Flow(store, [before]).deliver("drift-token", 1)
+    assert (caught.value.call, caught.value.recorded, caught.value.asked) == (
+        1,
+        "step 'test_changed_code_is_reported_with_the_call.<locals>.a'",
+        "step 'test_changed_code_is_reported_with_the_call.<locals>.b'",
+    )
+    assert "drift-token" not in str(caught.value)
+
+
+async def test_a_sleep_where_a_step_was_is_reported(store: EventStore) -> None:
+    @workflow(name="kinds")
+    async def kinds(_: None) -> None:
+        await sleep(timedelta(days=1))
+
+    await Flow(store, [kinds]).start(kinds, None, run_id="k")
+
+    @workflow(name="kinds")  # type: ignore[no-redef]  # the same function redeployed
+    async def kinds(_: None) -> None:
+        await step(str)
+
+    with pytest.raises(FlowNonDeterminism) as caught:
+        await Flow(store, [kinds]).engine.drive("k")
+    assert (caught.value.recorded, caught.value.asked) == ("a sleep", "step 'str'")
+
+
+async def test_a_failed_step_raises_into_the_workflow(store: EventStore) -> None:
+    def broken() -> None:
+        raise ValueError("no stock")
+
+    @workflow(name="catches")
+    async def catches(_: None) -> str:
+        try:
+            await step(broken, retry=RetryPolicy(max_attempts=1))
+        except StepError as exc:
+            return exc.step_error
+        return "unreachable"
+
+    done = await Flow(store, [catches]).start(catches, None)
+    assert done.output == "ValueError: no stock"
+
+    @workflow(name="uncaught")
+    async def uncaught(_: None) -> None:
+        await step(broken, retry=RetryPolicy(max_attempts=1))
+
+    failed = await Flow(store, [uncaught]).start(uncaught, None)
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error.startswith("StepError: step")
+
+
+async def test_a_token_held_elsewhere_raises_token_in_use(store: EventStore) -> None:
+    @workflow(name="holder")
+    async def holder(_: None) -> str:
+        try:
+            await wait_for_event("e", token="shared-token")
+        except TokenInUse as exc:
+            return exc.hook_id
+        return "delivered"
+
+    flow = Flow(store, [holder])
+    assert (await flow.start(holder, None, run_id="h1")).status == "running"
+    assert (await flow.start(holder, None, run_id="h2")).output == "e"
+
+
+async def test_misuse_is_typed(store: EventStore) -> None:
+    @workflow(name="bad-await")
+    async def bad(_: None) -> None:
+        await asyncio.sleep(0)
+
+    with pytest.raises(UnsupportedAwait):
+        await Flow(store, [bad]).start(bad, None)
+    with pytest.raises(NotInWorkflow):
+        await step(str)
+    with pytest.raises(UnknownWorkflow):
+        await Flow(store, [order]).start(chain, 1)
+    flow = Flow(store, [chain])
+    await flow.start(chain, 1, run_id="same")
+    with pytest.raises(RunDefinitionConflict):
+        await flow.start(chain, 2, run_id="same")
+
+
+def test_workflow_names() -> None:
+    async def plain(_: None) -> None:
+        return None
+
+    assert workflow(plain).name == "test_workflow_names.<locals>.plain"
+    assert workflow(name="orders.v1")(plain).name == "orders.v1"
+
+    async def other(_: None) -> None:
+        return None
+
+    with pytest.raises(DuplicateWorkflow):
+        workflow(name="orders.v1")(other)
+    with pytest.raises(ValueError):
+        workflow(name="")(other)
+
+
+def test_json_codec_passes_bytes_through() -> None:
+    codec = JsonCodec()
+    assert codec.encode(b"\x00\xffraw") == b"\x00\x00\xffraw"
+    assert codec.decode(codec.encode(b"\x00\xffraw")) == b"\x00\xffraw"
+    assert codec.decode(codec.encode({"b": [1, "x"], "a": None})) == {"a": None, "b": [1, "x"]}
+    assert codec.encode({"b": 1, "a": 2}) == b'{"a":2,"b":1}'
+    with pytest.raises(PayloadError):
+        codec.encode(object())
+    with pytest.raises(PayloadError):
+        codec.decode(b"not json")
