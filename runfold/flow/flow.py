@@ -114,13 +114,18 @@ class Flow:
         snapshot = await self.engine.start(workflow.name, self.codec.encode(input), run_id=run_id)
         return self.report(snapshot)
 
-    async def deliver(self, token: str, payload: Any) -> FlowRun:
+    async def deliver(self, token: str, payload: Any, *, delivery_id: str | None = None) -> FlowRun:
         """Deliver `payload` to the `wait_for_event` holding `token`, and drive its run.
+
+        A repeated `delivery_id` with the same payload is recorded once.
 
         Raises:
             HookNotFound: No live hook holds the token.
+            RunExpired: The hook is retained past the end of its run.
+            EntityConflict: `delivery_id` was already received with another payload.
         """
-        return self.report(await self.engine.deliver(token, self.codec.encode(payload)))
+        encoded = self.codec.encode(payload)
+        return self.report(await self.engine.deliver(token, encoded, delivery_id))
 
     async def recover(self) -> tuple[Resumption, ...]:
         """Drive every live run of the served workflows once (at start-up).

@@ -1,0 +1,22 @@
+"""`runfold.testing`: crash-test a durable runtime.
+
+`CrashingStore` wraps any store and fails or stops the process around chosen writes;
+`crash_and_resume` runs a `runfold.flow` workflow under such a schedule, resumes it in fresh
+`Flow`s and compares the outcome with a clean run; `runfold.testing.strategies.fault_schedules`
+draws schedules for hypothesis (the `conformance` extra).
+"""
+
+from runfold.testing.crash import CrashingStore, Fault, FaultKind, FaultMoment, SimulatedCrash
+from runfold.testing.resume import CrashOutcome, crash_and_resume, run_to_end, shape
+
+__all__ = [
+    "CrashOutcome",
+    "CrashingStore",
+    "Fault",
+    "FaultKind",
+    "FaultMoment",
+    "SimulatedCrash",
+    "crash_and_resume",
+    "run_to_end",
+    "shape",
+]
