@@ -7,7 +7,13 @@ draws schedules for hypothesis (the `conformance` extra).
 """
 
 from runfold.testing.crash import CrashingStore, Fault, FaultKind, FaultMoment, SimulatedCrash
-from runfold.testing.resume import CrashOutcome, crash_and_resume, run_to_end, shape
+from runfold.testing.resume import (
+    CrashOutcome,
+    RoundClock,
+    crash_and_resume,
+    run_to_end,
+    shape,
+)
 
 __all__ = [
     "CrashOutcome",
@@ -15,6 +21,7 @@ __all__ = [
     "Fault",
     "FaultKind",
     "FaultMoment",
+    "RoundClock",
     "SimulatedCrash",
     "crash_and_resume",
     "run_to_end",

@@ -21,17 +21,17 @@ from runfold.stores.memory import MemoryStore
 from runfold.stores.protocol import EventStore
 from runfold.testing.crash import CrashingStore, Fault, SimulatedCrash
 
-__all__ = ["CrashOutcome", "crash_and_resume", "run_to_end", "shape"]
+__all__ = ["CrashOutcome", "RoundClock", "crash_and_resume", "run_to_end", "shape"]
 
 _START = datetime(2026, 1, 1, tzinfo=UTC)
 _ROUND = timedelta(days=1)
 
 
-class _Clock:
-    """Time that moves a day per round, so every sleep and retry falls due."""
+class RoundClock:
+    """A clock `run_to_end` moves a day per round, so every sleep and retry falls due."""
 
-    def __init__(self) -> None:
-        self.now = _START
+    def __init__(self, start: datetime = _START) -> None:
+        self.now = start
 
     def __call__(self) -> datetime:
         return self.now
@@ -80,7 +80,7 @@ async def run_to_end(
     *,
     run_id: str,
     events: Mapping[str, Any],
-    clock: _Clock,
+    clock: RoundClock,
     rounds: int = 50,
 ) -> FlowRun:
     """Start (or find) the run, then recover, resume and deliver `events` until it ends.
@@ -126,13 +126,13 @@ async def crash_and_resume(
         AssertionError: More than `max_restarts` faults, or a run that does not end.
     """
     events = dict(events or {})
-    clean_clock = _Clock()
+    clean_clock = RoundClock()
     clean = Flow(MemoryStore(), [workflow], codec=codec, clock=clean_clock)
     expected = await run_to_end(
         clean, workflow, input, run_id=run_id, events=events, clock=clean_clock
     )
     crashing = CrashingStore(store, schedule)
-    clock = _Clock()
+    clock = RoundClock()
     restarts = 0
     flow = Flow(crashing, [workflow], codec=codec, clock=clock)
     while True:
