@@ -1,6 +1,8 @@
 """Workflows the runfold.flow tests share: the order workflow and a long chain of steps.
 
-Module-level so a subprocess (the SIGKILL test) imports the very same definitions.
+Module-level so a subprocess (the SIGKILL test) imports the very same definitions. Their names
+start with `test-`: the docs' examples, run in the same process, define an `order` of their own,
+and one process holds one function per workflow name (`DuplicateWorkflow`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ async def ship(order_id: str) -> str:
     return f"parcel-{order_id}"
 
 
-@workflow(name="order")
+@workflow(name="test-order")
 async def order(o: dict[str, Any]) -> dict[str, Any]:
     reservation = await step(reserve, o["items"])
     payment = await step(charge, o["id"], o["amount"], retry=PAYMENT_RETRY)
@@ -48,7 +50,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-@workflow(name="chain")
+@workflow(name="test-chain")
 async def chain(n: int) -> int:
     total = 0
     for i in range(n):
