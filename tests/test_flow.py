@@ -233,3 +233,28 @@ def test_json_codec_passes_bytes_through() -> None:
         codec.encode(object())
     with pytest.raises(PayloadError):
         codec.decode(b"not json")
+
+
+async def test_each_run_runs_the_function_its_code_passed(store: EventStore) -> None:
+    # Two workflows name different functions "work"; run at once, neither runs the other's.
+    def one() -> str:
+        return "one"
+
+    def two() -> str:
+        return "two"
+
+    @workflow(name="uses-one")
+    async def uses_one(_: None) -> list[str]:
+        return [await step(one, name="work") for _ in range(3)]
+
+    @workflow(name="uses-two")
+    async def uses_two(_: None) -> list[str]:
+        return [await step(two, name="work") for _ in range(3)]
+
+    flow = Flow(store, [uses_one, uses_two])
+    both = (uses_one, uses_two)
+    runs = await asyncio.gather(
+        *(flow.start(w, None, run_id=f"{w.name}-{i}") for i in range(4) for w in both)
+    )
+    assert {tuple(r.output) for r in runs} == {("one",) * 3, ("two",) * 3}
+    assert all(set(r.output) == {r.run_id.split("-")[1]} for r in runs)

@@ -109,7 +109,7 @@ class Flow:
             RunDefinitionConflict: `run_id` is a run with another workflow or input.
             FlowNonDeterminism: The code asks for something other than the history holds.
         """
-        if self.workflows.get(workflow.name) is not workflow:
+        if workflow.name not in self.workflows:
             raise UnknownWorkflow(f"this Flow does not serve workflow {workflow.name!r}")
         snapshot = await self.engine.start(workflow.name, self.codec.encode(input), run_id=run_id)
         return self.report(snapshot)
@@ -188,7 +188,7 @@ class Flow:
 
     async def run_step(self, invocation: StepInvocation) -> bytes:
         """Run the step's function on its decoded arguments; its result, encoded."""
-        fn = self.interpreter.bodies.get(invocation.step_name)
+        fn = self.interpreter.body(invocation.run_id, invocation.step_id, invocation.step_name)
         if fn is None:
             raise FlowError(f"no function is known for step {invocation.step_name!r}")
         args = self.codec.decode(invocation.input)

@@ -216,6 +216,17 @@ class Interpreter:
             evicted.close()
         return session
 
+    def body(self, run_id: str, step_id: str, step_name: str) -> Callable[..., Any] | None:
+        """The function of a step: the one the run's coroutine passed, if it is at that step.
+
+        Else the last one passed under `step_name` (for a run whose session was dropped).
+        """
+        session = self.sessions.get(run_id)
+        call = session.call if session is not None else None
+        if isinstance(call, StepCall) and session is not None and str(session.position) == step_id:
+            return call.fn
+        return self.bodies.get(step_name)
+
     def forget(self, run_id: str) -> None:
         """Drop the run's session, if any."""
         session = self.sessions.pop(run_id, None)
