@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runfold import EventStore
+from runfold import EventStore, MemoryStore
 from runfold.engine import RunDefinitionConflict
 from runfold.flow import (
     DuplicateWorkflow,
@@ -21,6 +21,7 @@ from runfold.flow import (
     TokenInUse,
     UnknownWorkflow,
     UnsupportedAwait,
+    registered_workflows,
     sleep,
     step,
     wait_for_event,
@@ -258,3 +259,9 @@ async def test_each_run_runs_the_function_its_code_passed(store: EventStore) -> 
     )
     assert {tuple(r.output) for r in runs} == {("one",) * 3, ("two",) * 3}
     assert all(set(r.output) == {r.run_id.split("-")[1]} for r in runs)
+
+
+def test_a_flow_serves_every_defined_workflow_by_default() -> None:
+    served = Flow(MemoryStore()).workflow_names
+    assert {"test-order", "test-chain"} <= set(served)
+    assert set(served) == {w.name for w in registered_workflows()}
