@@ -28,6 +28,7 @@ from runfold.flow import (
     workflow,
 )
 from runfold.kernel import RetryPolicy
+from runfold.testing import DelegatingStore
 from tests.conftest import Clock
 from tests.flow_workflows import chain, order
 
@@ -265,3 +266,49 @@ def test_a_flow_serves_every_defined_workflow_by_default() -> None:
     served = Flow(MemoryStore()).workflow_names
     assert {"test-order", "test-chain"} <= set(served)
     assert set(served) == {w.name for w in registered_workflows()}
+
+
+class Yielding(DelegatingStore):
+    """Lets other tasks in before every store call, so two Flows' drives interleave."""
+
+    async def pause(self) -> None:
+        await asyncio.sleep(0)
+
+
+async def test_two_flows_racing_on_one_run_agree_with_the_history(store: EventStore) -> None:
+    # Each Flow's step bodies answer with the Flow's own name, so whichever outcome the store
+    # kept, a coroutine that went on with the other one would return a mismatching output.
+    def who(flow_name: str) -> Any:
+        async def body(i: int) -> str:
+            for _ in range(3):  # let the other Flow's drive in while this body runs
+                await asyncio.sleep(0)
+            return f"{flow_name}{i}"
+
+        body.__qualname__ = "body"
+        return body
+
+    bodies = {"A": who("A"), "B": who("B")}
+
+    def make(flow_name: str) -> Any:
+        @workflow(name="racing")
+        async def racing(_: None) -> list[str]:
+            await wait_for_event("go", token="racing-go")
+            return [await step(bodies[flow_name], i) for i in range(6)]
+
+        return racing
+
+    shared = Yielding(store)
+    a, b = Flow(shared, [make("A")]), Flow(shared, [make("B")])
+    await a.start(a.workflows["racing"], None, run_id="race")
+    await b.engine.drive("race")  # B holds a live coroutine too
+    await store_deliver(a, "racing-go")
+    await asyncio.gather(a.engine.drive("race"), b.engine.drive("race"))
+    done = await a.result("race")
+    recorded = [done.snapshot.steps[str(i)].output for i in range(2, 8)]
+    assert done.status == "completed"
+    assert [f'"{x}"'.encode() for x in done.output] == recorded
+
+
+async def store_deliver(flow: Flow, token: str) -> None:
+    """Record the delivery without driving the run (the race drives it)."""
+    await flow.handler.deliver(token, flow.codec.encode(True))
