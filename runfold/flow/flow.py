@@ -25,7 +25,7 @@ from runfold.engine import (
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import FlowError, UnknownWorkflow
-from runfold.flow.interpreter import Interpreter, _agrees
+from runfold.flow.interpreter import Interpreter
 from runfold.handler import CommandHandler
 from runfold.kernel import Envelope, Snapshot
 from runfold.stores.protocol import EventStore
@@ -178,11 +178,8 @@ class Flow:
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
         """The interpreter's decision; a replay first reads the stored run to trust it."""
         snapshot = invocation.snapshot
-        session = self.interpreter.sessions.get(snapshot.run_id)
         durable = None
-        if session is None or not all(
-            _agrees(snapshot, k, v) for k, v in session.unconfirmed.items()
-        ):
+        if self.interpreter.needs_replay(snapshot):
             durable = await self.handler.lookup(snapshot.run_id)
         return self.interpreter.decide(snapshot, durable)
 

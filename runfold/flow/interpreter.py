@@ -186,9 +186,7 @@ class Interpreter:
             self.forget(run_id)
             return Cancel()
         session = self.sessions.get(run_id)
-        if session is not None and not all(
-            _agrees(snapshot, k, v) for k, v in session.unconfirmed.items()
-        ):
+        if session is not None and self.needs_replay(snapshot):
             _log.debug("run %r moved under its session: replaying", run_id)
             self.forget(run_id)
             session = None
@@ -198,6 +196,13 @@ class Interpreter:
             self.sessions.move_to_end(run_id)
             durable = None
         return self.next_decision(session, snapshot, durable)
+
+    def needs_replay(self, snapshot: Snapshot) -> bool:
+        """Whether the run has no session, or one that consumed what `snapshot` contradicts."""
+        session = self.sessions.get(snapshot.run_id)
+        return session is None or not all(
+            _agrees(snapshot, k, v) for k, v in session.unconfirmed.items()
+        )
 
     def start(self, snapshot: Snapshot) -> Session:
         """A new session for the run, at its first call."""
@@ -297,7 +302,7 @@ class Interpreter:
             if decision is not None:
                 return decision
 
-    def mismatch(self, session: Session, snapshot: Snapshot, call_id: str, recorded: str) -> None:
+    def mismatch(self, session: Session, snapshot: Snapshot, recorded: str) -> None:
         """Raise `FlowNonDeterminism` for the session's current call against `recorded`."""
         raise FlowNonDeterminism(
             run_id=snapshot.run_id,
@@ -310,7 +315,7 @@ class Interpreter:
         """Raise if the history holds another kind of call at `call_id`."""
         recorded = _describe_recorded(snapshot, call_id)
         if recorded is not None:
-            self.mismatch(session, snapshot, call_id, recorded)
+            self.mismatch(session, snapshot, recorded)
 
     def on_step(
         self,
@@ -330,9 +335,9 @@ class Interpreter:
                 step_id=call_id, step_name=call.name, input=step_input, retry=call.retry
             )
         if step.step_name != call.name:
-            self.mismatch(session, snapshot, call_id, f"step {step.step_name!r}")
+            self.mismatch(session, snapshot, f"step {step.step_name!r}")
         if step.input != step_input:
-            self.mismatch(session, snapshot, call_id, f"step {step.step_name!r} with another input")
+            self.mismatch(session, snapshot, f"step {step.step_name!r} with another input")
         if step.status in ("pending", "running"):
             # The recorded policy: a retry changed by a deploy applies to steps created after it.
             return ScheduleStep(
@@ -381,11 +386,9 @@ class Interpreter:
             return AwaitHook(hook_id=call_id, token=call.token, metadata=metadata)
         if hook.metadata != metadata:
             recorded = _describe_recorded(snapshot, call_id) or "a wait_for_event"
-            self.mismatch(session, snapshot, call_id, recorded)
+            self.mismatch(session, snapshot, recorded)
         if hook.token != call.token:
-            self.mismatch(
-                session, snapshot, call_id, f"wait_for_event({call.hook_id!r}) with another token"
-            )
+            self.mismatch(session, snapshot, f"wait_for_event({call.hook_id!r}) with another token")
         if not hook.deliveries:
             return AwaitHook(hook_id=call_id, token=call.token, metadata=metadata)
         # Deliveries are appended before anyone is shown them: nothing to confirm.
