@@ -312,3 +312,32 @@ async def test_two_flows_racing_on_one_run_agree_with_the_history(store: EventSt
 async def store_deliver(flow: Flow, token: str) -> None:
     """Record the delivery without driving the run (the race drives it)."""
     await flow.handler.deliver(token, flow.codec.encode(True))
+
+
+async def test_one_undrivable_run_does_not_block_recovery(store: EventStore) -> None:
+    def a() -> str:
+        return "a"
+
+    @workflow(name="recovering")
+    async def recovering(n: int) -> int:
+        await step(a)
+        await wait_for_event("e", token=f"recovering-{n}")
+        return n
+
+    flow = Flow(store, [recovering])
+    for n in range(3):
+        await flow.start(recovering, n, run_id=f"r{n}")
+    for n in range(3):  # delivered, not yet driven: recovery has work to do
+        await flow.handler.deliver(f"recovering-{n}", flow.codec.encode(None))
+
+    @workflow(name="recovering")  # type: ignore[no-redef]  # redeployed with a change
+    async def recovering(n: int) -> int:
+        await step(str if n == 1 else a)  # run r1 recorded step 'a' where it now asks 'str'
+        await wait_for_event("e", token=f"recovering-{n}")
+        return n
+
+    resumed = await Flow(store, [recovering]).recover()
+    by_run = {r.run_id: r for r in resumed}
+    assert isinstance(by_run["r1"].error, FlowNonDeterminism)
+    assert by_run["r0"].error is None and by_run["r2"].error is None
+    assert (await flow.result("r2")).output == 2
