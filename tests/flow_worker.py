@@ -2,8 +2,9 @@
 
 Run as `python -m tests.flow_worker '<json arguments>'` from the repository root. It opens the
 store (SQLite file or PostgreSQL schema), prints `ready`, recovers every live run, then carries
-runs `order-0 … order-{n-1}` to their end, one after another; with `report` it prints their
-outputs as one JSON line at the end. The parent SIGKILLs it at random moments.
+runs `order-0 … order-{n-1}` to their end, one after another, printing `done <run id>` after
+each; with `report` it prints their outputs as one JSON line at the end. The parent SIGKILLs
+it at random moments.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ async def main(args: dict[str, Any]) -> None:
                 clock=clock,
             )
             outputs[run.run_id] = [run.status, run.output]
+            print(f"done {run.run_id}", flush=True)
         if args.get("report"):
             print(json.dumps(outputs), flush=True)
 

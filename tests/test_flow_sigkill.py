@@ -1,8 +1,9 @@
 """Order workflows SIGKILLed at random moments finish, in a fresh process, as if never killed.
 
 Real child processes (`tests/flow_worker.py`) drive the runs on a real SQLite file and a real
-PostgreSQL schema; the parent kills each a random while after it is ready (seeded, so a failure
-names its delays), then one more child recovers everything and reports the outputs.
+PostgreSQL schema; the parent kills each after a random number of finished runs and a random
+while more (seeded, so a failure names what it drew), then one more child recovers everything
+and reports the outputs.
 """
 
 from __future__ import annotations
@@ -56,23 +57,26 @@ def spawn(args: dict[str, Any]) -> subprocess.Popen[str]:
     )
 
 
-def kill_at_random(args: dict[str, Any], seed: int) -> list[float]:
-    """Start and SIGKILL `KILLS` children in turn; the delays used."""
+def kill_at_random(args: dict[str, Any], seed: int) -> list[tuple[int, float]]:
+    """Start and SIGKILL `KILLS` children in turn, each after it finished a random number of
+    runs and a random while more (so the kill lands inside a run); what was drawn."""
     rng = random.Random(seed)
-    delays = []
+    drawn = []
     for generation in range(KILLS):
         child = spawn({**args, "generation": generation})
         try:
             assert child.stdout is not None
             assert child.stdout.readline().strip() == "ready"
-            delay = rng.uniform(0.0, 0.12)
-            delays.append(round(delay, 3))
+            finished, delay = rng.randint(0, RUNS // (2 * KILLS)), rng.uniform(0.0, 0.02)
+            drawn.append((finished, round(delay, 3)))
+            for _ in range(finished):
+                assert child.stdout.readline().startswith("done ")
             time.sleep(delay)
             child.send_signal(signal.SIGKILL)
         finally:
             child.kill()
             child.communicate(timeout=30)
-    return delays
+    return drawn
 
 
 def finish(args: dict[str, Any]) -> dict[str, list[Any]]:
@@ -95,7 +99,7 @@ async def check(args: dict[str, Any], store: EventStore, seed: int) -> None:
         if s.status not in ("pending", "running")
     ]
     assert len(ended) < RUNS, delays
-    print(f"after {KILLS} kills at {delays}: {len(ended)} of {RUNS} runs ended")
+    print(f"after {KILLS} kills ({delays}): {len(ended)} of {RUNS} runs ended")
     reported = finish(args)
     assert reported == {run_id: outcome for run_id, (outcome, _) in expected.items()}, delays
     for run_id, (_, recorded) in expected.items():
