@@ -14,6 +14,7 @@ from pathlib import Path
 
 from benchmarks.commands import bench_commands
 from benchmarks.engine_cost import bench_engine_cost
+from benchmarks.flow import bench_flow
 from benchmarks.harness import Remark, Result
 from benchmarks.kernel import bench_apply, bench_fold, bench_memory
 from benchmarks.postgres import POSTGRES
@@ -35,6 +36,7 @@ BENCHMARKS: dict[str, Callable[[bool], Sequence[Result | Remark]]] = {
     "commands": bench_commands,
     "workflows": bench_workflows,
     "engine-cost": bench_engine_cost,
+    "durable-functions": bench_flow,
 }
 CHARTS = Path("assets") / "performance"
 """Where the charts go, relative to the page (which links them relatively)."""

@@ -13,6 +13,8 @@ __all__ = [
     "ENGINE_CONCURRENT_VS_DBOS",
     "ENGINE_SEQUENTIAL_VS_DBOS",
     "ENGINE_STORE_CALLS_PER_WORKFLOW",
+    "FLOW_CONCURRENT_VS_DBOS",
+    "FLOW_SEQUENTIAL_VS_DBOS",
     "FOLD_RATE",
     "FOLD_RATE_EVENTS_PER_SECOND",
     "POSTGRES_8_WRITERS_VS_RAW",
@@ -76,6 +78,14 @@ ENGINE_STORE_CALLS_PER_WORKFLOW = Target(
     bound=1.0,
     at_most=True,
 )
+FLOW_SEQUENTIAL_VS_DBOS = Target(
+    goal="runfold.flow, 10-step workflow one at a time ≥ 3× DBOS Transact (SQLite and PostgreSQL)",
+    bound=3.0,
+)
+FLOW_CONCURRENT_VS_DBOS = Target(
+    goal="runfold.flow, 64 10-step workflows at once ≥ 10× DBOS Transact (SQLite and PostgreSQL)",
+    bound=10.0,
+)
 
 ALL_TARGETS = (
     FOLD_RATE,
@@ -93,4 +103,6 @@ ALL_TARGETS = (
     ENGINE_CONCURRENT_VS_DBOS,
     ENGINE_APPENDS_PER_WORKFLOW,
     ENGINE_STORE_CALLS_PER_WORKFLOW,
+    FLOW_SEQUENTIAL_VS_DBOS,
+    FLOW_CONCURRENT_VS_DBOS,
 )

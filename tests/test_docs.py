@@ -21,12 +21,15 @@ import runfold.cli
 import runfold.cli.verify
 import runfold.conformance
 import runfold.engine
+import runfold.flow
 import runfold.kernel
 import runfold.otel
 import runfold.stores
+import runfold.testing
 import runfold.ui
 from runfold.cli import main as cli_main
 from runfold.engine import errors as engine_errors
+from runfold.flow import errors as flow_errors
 from runfold.kernel import Command, Event, errors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +99,9 @@ def test_changelog_page_includes_the_changelog() -> None:
 # --- errors --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module", [errors, engine_errors], ids=["kernel", "engine"])
+@pytest.mark.parametrize(
+    "module", [errors, engine_errors, flow_errors], ids=["kernel", "engine", "flow"]
+)
 def test_error_reference_lists_every_error_class(module: ModuleType) -> None:
     reference = (REFERENCE / "errors.md").read_text()
     for name in module.__all__:
@@ -173,6 +178,8 @@ PUBLIC_PACKAGES = [
     runfold.engine,
     runfold.otel,
     runfold.ui,
+    runfold.flow,
+    runfold.testing,
     runfold.conformance,
     runfold.cli,
     runfold.cli.verify,

@@ -22,7 +22,13 @@ from runfold.conformance import CHECK_NAMES, CHECKS
 
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIALS = ROOT / "docs" / "tutorials"
-PAGES = ("runtime-on-engine.md", "bare-kernel.md", "certify-a-store.md", "property-testing.md")
+PAGES = (
+    "durable-functions.md",
+    "runtime-on-engine.md",
+    "bare-kernel.md",
+    "certify-a-store.md",
+    "property-testing.md",
+)
 
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 _OUTPUT_MARK = "<!-- output -->"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from types import SimpleNamespace, TracebackType
-from typing import Any, Self
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -37,14 +37,11 @@ from runfold import (
     HookNotFound,
     HookReceived,
     LazyStep,
-    Page,
     RecordLog,
     RetryStep,
     RunExpired,
     RunIndex,
     RunNotFound,
-    RunStatus,
-    RunSummary,
     SequenceConflict,
     Snapshot,
     StartRun,
@@ -52,9 +49,9 @@ from runfold import (
     StepCompleted,
     StepCreated,
     TooEarly,
-    Wakeup,
     new_run_id,
     project_run,
+    testing,
 )
 from tests.conftest import T0, Clock
 
@@ -89,15 +86,12 @@ def sequences(envelopes: Sequence[Envelope]) -> list[int]:
 # --- store wrappers that stage races ------------------------------------------------------------
 
 
-class DelegatingStore:
-    """An `EventStore` that passes every call to `inner` after `pause()`; counts conflicts."""
+class DelegatingStore(testing.DelegatingStore):
+    """`runfold.testing.DelegatingStore` that also counts the appends refused as conflicts."""
 
     def __init__(self, inner: EventStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.conflicts = 0
-
-    async def pause(self) -> None:
-        """Runs before every delegated call; subclasses use it to let other tasks in."""
 
     async def append_if_sequence(
         self,
@@ -109,9 +103,8 @@ class DelegatingStore:
         recorded_at: datetime,
         expected_position: int | None = None,
     ) -> list[Envelope]:
-        await self.pause()
         try:
-            return await self.inner.append_if_sequence(
+            return await super().append_if_sequence(
                 run_id,
                 expected_sequence,
                 events,
@@ -122,105 +115,6 @@ class DelegatingStore:
         except SequenceConflict:
             self.conflicts += 1
             raise
-
-    async def read(
-        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
-    ) -> list[Envelope]:
-        await self.pause()
-        return await self.inner.read(run_id, after=after, limit=limit, descending=descending)
-
-    async def head(self, run_id: str) -> int:
-        await self.pause()
-        return await self.inner.head(run_id)
-
-    async def read_by_correlation(
-        self,
-        run_id: str,
-        correlation_id: str,
-        *,
-        after: int = 0,
-        limit: int | None = None,
-        descending: bool = False,
-    ) -> list[Envelope]:
-        await self.pause()
-        return await self.inner.read_by_correlation(
-            run_id, correlation_id, after=after, limit=limit, descending=descending
-        )
-
-    async def list_runs(
-        self,
-        *,
-        workflow_name: str | None = None,
-        status: RunStatus | None = None,
-        parent_run_id: str | None = None,
-        created_before: datetime | None = None,
-        cursor: str | None = None,
-        limit: int = 20,
-    ) -> Page[RunSummary]:
-        await self.pause()
-        return await self.inner.list_runs(
-            workflow_name=workflow_name,
-            status=status,
-            parent_run_id=parent_run_id,
-            created_before=created_before,
-            cursor=cursor,
-            limit=limit,
-        )
-
-    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
-        await self.pause()
-        return await self.inner.get_runs(run_ids)
-
-    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
-        await self.pause()
-        return await self.inner.find_hook(token, now=now)
-
-    async def list_hooks(
-        self,
-        *,
-        run_id: str | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-        now: datetime,
-    ) -> Page[HookHolder]:
-        await self.pause()
-        return await self.inner.list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
-
-    async def due_wakeups(
-        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
-    ) -> list[Wakeup]:
-        await self.pause()
-        return await self.inner.due_wakeups(now, limit=limit, workflow_names=workflow_names)
-
-    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
-        await self.pause()
-        return await self.inner.next_wakeup(workflow_names=workflow_names)
-
-    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
-        await self.pause()
-        return await self.inner.read_all(after_position=after_position, limit=limit)
-
-    async def delete_runs(
-        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
-    ) -> int:
-        await self.pause()
-        return await self.inner.delete_runs(
-            terminal_before=terminal_before, limit=limit, run_ids=run_ids
-        )
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 class YieldingStore(DelegatingStore):

@@ -1,0 +1,160 @@
+"""Durable functions: the 10-step sequential workflow as `runfold.flow` code (`@workflow`,
+`await step(...)`) against the same workflow as DBOS code (`@DBOS.workflow`, `@DBOS.step`),
+on the same SQLite file system and the same PostgreSQL server.
+
+Reported per backend: workflows/s one at a time and `CONCURRENT` at once. Both sides take
+and return text, so each pays its own payload encoding (JSON for runfold.flow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+from benchmarks.backend import Backend
+from benchmarks.harness import Measurement, Remark, Result, Trial, compare, event_loop, timed_rounds
+from benchmarks.postgres import POSTGRES
+from benchmarks.sqlite import SQLITE
+from benchmarks.targets import FLOW_CONCURRENT_VS_DBOS, FLOW_SEQUENTIAL_VS_DBOS
+from benchmarks.workloads import PAYLOAD_BYTES, WORKFLOW_STEPS
+from runfold.flow import Flow, step, workflow
+
+__all__ = ["bench_flow", "flow_sequential"]
+
+GROUP = "Durable functions"
+CONCURRENT = 64
+"""Workflows started at once in the concurrent rows."""
+CONNECTIONS = 8
+"""PostgreSQL connections runfold's store may use in the concurrent rows."""
+OURS = "runfold.flow (@workflow / await step)"
+PEER = "DBOS Transact (DBOS.workflow / DBOS.step)"
+
+
+def _work(previous: str) -> str:
+    return "o" * PAYLOAD_BYTES
+
+
+@workflow(name="bench-flow-sequential")
+async def flow_sequential(input: str) -> str:
+    """`WORKFLOW_STEPS` steps, one after the other, each fed the previous one's output."""
+    output = input
+    for _ in range(WORKFLOW_STEPS):
+        output = await step(_work, output)
+    return output
+
+
+@contextlib.contextmanager
+def _runfold(backend: Backend, count: int, concurrent: int) -> Iterator[tuple[Trial, Trial]]:
+    """One at a time on a store of one connection; `concurrent` at once on `CONNECTIONS`."""
+    with (
+        event_loop() as loop,
+        backend.store(loop) as store,
+        backend.store(loop, connections=CONNECTIONS) as shared,
+    ):
+        one, many = Flow(store, [flow_sequential]), Flow(shared, [flow_sequential])
+
+        def sequential() -> None:
+            for _ in range(count):
+                run = loop.run_until_complete(one.start(flow_sequential, "i" * PAYLOAD_BYTES))
+                assert run.output == "o" * PAYLOAD_BYTES
+
+        async def all_at_once() -> None:
+            runs = await asyncio.gather(
+                *(many.start(flow_sequential, "i" * PAYLOAD_BYTES) for _ in range(concurrent))
+            )
+            assert all(run.output == "o" * PAYLOAD_BYTES for run in runs)
+
+        yield Trial(run=sequential), Trial(run=lambda: loop.run_until_complete(all_at_once()))
+
+
+@contextlib.contextmanager
+def _dbos(
+    backend: Backend, count: int, concurrent: int, remarks: list[Result | Remark]
+) -> Iterator[tuple[Trial, Trial] | None]:
+    """DBOS's trials on a fresh system database, or None and a remark saying why not."""
+    try:
+        from dbos import DBOS
+
+        from benchmarks.dbos_peer import dbos_launched, sequential_workflow
+    except ImportError:
+        remarks.append(Remark(group=GROUP, text="DBOS is not installed: no peer rows."))
+        yield None
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(dbos_launched(stack.enter_context(backend.dbos_config())))
+        except Exception as exc:  # a peer that cannot run here is reported, not hidden
+            remarks.append(
+                Remark(group=GROUP, text=f"DBOS could not start on {backend.name}: {exc!r}.")
+            )
+            yield None
+            return
+
+        def sequential() -> None:
+            for _ in range(count):
+                assert sequential_workflow("i" * PAYLOAD_BYTES) == "o" * PAYLOAD_BYTES
+
+        def all_at_once() -> None:
+            handles = [
+                DBOS.start_workflow(sequential_workflow, "i" * PAYLOAD_BYTES)
+                for _ in range(concurrent)
+            ]
+            assert all(h.get_result() == "o" * PAYLOAD_BYTES for h in handles)
+
+        yield Trial(run=sequential), Trial(run=all_at_once)
+
+
+def bench_flow(quick: bool) -> list[Result | Remark]:
+    count = 2 if quick else 20
+    concurrent = 8 if quick else CONCURRENT
+    repeats = 2 if quick else 5
+    found: list[Result | Remark] = []
+    for backend in (SQLITE, POSTGRES):
+        if backend.version() is None:
+            found.append(Remark(group=GROUP, text=f"{backend.name}: no server, not measured."))
+            continue
+        with (
+            _runfold(backend, count, concurrent) as ours,
+            _dbos(backend, count, concurrent, found) as theirs,
+        ):
+            contenders = {"runfold": ours} | ({"DBOS": theirs} if theirs else {})
+            rates = {
+                shape: {
+                    name: Measurement.of([units / s for s in spent])
+                    for name, spent in timed_rounds(
+                        {name: trials[place] for name, trials in contenders.items()},
+                        repeats=repeats,
+                    ).items()
+                }
+                for place, (shape, units) in enumerate(
+                    (("one at a time", count), (f"{concurrent} at once", concurrent))
+                )
+            }
+        for (shape, by_name), target in zip(
+            rates.items(), (FLOW_SEQUENTIAL_VS_DBOS, FLOW_CONCURRENT_VS_DBOS), strict=True
+        ):
+            for name, rate in by_name.items():
+                ours_row = name == "runfold"
+                found.append(
+                    Result(
+                        group=GROUP,
+                        case=f"{OURS if ours_row else PEER}: {WORKFLOW_STEPS}-step sequential "
+                        f"workflow, {shape}",
+                        on=backend.describe(),
+                        unit="workflows/s",
+                        value=rate,
+                        comparisons=compare(rate, "DBOS", by_name.get("DBOS"), target)
+                        if ours_row
+                        else (),
+                    )
+                )
+    found.append(
+        Remark(
+            group=GROUP,
+            text=f"DBOS runs its {concurrent} concurrent workflows on its own executor threads; "
+            f"runfold.flow's run on one event loop, with {CONNECTIONS} PostgreSQL connections "
+            "(SQLite: its one connection, shared by group commits).",
+        )
+    )
+    return found

@@ -1,0 +1,47 @@
+"""`runfold.flow`: durable functions — `@workflow`, `await step(...)`, `sleep`, events.
+
+Write a workflow as an `async def` that awaits `step(fn, *args)`, `sleep(delay)` and
+`wait_for_event(hook_id, token=...)`; run it with `Flow(store).start(workflow, input)`. Each
+call is recorded through the reference `Engine` (one commit per step), so a run survives any
+crash: `Flow.recover()` in a fresh process carries every live run on from its history. See
+`docs/tutorials/durable-functions.md`.
+"""
+
+from runfold.flow.calls import sleep, step, wait_for_event
+from runfold.flow.definition import Workflow, registered_workflows, workflow
+from runfold.flow.encoding import JsonCodec, PayloadCodec
+from runfold.flow.errors import (
+    DuplicateWorkflow,
+    FlowError,
+    FlowNonDeterminism,
+    NotInWorkflow,
+    PayloadError,
+    StepError,
+    TokenInUse,
+    UnknownWorkflow,
+    UnsupportedAwait,
+)
+from runfold.flow.flow import Flow, FlowRun, current_step
+
+__all__ = [
+    "DuplicateWorkflow",
+    "Flow",
+    "FlowError",
+    "FlowNonDeterminism",
+    "FlowRun",
+    "JsonCodec",
+    "NotInWorkflow",
+    "PayloadCodec",
+    "PayloadError",
+    "StepError",
+    "TokenInUse",
+    "UnknownWorkflow",
+    "UnsupportedAwait",
+    "Workflow",
+    "current_step",
+    "registered_workflows",
+    "sleep",
+    "step",
+    "wait_for_event",
+    "workflow",
+]

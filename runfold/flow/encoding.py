@@ -1,0 +1,60 @@
+"""How `runfold.flow` turns Python values into the bytes a run records, and back.
+
+A `PayloadCodec` encodes workflow inputs and outputs, step arguments and results, and hook
+payloads. `JsonCodec`, the default, writes JSON text and passes `bytes` through: they are stored
+as one marker byte (0x00, which never starts JSON text) followed by the bytes unchanged, so
+binary payloads are neither base64-inflated nor confused with JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from runfold.flow.errors import PayloadError
+
+__all__ = ["JsonCodec", "PayloadCodec"]
+
+_RAW = b"\x00"
+
+
+class PayloadCodec(Protocol):
+    """Encodes values to the bytes a run records, and decodes them back.
+
+    `decode(encode(v))` must equal `v` for every value a workflow uses, and `encode` must be
+    deterministic: a replayed step's input is compared with the recorded one byte for byte.
+    """
+
+    def encode(self, value: Any) -> bytes:
+        """The bytes to record for `value`; raise `PayloadError` for a value it cannot take."""
+        ...
+
+    def decode(self, payload: bytes) -> Any:
+        """The value `payload` was encoded from; raise `PayloadError` for bytes it cannot read."""
+        ...
+
+
+class JsonCodec:
+    """JSON text (sorted keys, compact) for JSON values; `bytes` passed through behind 0x00.
+
+    Tuples come back as lists, as JSON has no tuple.
+    """
+
+    def encode(self, value: Any) -> bytes:
+        """JSON text for a JSON value; 0x00 and the bytes themselves for `bytes`."""
+        if isinstance(value, bytes | bytearray):
+            return _RAW + bytes(value)
+        try:
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise PayloadError(f"cannot encode a {type(value).__name__} as JSON: {exc}") from exc
+        return text.encode()
+
+    def decode(self, payload: bytes) -> Any:
+        """The bytes behind a leading 0x00, else the JSON value."""
+        if payload.startswith(_RAW):
+            return payload[1:]
+        try:
+            return json.loads(payload)
+        except ValueError as exc:
+            raise PayloadError(f"recorded payload is not JSON: {exc}") from exc

@@ -1,0 +1,203 @@
+"""`Flow`: durable functions on a store, through the reference `Engine`.
+
+A `Flow` is the `WorkflowRuntime` of an `Engine` whose workflow code is `@workflow` functions:
+the `Interpreter` answers `run_workflow`, step bodies are the functions passed to `step`, and
+the engine records everything through the `CommandHandler`, one commit per step.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Collection, Iterable
+from contextvars import ContextVar
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from runfold.engine import (
+    Engine,
+    Resumption,
+    RuntimeDecision,
+    StepInvocation,
+    WorkflowInvocation,
+)
+from runfold.flow.definition import Workflow, registered_workflows
+from runfold.flow.encoding import JsonCodec, PayloadCodec
+from runfold.flow.errors import FlowError, UnknownWorkflow
+from runfold.flow.interpreter import Interpreter
+from runfold.handler import CommandHandler
+from runfold.kernel import Envelope, Snapshot
+from runfold.stores.protocol import EventStore
+
+__all__ = ["Flow", "FlowRun", "current_step"]
+
+_CURRENT_STEP: ContextVar[StepInvocation | None] = ContextVar("runfold_flow_step", default=None)
+
+
+def current_step() -> StepInvocation:
+    """The attempt of the step body running now (its `idempotency_key`, its `attempt`).
+
+    Raises:
+        FlowError: No step body is running.
+    """
+    found = _CURRENT_STEP.get()
+    if found is None:
+        raise FlowError("current_step() is for step bodies run by a Flow")
+    return found
+
+
+@attrs.frozen(kw_only=True)
+class FlowRun:
+    """A run as a `Flow` reports it: status, and the output decoded once it completed."""
+
+    run_id: str
+    status: str
+    output: Any
+    """The decoded output of a completed run, else None."""
+    error: str | None
+    """The error of a failed run, else None."""
+    snapshot: Snapshot = attrs.field(repr=False)
+
+
+class Flow:
+    """Runs `@workflow` functions durably on `store`.
+
+    Args:
+        store: Any `EventStore`.
+        workflows: What this Flow serves (starts, drives, recovers); default: every workflow
+            defined in the process when the Flow is made.
+        codec: Encodes inputs, outputs, step arguments and results (default `JsonCodec`).
+        clock: The time source of the handler and of new sleeps (default: UTC now).
+        max_sessions: How many live workflow coroutines to keep between decisions.
+
+    Raises:
+        ValueError: There is no workflow to serve.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        workflows: Iterable[Workflow] | None = None,
+        *,
+        codec: PayloadCodec | None = None,
+        clock: Callable[[], datetime] | None = None,
+        max_sessions: int = 1024,
+    ) -> None:
+        served = tuple(workflows) if workflows is not None else registered_workflows()
+        if not served:
+            raise ValueError("a Flow needs at least one @workflow to serve")
+        self.codec: PayloadCodec = codec if codec is not None else JsonCodec()
+        self.handler = (
+            CommandHandler(store) if clock is None else CommandHandler(store, clock=clock)
+        )
+        self.workflows = {w.name: w for w in served}
+        self.interpreter = Interpreter(
+            self.workflows, self.codec, self.handler.clock, max_sessions=max_sessions
+        )
+        self.engine = Engine(self.handler, self, observers=(self,))
+
+    # --- what people call ---------------------------------------------------------------------
+
+    async def start(self, workflow: Workflow, input: Any, *, run_id: str | None = None) -> FlowRun:
+        """Start a run of `workflow` with `input` and drive it until it ends or waits.
+
+        Idempotent for a given `run_id`: the same input again returns the existing run.
+
+        Raises:
+            UnknownWorkflow: This Flow does not serve `workflow`.
+            RunDefinitionConflict: `run_id` is a run with another workflow or input.
+            FlowNonDeterminism: The code asks for something other than the history holds.
+        """
+        if workflow.name not in self.workflows:
+            raise UnknownWorkflow(f"this Flow does not serve workflow {workflow.name!r}")
+        snapshot = await self.engine.start(workflow.name, self.codec.encode(input), run_id=run_id)
+        return self.report(snapshot)
+
+    async def deliver(self, token: str, payload: Any, *, delivery_id: str | None = None) -> FlowRun:
+        """Deliver `payload` to the `wait_for_event` holding `token`, and drive its run.
+
+        A repeated `delivery_id` with the same payload is recorded once.
+
+        Raises:
+            HookNotFound: No live hook holds the token.
+            RunExpired: The hook is retained past the end of its run.
+            EntityConflict: `delivery_id` was already received with another payload.
+        """
+        encoded = self.codec.encode(payload)
+        return self.report(await self.engine.deliver(token, encoded, delivery_id))
+
+    async def recover(self) -> tuple[Resumption, ...]:
+        """Drive every live run of the served workflows once (at start-up).
+
+        A run that fails to drive is reported in its `Resumption` and does not stop the others.
+        """
+        return await self.engine.recover()
+
+    async def run_until_idle(self, now: datetime | None = None) -> tuple[Resumption, ...]:
+        """Resume due sleeps and retries until nothing is due at `now` (default: the clock).
+
+        Stops early when a round only met runs that fail to drive (they are in the result).
+        """
+        resumed: list[Resumption] = []
+        while True:
+            found = await self.engine.resume_due(now)
+            resumed.extend(found)
+            if all(r.error is not None for r in found):
+                return tuple(resumed)
+
+    async def result(self, run_id: str) -> FlowRun:
+        """The run as it stands.
+
+        Raises:
+            RunNotFound: The run has no history.
+        """
+        return self.report(await self.handler.snapshot(run_id))
+
+    def report(self, snapshot: Snapshot) -> FlowRun:
+        """`snapshot` as a `FlowRun`."""
+        output = None
+        if snapshot.status == "completed" and snapshot.output is not None:
+            output = self.codec.decode(snapshot.output)
+        error = None if snapshot.error is None else snapshot.error.decode(errors="replace")
+        return FlowRun(
+            run_id=snapshot.run_id,
+            status=snapshot.status,
+            output=output,
+            error=error,
+            snapshot=snapshot,
+        )
+
+    # --- the engine's runtime and observer ----------------------------------------------------
+
+    @property
+    def workflow_names(self) -> Collection[str]:
+        """The names of the served workflows."""
+        return tuple(self.workflows)
+
+    async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
+        """The interpreter's decision; a replay first reads the stored run to trust it."""
+        snapshot = invocation.snapshot
+        durable = None
+        if self.interpreter.needs_replay(snapshot):
+            durable = await self.handler.lookup(snapshot.run_id)
+        return self.interpreter.decide(snapshot, durable)
+
+    async def run_step(self, invocation: StepInvocation) -> bytes:
+        """Run the step's function on its decoded arguments; its result, encoded."""
+        fn = self.interpreter.body(invocation.run_id, invocation.step_id, invocation.step_name)
+        if fn is None:
+            raise FlowError(f"no function is known for step {invocation.step_name!r}")
+        args = self.codec.decode(invocation.input)
+        token = _CURRENT_STEP.set(invocation)
+        try:
+            result = fn(*args)
+            if inspect.isawaitable(result):
+                result = await result
+        finally:
+            _CURRENT_STEP.reset(token)
+        return self.codec.encode(result)
+
+    async def on_event(self, envelope: Envelope) -> None:
+        """Confirm what the engine appended to the live sessions."""
+        self.interpreter.observe(envelope)

@@ -1,0 +1,396 @@
+"""The replay interpreter: a workflow coroutine as the engine's `run_workflow`.
+
+Workflow code is an `async def` whose awaits are `runfold.flow` calls. The n-th call of a run
+is the step, wait or hook whose id is `str(n)`, so ids follow call order and a replay finds
+each recorded result where the code asks for it.
+
+Within one process the coroutine stays alive between decisions (a `Session`): asked about a run
+it already holds, the interpreter resumes the coroutine from the call it stopped at, so a
+decision costs the same at step 10 and at step 10,000. After a restart, or whenever the
+snapshot it is shown disagrees with what the coroutine was told, it starts the function again
+and replays it against the snapshot (every recorded result is fed back without running
+anything), which is what makes a run durable.
+
+Staying in step with the engine: the engine shows workflow code a provisional snapshot, with
+its own latest decisions (a step's outcome, a wait's completion) not yet appended, and may drop
+them when the stored run moved under it. So every result a session consumed is kept as
+"unconfirmed" until the engine's observer sees it appended; each decision first checks the
+unconfirmed results against the snapshot shown (usually one), and replays from that snapshot
+when one disagrees.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Mapping
+from datetime import datetime
+from typing import Any, TypeAlias
+
+from runfold.engine import (
+    AwaitHook,
+    Cancel,
+    Complete,
+    Fail,
+    RuntimeDecision,
+    ScheduleStep,
+    WaitUntil,
+)
+from runfold.flow.calls import IN_WORKFLOW, Call, EventCall, SleepCall, StepCall
+from runfold.flow.definition import Workflow
+from runfold.flow.encoding import PayloadCodec
+from runfold.flow.errors import (
+    FlowNonDeterminism,
+    StepError,
+    TokenInUse,
+    UnknownWorkflow,
+    UnsupportedAwait,
+)
+from runfold.kernel import (
+    Envelope,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunTimedOut,
+    Snapshot,
+    StepCompleted,
+    StepFailed,
+    WaitCompleted,
+)
+
+__all__ = ["Interpreter", "Session"]
+
+_log = logging.getLogger("runfold.flow")
+_MAX_ERROR_CHARS = 4096
+_RUN_ENDS = (RunCompleted, RunFailed, RunCancelled, RunTimedOut)
+
+# A result a session consumed: ("step", id) -> (status, payload); ("wait", id) -> ("completed",).
+Consumed: TypeAlias = tuple[str, str]
+Expected: TypeAlias = tuple[str, bytes | None]
+
+
+class Session:
+    """One live workflow coroutine, stopped at its `position`-th call (or finished)."""
+
+    __slots__ = ("call", "coro", "failure", "finished", "position", "result", "unconfirmed")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self.coro = coro
+        self.position = 0  # calls issued so far; the current one has id str(position)
+        self.call: Call | None = None
+        self.finished = False
+        self.result: Any = None
+        self.failure: BaseException | None = None
+        self.unconfirmed: dict[Consumed, Expected] = {}
+
+    def resume(self, value: Any = None, error: BaseException | None = None) -> None:
+        """Run the coroutine to its next call (or its end), sending `value` or throwing `error`."""
+        token = IN_WORKFLOW.set(True)
+        try:
+            yielded = self.coro.throw(error) if error is not None else self.coro.send(value)
+        except StopIteration as stop:
+            self.finished, self.result, self.call = True, stop.value, None
+            return
+        except Exception as exc:  # the workflow's own failure: it fails the run
+            self.finished, self.failure, self.call = True, exc, None
+            return
+        finally:
+            IN_WORKFLOW.reset(token)
+        if not isinstance(yielded, StepCall | SleepCall | EventCall):
+            self.coro.close()
+            raise UnsupportedAwait(
+                f"workflow code awaited {yielded!r}; it may await only step, sleep and "
+                "wait_for_event (everything a workflow waits on must be durable)"
+            )
+        self.position += 1
+        self.call = yielded
+
+    def close(self) -> None:
+        """Drop the coroutine (it is replayed when needed again)."""
+        self.coro.close()
+
+
+def _agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
+    kind, entity_id = key
+    if kind == "step":
+        step = snapshot.steps.get(entity_id)
+        if step is None:
+            return False
+        payload = step.output if step.status == "completed" else step.error
+        return (step.status, payload) == expected
+    wait = snapshot.waits.get(entity_id)
+    return wait is not None and wait.status == "completed"
+
+
+def _describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:
+    """What the history holds at call id `entity_id`, or None when nothing."""
+    step = snapshot.steps.get(entity_id)
+    if step is not None:
+        return f"step {step.step_name!r}"
+    if entity_id in snapshot.waits:
+        return "a sleep"
+    hook = snapshot.hooks.get(entity_id)
+    if hook is not None:
+        return f"wait_for_event({(hook.metadata or b'').decode(errors='replace')!r})"
+    if entity_id in snapshot.hook_conflicts:
+        return "a wait_for_event"
+    return None
+
+
+def _describe_call(call: Call | None) -> str:
+    match call:
+        case StepCall():
+            return f"step {call.name!r}"
+        case SleepCall():
+            return "a sleep"
+        case EventCall():
+            return f"wait_for_event({call.hook_id!r})"
+    return "the end of the workflow"
+
+
+class Interpreter:
+    """Decides runs of `workflows` by running their coroutines; keeps up to `max_sessions`.
+
+    `clock` stamps a new sleep's due time; `bodies` collects each step name's function as the
+    workflow code calls it, for `run_step` to find.
+    """
+
+    def __init__(
+        self,
+        workflows: Mapping[str, Workflow],
+        codec: PayloadCodec,
+        clock: Callable[[], datetime],
+        *,
+        max_sessions: int = 1024,
+    ) -> None:
+        if max_sessions < 1:
+            raise ValueError("max_sessions must be at least 1")
+        self.workflows = workflows
+        self.codec = codec
+        self.clock = clock
+        self.max_sessions = max_sessions
+        self.bodies: dict[str, Callable[..., Any]] = {}
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.replays = 0  # how many sessions were started from a snapshot (for tests, metrics)
+
+    # --- the engine's questions ---------------------------------------------------------------
+
+    def decide(self, snapshot: Snapshot, durable: Snapshot | None = None) -> RuntimeDecision:
+        """The run's next decision, from its live session or a replay of `snapshot`.
+
+        `durable` is the stored run, when known: results a replay reads that it already holds
+        need no confirmation.
+        """
+        run_id = snapshot.run_id
+        if snapshot.cancellation is not None:
+            self.forget(run_id)
+            return Cancel()
+        session = self.sessions.get(run_id)
+        if session is not None and self.needs_replay(snapshot):
+            _log.debug("run %r moved under its session: replaying", run_id)
+            self.forget(run_id)
+            session = None
+        if session is None:
+            session = self.start(snapshot)
+        else:
+            self.sessions.move_to_end(run_id)
+            durable = None
+        return self.next_decision(session, snapshot, durable)
+
+    def needs_replay(self, snapshot: Snapshot) -> bool:
+        """Whether the run has no session, or one that consumed what `snapshot` contradicts."""
+        session = self.sessions.get(snapshot.run_id)
+        return session is None or not all(
+            _agrees(snapshot, k, v) for k, v in session.unconfirmed.items()
+        )
+
+    def start(self, snapshot: Snapshot) -> Session:
+        """A new session for the run, at its first call."""
+        found = self.workflows.get(snapshot.workflow_name)
+        if found is None:
+            raise UnknownWorkflow(
+                f"run {snapshot.run_id!r} is of workflow {snapshot.workflow_name!r}, which "
+                "this Flow does not serve"
+            )
+        session = Session(found.fn(self.codec.decode(snapshot.input)))
+        self.replays += 1
+        session.resume()
+        self.sessions[snapshot.run_id] = session
+        while len(self.sessions) > self.max_sessions:
+            _, evicted = self.sessions.popitem(last=False)
+            evicted.close()
+        return session
+
+    def body(self, run_id: str, step_id: str, step_name: str) -> Callable[..., Any] | None:
+        """The function of a step: the one the run's coroutine passed, if it is at that step.
+
+        Else the last one passed under `step_name` (for a run whose session was dropped).
+        """
+        session = self.sessions.get(run_id)
+        call = session.call if session is not None else None
+        if isinstance(call, StepCall) and session is not None and str(session.position) == step_id:
+            return call.fn
+        return self.bodies.get(step_name)
+
+    def forget(self, run_id: str) -> None:
+        """Drop the run's session, if any."""
+        session = self.sessions.pop(run_id, None)
+        if session is not None:
+            session.close()
+
+    def observe(self, envelope: Envelope) -> None:
+        """Confirm what the engine appended; a mismatch or the run's end drops the session."""
+        session = self.sessions.get(envelope.run_id)
+        if session is None:
+            return
+        event = envelope.event
+        key: Consumed
+        if isinstance(event, StepCompleted | StepFailed):
+            key = ("step", event.step_id)
+            payload = event.output if isinstance(event, StepCompleted) else event.error
+            status = "completed" if isinstance(event, StepCompleted) else "failed"
+            expected: Expected | None = (status, payload)
+        elif isinstance(event, WaitCompleted):
+            key, expected = ("wait", event.wait_id), ("completed", None)
+        elif isinstance(event, _RUN_ENDS):
+            self.forget(envelope.run_id)
+            return
+        else:
+            return
+        held = session.unconfirmed.pop(key, None)
+        if held is not None and held != expected:
+            self.forget(envelope.run_id)
+
+    # --- the interpreter proper ---------------------------------------------------------------
+
+    def consumed(
+        self, session: Session, durable: Snapshot | None, key: Consumed, expected: Expected
+    ) -> None:
+        """Note a result fed to the coroutine: unconfirmed unless `durable` already holds it."""
+        if durable is None or not _agrees(durable, key, expected):
+            session.unconfirmed[key] = expected
+
+    def next_decision(
+        self, session: Session, snapshot: Snapshot, durable: Snapshot | None
+    ) -> RuntimeDecision:
+        """Feed recorded results to the coroutine until it asks for something not yet done."""
+        run_id = snapshot.run_id
+        while True:
+            call_id = str(session.position)
+            call = session.call
+            if call is None:  # the coroutine ended: nothing may be recorded past its last call
+                beyond = _describe_recorded(snapshot, str(session.position + 1))
+                if beyond is not None:
+                    raise FlowNonDeterminism(
+                        run_id=run_id,
+                        call=session.position + 1,
+                        recorded=beyond,
+                        asked=_describe_call(None),
+                    )
+                if session.failure is not None:
+                    exc = session.failure
+                    error = f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS].encode()
+                    return Fail(error=error, error_code=type(exc).__name__)
+                return Complete(output=self.codec.encode(session.result))
+            match call:
+                case StepCall():
+                    decision = self.on_step(session, snapshot, durable, call, call_id)
+                case SleepCall():
+                    decision = self.on_sleep(session, snapshot, durable, call, call_id)
+                case EventCall():
+                    decision = self.on_event(session, snapshot, call, call_id)
+            if decision is not None:
+                return decision
+
+    def mismatch(self, session: Session, snapshot: Snapshot, recorded: str) -> None:
+        """Raise `FlowNonDeterminism` for the session's current call against `recorded`."""
+        raise FlowNonDeterminism(
+            run_id=snapshot.run_id,
+            call=session.position,
+            recorded=recorded,
+            asked=_describe_call(session.call),
+        )
+
+    def other_kind(self, session: Session, snapshot: Snapshot, call_id: str) -> None:
+        """Raise if the history holds another kind of call at `call_id`."""
+        recorded = _describe_recorded(snapshot, call_id)
+        if recorded is not None:
+            self.mismatch(session, snapshot, recorded)
+
+    def on_step(
+        self,
+        session: Session,
+        snapshot: Snapshot,
+        durable: Snapshot | None,
+        call: StepCall,
+        call_id: str,
+    ) -> RuntimeDecision | None:
+        """Schedule the step, or feed its recorded outcome to the coroutine (None then)."""
+        self.bodies[call.name] = call.fn
+        step_input = self.codec.encode(list(call.args))
+        step = snapshot.steps.get(call_id)
+        if step is None:
+            self.other_kind(session, snapshot, call_id)
+            return ScheduleStep(
+                step_id=call_id, step_name=call.name, input=step_input, retry=call.retry
+            )
+        if step.step_name != call.name:
+            self.mismatch(session, snapshot, f"step {step.step_name!r}")
+        if step.input != step_input:
+            self.mismatch(session, snapshot, f"step {step.step_name!r} with another input")
+        if step.status in ("pending", "running"):
+            # The recorded policy: a retry changed by a deploy applies to steps created after it.
+            return ScheduleStep(
+                step_id=call_id, step_name=call.name, input=step_input, retry=step.retry
+            )
+        if step.status == "completed":
+            output = step.output if step.output is not None else b""
+            self.consumed(session, durable, ("step", call_id), ("completed", output))
+            session.resume(self.codec.decode(output))
+            return None
+        message = (step.error or b"").decode(errors="replace")
+        self.consumed(session, durable, ("step", call_id), (step.status, step.error))
+        session.resume(error=StepError(call.name, message))
+        return None
+
+    def on_sleep(
+        self,
+        session: Session,
+        snapshot: Snapshot,
+        durable: Snapshot | None,
+        call: SleepCall,
+        call_id: str,
+    ) -> RuntimeDecision | None:
+        """Create or keep waiting on the wait, or resume the coroutine once it completed."""
+        wait = snapshot.waits.get(call_id)
+        if wait is None:
+            self.other_kind(session, snapshot, call_id)
+            return WaitUntil(wait_id=call_id, resume_at=self.clock() + call.delay)
+        if wait.status == "waiting":
+            return WaitUntil(wait_id=call_id, resume_at=wait.resume_at)
+        self.consumed(session, durable, ("wait", call_id), ("completed", None))
+        session.resume(None)
+        return None
+
+    def on_event(
+        self, session: Session, snapshot: Snapshot, call: EventCall, call_id: str
+    ) -> RuntimeDecision | None:
+        """Create or keep awaiting the hook, or resume the coroutine with its first delivery."""
+        metadata = call.hook_id.encode()
+        hook = snapshot.hooks.get(call_id)
+        if hook is None:
+            if call_id in snapshot.hook_conflicts:
+                session.resume(error=TokenInUse(call.hook_id))
+                return None
+            self.other_kind(session, snapshot, call_id)
+            return AwaitHook(hook_id=call_id, token=call.token, metadata=metadata)
+        if hook.metadata != metadata:
+            recorded = _describe_recorded(snapshot, call_id) or "a wait_for_event"
+            self.mismatch(session, snapshot, recorded)
+        if hook.token != call.token:
+            self.mismatch(session, snapshot, f"wait_for_event({call.hook_id!r}) with another token")
+        if not hook.deliveries:
+            return AwaitHook(hook_id=call_id, token=call.token, metadata=metadata)
+        # Deliveries are appended before anyone is shown them: nothing to confirm.
+        session.resume(self.codec.decode(hook.deliveries[0].payload))
+        return None

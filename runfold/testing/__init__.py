@@ -1,0 +1,32 @@
+"""`runfold.testing`: crash-test a durable runtime.
+
+`CrashingStore` wraps any store and fails or stops the process around chosen writes (a
+`DelegatingStore`, the pass-through base of such wrappers);
+`crash_and_resume` runs a `runfold.flow` workflow under such a schedule, resumes it in fresh
+`Flow`s and compares the outcome with a clean run; `runfold.testing.strategies.fault_schedules`
+draws schedules for hypothesis (the `conformance` extra).
+"""
+
+from runfold.testing.crash import CrashingStore, Fault, FaultKind, FaultMoment, SimulatedCrash
+from runfold.testing.delegating import DelegatingStore
+from runfold.testing.resume import (
+    CrashOutcome,
+    RoundClock,
+    crash_and_resume,
+    run_to_end,
+    shape,
+)
+
+__all__ = [
+    "CrashOutcome",
+    "CrashingStore",
+    "DelegatingStore",
+    "Fault",
+    "FaultKind",
+    "FaultMoment",
+    "RoundClock",
+    "SimulatedCrash",
+    "crash_and_resume",
+    "run_to_end",
+    "shape",
+]

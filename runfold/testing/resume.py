@@ -1,0 +1,155 @@
+"""`crash_and_resume`: run a workflow under a fault schedule, resume it, compare with a clean run.
+
+The property a durable runtime owes: however the process dies or the store fails, a fresh
+process that recovers the run ends it with the same output as a run nothing happened to. The
+helper plays both: the clean run on a `MemoryStore`, the faulty one on `CrashingStore(store)`,
+with a fresh `Flow` (a new process: no cache, no live coroutine) after every stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import attrs
+
+from runfold.flow import Flow, FlowRun, PayloadCodec, Workflow
+from runfold.kernel import HookNotFound, RunExpired, Snapshot, StoreUnavailable
+from runfold.stores.memory import MemoryStore
+from runfold.stores.protocol import EventStore
+from runfold.testing.crash import CrashingStore, Fault, SimulatedCrash
+
+__all__ = ["CrashOutcome", "RoundClock", "crash_and_resume", "run_to_end", "shape"]
+
+_START = datetime(2026, 1, 1, tzinfo=UTC)
+_ROUND = timedelta(days=1)
+
+
+class RoundClock:
+    """A clock `run_to_end` moves a day per round, so every sleep and retry falls due."""
+
+    def __init__(self, start: datetime = _START) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@attrs.frozen(kw_only=True)
+class CrashOutcome:
+    """The clean run, the faulty run as it ended, and what happened on the way."""
+
+    expected: FlowRun
+    actual: FlowRun
+    restarts: int
+    struck: tuple[Fault, ...]
+
+    @property
+    def same(self) -> bool:
+        """Whether both runs ended alike, and recorded the same calls with the same outcomes.
+
+        That is status, output, error, and `shape` (attempt counts may differ: a crash costs an
+        attempt).
+        """
+        a, b = self.expected, self.actual
+        return (a.status, a.output, a.error, shape(a.snapshot)) == (
+            b.status,
+            b.output,
+            b.error,
+            shape(b.snapshot),
+        )
+
+
+def shape(run: Snapshot) -> tuple[object, ...]:
+    """What a run recorded, less what a crash may change (times, attempts, retry errors)."""
+    steps = tuple(
+        (s.step_id, s.step_name, s.input, s.status, s.output if s.status == "completed" else None)
+        for s in run.steps.values()
+    )
+    waits = tuple((w.wait_id, w.status) for w in run.waits.values())
+    hooks = tuple((h.hook_id, h.status, len(h.deliveries)) for h in run.hooks.values())
+    return steps, waits, hooks
+
+
+async def run_to_end(
+    flow: Flow,
+    workflow: Workflow,
+    input: Any,
+    *,
+    run_id: str,
+    events: Mapping[str, Any],
+    clock: RoundClock,
+    rounds: int = 50,
+) -> FlowRun:
+    """Start (or find) the run, then recover, resume and deliver `events` until it ends.
+
+    Each round moves `clock` a day on, resumes what is due and delivers every
+    event (by token; each is recorded once, by its token as delivery id) whose hook is live.
+
+    Raises:
+        AssertionError: The run did not end within `rounds`.
+    """
+    await flow.recover()
+    run = await flow.start(workflow, input, run_id=run_id)
+    for _ in range(rounds):
+        if run.status not in ("pending", "running", "cancelling"):
+            return run
+        clock.now += _ROUND
+        await flow.run_until_idle()
+        for token, payload in events.items():
+            with contextlib.suppress(HookNotFound, RunExpired):  # not live (yet, or any more)
+                await flow.deliver(token, payload, delivery_id=token)
+        run = await flow.result(run_id)
+    raise AssertionError(f"run {run_id!r} did not end in {rounds} rounds: {run.status}")
+
+
+async def crash_and_resume(
+    workflow: Workflow,
+    input: Any,
+    *,
+    store: EventStore,
+    schedule: Iterable[Fault],
+    events: Mapping[str, Any] | None = None,
+    run_id: str = "crash-test",
+    codec: PayloadCodec | None = None,
+    max_restarts: int = 100,
+) -> CrashOutcome:
+    """Run `workflow(input)` cleanly, then on `store` under `schedule`, resuming after faults.
+
+    `events` maps hook tokens to the payloads delivered to them once their hooks are live.
+    After a `stop` a fresh `Flow` (a new process) recovers and carries on; after a `fail` the
+    same `Flow` does, as a process that saw a transient store error would.
+
+    Raises:
+        AssertionError: More than `max_restarts` faults, or a run that does not end.
+    """
+    events = dict(events or {})
+    clean_clock = RoundClock()
+    clean = Flow(MemoryStore(), [workflow], codec=codec, clock=clean_clock)
+    expected = await run_to_end(
+        clean, workflow, input, run_id=run_id, events=events, clock=clean_clock
+    )
+    crashing = CrashingStore(store, schedule)
+    clock = RoundClock()
+    restarts = 0
+    flow = Flow(crashing, [workflow], codec=codec, clock=clock)
+    while True:
+        try:
+            actual = await run_to_end(
+                flow, workflow, input, run_id=run_id, events=events, clock=clock
+            )
+        except (SimulatedCrash, StoreUnavailable) as exc:
+            restarts += 1
+            if restarts > max_restarts:
+                raise AssertionError(f"more than {max_restarts} restarts") from None
+            if isinstance(exc, SimulatedCrash):  # a new process: nothing kept in memory
+                crashing.restart()
+                flow = Flow(crashing, [workflow], codec=codec, clock=clock)
+            # A failed write leaves the process as it was: the same Flow carries on, its live
+            # coroutines facing a store that may or may not hold what they were shown.
+            continue
+        return CrashOutcome(
+            expected=expected, actual=actual, restarts=restarts, struck=tuple(crashing.struck)
+        )
