@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from benchmarks.backend import Backend
 from benchmarks.harness import Measurement, Remark, Result, Trial, compare, event_loop, timed_rounds
+from benchmarks.peers import dbos_on
 from benchmarks.postgres import POSTGRES
 from benchmarks.sqlite import SQLITE
 from benchmarks.targets import FLOW_CONCURRENT_VS_DBOS, FLOW_SEQUENTIAL_VS_DBOS
@@ -73,33 +74,18 @@ def _dbos(
     backend: Backend, count: int, concurrent: int, remarks: list[Result | Remark]
 ) -> Iterator[tuple[Trial, Trial] | None]:
     """DBOS's trials on a fresh system database, or None and a remark saying why not."""
-    try:
-        from dbos import DBOS
-
-        from benchmarks.dbos_peer import dbos_launched, sequential_workflow
-    except ImportError:
-        remarks.append(Remark(group=GROUP, text="DBOS is not installed: no peer rows."))
-        yield None
-        return
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(dbos_launched(stack.enter_context(backend.dbos_config())))
-        except Exception as exc:  # a peer that cannot run here is reported, not hidden
-            remarks.append(
-                Remark(group=GROUP, text=f"DBOS could not start on {backend.name}: {exc!r}.")
-            )
+    with dbos_on(backend, GROUP, remarks) as peer:
+        if peer is None:
             yield None
             return
+        sequential_workflow, start = peer.sequential_workflow, peer.DBOS.start_workflow
 
         def sequential() -> None:
             for _ in range(count):
                 assert sequential_workflow("i" * PAYLOAD_BYTES) == "o" * PAYLOAD_BYTES
 
         def all_at_once() -> None:
-            handles = [
-                DBOS.start_workflow(sequential_workflow, "i" * PAYLOAD_BYTES)
-                for _ in range(concurrent)
-            ]
+            handles = [start(sequential_workflow, "i" * PAYLOAD_BYTES) for _ in range(concurrent)]
             assert all(h.get_result() == "o" * PAYLOAD_BYTES for h in handles)
 
         yield Trial(run=sequential), Trial(run=all_at_once)

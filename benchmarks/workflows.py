@@ -29,6 +29,7 @@ from benchmarks.harness import (
     percentiles,
     timed_rounds,
 )
+from benchmarks.peers import dbos_on
 from benchmarks.postgres import POSTGRES
 from benchmarks.sqlite import SQLITE
 from benchmarks.targets import (
@@ -162,38 +163,23 @@ def _dbos(
     backend: Backend, count: int, concurrent: int, remarks: list[Result | Remark]
 ) -> Iterator[_Contender | None]:
     """DBOS's trials on a fresh system database, or None and a remark saying why not."""
-    try:
-        from dbos import DBOS
-
-        from benchmarks.dbos_peer import CLOCK, dbos_launched, sequential_workflow
-    except ImportError:
-        remarks.append(Remark(group=GROUP, text="DBOS is not installed: no peer rows."))
-        yield None
-        return
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(dbos_launched(stack.enter_context(backend.dbos_config())))
-        except Exception as exc:  # a peer that cannot run here is reported, not hidden
-            remarks.append(
-                Remark(group=GROUP, text=f"DBOS could not start on {backend.name}: {exc!r}.")
-            )
+    with dbos_on(backend, GROUP, remarks) as peer:
+        if peer is None:
             yield None
             return
+        sequential_workflow, start = peer.sequential_workflow, peer.DBOS.start_workflow
 
         def one() -> None:
             assert sequential_workflow("i" * PAYLOAD_BYTES) == "o" * PAYLOAD_BYTES
 
         def all_at_once() -> None:
-            handles = [
-                DBOS.start_workflow(sequential_workflow, "i" * PAYLOAD_BYTES)
-                for _ in range(concurrent)
-            ]
+            handles = [start(sequential_workflow, "i" * PAYLOAD_BYTES) for _ in range(concurrent)]
             assert all(h.get_result() == "o" * PAYLOAD_BYTES for h in handles)
 
         yield _Contender(
-            sequential=_one_at_a_time(count, CLOCK, one),
+            sequential=_one_at_a_time(count, peer.CLOCK, one),
             concurrent=Trial(run=all_at_once),
-            clock=CLOCK,
+            clock=peer.CLOCK,
         )
 
 
