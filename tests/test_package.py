@@ -91,7 +91,7 @@ def test_a_postgresql_store_without_the_driver_names_the_extra(tmp_path: Path) -
 def test_the_metadata_a_package_index_shows() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extras = project["project"]["optional-dependencies"]
-    assert set(extras) == {"postgres", "postgres-binary", "conformance", "otel"}  # no dev tools
+    assert set(extras) == {"postgres", "postgres-binary", "conformance", "otel", "ui"}  # no dev
     assert not any("[binary]" in requirement for requirement in extras["postgres"])
     assert any(r.startswith("psycopg[binary]") for r in extras["postgres-binary"])
     assert {"test", "lint", "docs", "bench", "dev"} <= set(project["dependency-groups"])
