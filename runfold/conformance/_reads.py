@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from runfold.conformance import strategies
 from runfold.conformance._core import Context, check
 from runfold.conformance._support import (
-    ALL,
     HOUR,
     MINUTE,
     T0,
+    caught_up_feed,
     created,
+    feed_after,
     hook,
     kernel_summary,
     log,
@@ -283,7 +284,7 @@ async def round_trip_every_event_type(ctx: Context, store: EventStore) -> None:
             f"the summary of run {run_id!r} differs from the kernel's: {summary}"
         )
     if ctx.capabilities.global_feed:
-        feed = await store.read_all(limit=ALL)
+        feed = await caught_up_feed(store)
         assert [e.event for e in feed] == [e for end in _ENDINGS for e in _EVERY_BODY + end]
 
 
@@ -328,7 +329,7 @@ async def round_trip_payload_bytes(ctx: Context, store: EventStore) -> None:
         assert loaded.steps["s1"].output == payload
         assert loaded.hooks["h"].deliveries[0].payload == payload
         if ctx.capabilities.global_feed:
-            feed = await store.read_all(after_position=(appended[0].position or 1) - 1, limit=7)
+            feed = await feed_after(store, (appended[0].position or 1) - 1, 7)
             assert [e.event for e in feed] == events
 
 
@@ -416,7 +417,7 @@ def round_trip_generated_events(ctx: Context) -> None:
                 assert event in [e.event for e in found]
         if ctx.capabilities.global_feed:
             start = (appended[0].position or 1) - 1
-            feed = await store.read_all(after_position=start, limit=len(batch))
+            feed = await feed_after(store, start, len(batch))
             assert [e.event for e in feed] == batch
 
     store = ctx.run(ctx.new_store())
