@@ -26,7 +26,7 @@ from runfold.kernel import (
     encode_event,
 )
 from runfold.stores.memory import MemoryStore, _Row
-from runfold.stores.protocol import decode_cursor, encode_cursor
+from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
 
 
 def _rows(
@@ -374,6 +374,119 @@ class DeletesRetainedRuns(_Appending):
         return len(doomed)
 
 
+# --- subtle defects: each passed the kit before it checked the edge it breaks ---------------------
+
+
+class HasMoreWhenFull(_Appending):
+    """Says a `list_runs` page has more whenever it is full (`len(page) == limit`) instead of
+    looking one past it: an exactly full last page promises a next page that is empty."""
+
+    async def list_runs(
+        self,
+        *,
+        workflow_name: str | None = None,
+        status: RunStatus | None = None,
+        parent_run_id: str | None = None,
+        created_before: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = 20,
+    ) -> Page[RunSummary]:
+        page = await super().list_runs(
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+            limit=limit,
+        )
+        if page.has_more or not page.items or len(page.items) < limit:
+            return page
+        last = page.items[-1]
+        resume = encode_cursor(time_key(last.created_at), last.run_id)
+        return Page(items=page.items, cursor=resume, has_more=True)
+
+
+class RetainedToCutoffKept(_Appending):
+    """Retention keeps a run whose hook retains its token until exactly the cutoff (`>=` where
+    `>` is right): that hook holds nothing at the cutoff, yet its run is not deleted."""
+
+    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
+        async with self._lock:
+            self._check_open()
+            doomed = sorted(
+                (
+                    index.summary
+                    for index in self._indexes.values()
+                    if index.summary.status in TERMINAL_RUN_STATUSES
+                    and index.summary.completed_at is not None
+                    and index.summary.completed_at < terminal_before
+                    and not any(
+                        c.retained_until is None or c.retained_until >= terminal_before
+                        for c in index.hooks
+                    )
+                ),
+                key=lambda s: (s.completed_at, s.run_id),
+            )[: max(limit, 0)]
+            for summary in doomed:
+                del self._rows[summary.run_id]
+                self._replace_index(summary.run_id, None, terminal_before)
+            gone = {s.run_id for s in doomed}
+            self._feed = [row for row in self._feed if row.run_id not in gone]
+        return len(doomed)
+
+
+class CorrelationByRecordedAt(_Appending):
+    """Orders correlation reads by `recorded_at` (then sequence) instead of by sequence: right
+    as long as the clock never steps back."""
+
+    async def read_by_correlation(
+        self,
+        run_id: str,
+        correlation_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[Envelope]:
+        async with self._lock:
+            matching = sorted(
+                (r for r in self._rows.get(run_id, ()) if r.correlation_id == correlation_id),
+                key=lambda r: (r.recorded_at, r.sequence),
+            )
+            rows = self._select(matching, after, limit, descending)
+        return [self._envelope(row) for row in rows]
+
+
+class KeepsTimeOffsets(_Appending):
+    """Keeps the index rows' times with the offset they were given (as a store of ISO strings
+    would): summaries, retention deadlines and wakeups read back in the caller's zone, not UTC
+    (equal instants, so a check comparing values alone passes)."""
+
+    @staticmethod
+    def _stored_index(index: RunIndex) -> RunIndex:
+        return index
+
+
+class RefusesNul(_Appending):
+    """Refuses attribute keys and values holding U+0000 (a C string's or a PostgreSQL text
+    column's limit), though the kernel allows them."""
+
+    async def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        *,
+        index: RunIndex,
+        recorded_at: datetime,
+    ) -> list[Envelope]:
+        if any("\x00" in k + v for k, v in index.summary.attributes.items()):
+            raise ValueError("attribute text may not hold U+0000")
+        return await super().append_if_sequence(
+            run_id, expected_sequence, events, index=index, recorded_at=recorded_at
+        )
+
+
 CAUGHT_BY: dict[type[MemoryStore], str] = {
     SkipsHeadCheck: "test_append_stale_sequence_refused",
     HeadCheckOutsideTransaction: "test_racing_writers_one_wins",
@@ -389,5 +502,10 @@ CAUGHT_BY: dict[type[MemoryStore], str] = {
     FeedExposesUncommitted: "test_tailing_reader_never_skips",
     TruncatesPayload: "test_round_trip_payload_bytes",
     DeletesRetainedRuns: "test_delete_runs_before_cutoff",
+    HasMoreWhenFull: "test_pages_end_exactly",
+    RetainedToCutoffKept: "test_delete_runs_at_the_cutoff",
+    CorrelationByRecordedAt: "test_clock_stepping_back_keeps_sequence_order",
+    KeepsTimeOffsets: "test_times_read_back_in_utc",
+    RefusesNul: "test_nul_in_every_text_field",
 }
 """Each broken store and the conformance check that must catch its defect."""

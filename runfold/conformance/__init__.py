@@ -10,14 +10,39 @@
 - `strategies`: hypothesis strategies for runtime authors (commands, valid and invalid histories,
   snapshots, events).
 
-Importing it has no side effects: no pytest plugin, no hypothesis profile, no event loop.
+Importing it installs no pytest plugin, hypothesis profile or event loop. It does ask pytest to
+rewrite the asserts of its check modules (`pytest.register_assert_rewrite`), so that under
+pytest a failing check shows the values it compared, not a bare `AssertionError`.
 """
 
-from runfold.conformance import strategies
-from runfold.conformance._core import Capabilities, Check, Effort
-from runfold.conformance.kit import CHECK_NAMES, CHECKS, StoreConformance
-from runfold.conformance.machine import StoreStateMachine
-from runfold.conformance.runner import (
+import pytest
+
+# Before the check modules are imported: pytest rewrites only modules registered by then. Outside
+# a pytest run this merely records the names.
+pytest.register_assert_rewrite(
+    *(
+        f"runfold.conformance.{module}"
+        for module in (
+            "_append",
+            "_concurrency",
+            "_edges",
+            "_faults",
+            "_feed",
+            "_indexes",
+            "_reads",
+            "_rules",
+            "_sharing",
+            "_support",
+            "machine",
+        )
+    )
+)
+
+from runfold.conformance import strategies  # noqa: E402
+from runfold.conformance._core import Capabilities, Check, Effort  # noqa: E402
+from runfold.conformance.kit import CHECK_NAMES, CHECKS, StoreConformance  # noqa: E402
+from runfold.conformance.machine import StoreStateMachine  # noqa: E402
+from runfold.conformance.runner import (  # noqa: E402
     CheckResult,
     ConformanceReport,
     StoreTarget,

@@ -22,11 +22,13 @@ from hypothesis.errors import HypothesisWarning
 from runfold.conformance import (  # noqa: F401
     _append,
     _concurrency,
+    _edges,
     _faults,
     _feed,
     _indexes,
     _reads,
     _rules,
+    _sharing,
     machine,
 )
 from runfold.conformance._core import (
@@ -65,7 +67,8 @@ class StoreConformance:
     default: `RUNFOLD_CONFORMANCE_EXAMPLES` / `RUNFOLD_CONFORMANCE_SEED`, else 25 examples with
     seed 0), `shrink` (False: report a failing example as found, without minimizing it),
     `check_timeout` (seconds one check may run). Optional hooks: `reopen_store` (with
-    `Capabilities(reopen=True)`) and `corrupt_payload` (with `Capabilities(corruption=True)`).
+    `Capabilities(reopen=True)`), `share_store` (with `Capabilities(sharing=True)`) and
+    `corrupt_payload` (with `Capabilities(corruption=True)`).
     During a check `self.tmp_dir` is a fresh temporary directory, removed afterwards.
     """
 
@@ -87,6 +90,16 @@ class StoreConformance:
         """
         raise NotImplementedError(
             f"{type(self).__name__} offers `reopen` but does not define `reopen_store`"
+        )
+
+    async def share_store(self, store: EventStore) -> EventStore:
+        """A second store object over the data of `store`, which stays open: what another
+        process opening the same database gets.
+
+        Needed with `Capabilities(sharing=True)`.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} offers `sharing` but does not define `share_store`"
         )
 
     async def corrupt_payload(
@@ -139,6 +152,7 @@ class StoreConformance:
                 make_store=self.make_store,
                 reopen_hook=self.reopen_store,
                 corrupt_hook=self.corrupt_payload,
+                share_hook=self.share_store,
                 runner=runner,
                 timeout=self.check_timeout,
             )

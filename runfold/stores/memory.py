@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Self
 
@@ -50,9 +50,35 @@ from runfold.stores.protocol import (
 __all__ = ["MemoryStore"]
 
 
+def _utc(moment: datetime) -> datetime:
+    """`moment` in UTC: stores keep instants, not the offset a caller happened to use."""
+    return moment.astimezone(UTC)
+
+
+def _optional_utc(moment: datetime | None) -> datetime | None:
+    return None if moment is None else moment.astimezone(UTC)
+
+
+def _index_in_utc(index: RunIndex) -> RunIndex:
+    """`index` with every time in UTC, as a database row would give it back."""
+    summary = index.summary
+    return RunIndex(
+        summary=attrs.evolve(
+            summary,
+            created_at=_utc(summary.created_at),
+            updated_at=_utc(summary.updated_at),
+            completed_at=_optional_utc(summary.completed_at),
+        ),
+        hooks=tuple(
+            attrs.evolve(c, retained_until=_optional_utc(c.retained_until)) for c in index.hooks
+        ),
+        wakeups=tuple(attrs.evolve(w, due_at=_utc(w.due_at)) for w in index.wakeups),
+    )
+
+
 @attrs.frozen
 class _Row:
-    """One stored event, as a database row holds it."""
+    """One stored event, as a database row holds it (`recorded_at` in UTC)."""
 
     run_id: str
     sequence: int
@@ -60,7 +86,7 @@ class _Row:
     schema_version: int
     correlation_id: str | None
     payload: bytes
-    recorded_at: datetime
+    recorded_at: datetime = attrs.field(converter=_utc)
     position: int
 
 
@@ -198,9 +224,15 @@ class MemoryStore:
                 if held is not None and held[0] == run_id:
                     del self._tokens[claim.token]
         if index is not None:
+            index = self._stored_index(index)
             self._indexes[run_id] = index
             for claim in index.claims_at(now):  # an expired claim must not displace a holder
                 self._tokens[claim.token] = (run_id, claim)
+
+    @staticmethod
+    def _stored_index(index: RunIndex) -> RunIndex:
+        """The index rows as kept: every time in UTC (the contract's "times are stored as UTC")."""
+        return _index_in_utc(index)
 
     # --- reads --------------------------------------------------------------------------------
 
