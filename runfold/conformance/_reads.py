@@ -166,6 +166,9 @@ async def read_by_correlation_scoped_to_run(ctx: Context, store: EventStore) -> 
         (7, 2, True, [6, 5]),
         (0, 1, True, [10]),
         (3, None, True, []),
+        (1, None, True, []),
+        (0, 0, False, []),
+        (0, 0, True, []),
     ]
     for after, limit, descending, expected in cases:
         got = await store.read_by_correlation(
