@@ -11,6 +11,7 @@ import asyncio
 import bisect
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from runfold.kernel import (
     TERMINAL_RUN_STATUSES,
@@ -247,8 +248,12 @@ class DescendingReadsWrong(_Appending):
         return ascending[::-1] if descending else ascending
 
 
-class CorrelationLeaks(_Appending):
-    """Filters correlation reads by correlation id only, forgetting the run."""
+class _Correlating(_Appending):
+    """A MemoryStore whose correlation reads select from `_matching(run_id, correlation_id)`, so a
+    mutant can gather them wrongly."""
+
+    def _matching(self, run_id: str, correlation_id: str) -> list[_Row]:
+        return [r for r in self._rows.get(run_id, ()) if r.correlation_id == correlation_id]
 
     async def read_by_correlation(
         self,
@@ -260,9 +265,15 @@ class CorrelationLeaks(_Appending):
         descending: bool = False,
     ) -> list[Envelope]:
         async with self._lock:
-            matching = [row for row in self._feed if row.correlation_id == correlation_id]
-            rows = self._select(matching, after, limit, descending)
+            rows = self._select(self._matching(run_id, correlation_id), after, limit, descending)
         return [self._envelope(row) for row in rows]
+
+
+class CorrelationLeaks(_Correlating):
+    """Filters correlation reads by correlation id only, forgetting the run."""
+
+    def _matching(self, run_id: str, correlation_id: str) -> list[_Row]:
+        return [row for row in self._feed if row.correlation_id == correlation_id]
 
 
 class _CursorRewriting(_Appending):
@@ -349,9 +360,13 @@ class TruncatesPayload(_Appending):
     payload_limit = 65_535
 
 
-class DeletesRetainedRuns(_Appending):
-    """Retention deletes every run that ended before the cutoff, forgetting to ask whether one of
-    its hooks still retains its token."""
+class _Retaining(_Appending):
+    """A MemoryStore whose retention asks `_retains(index, cutoff)` whether a run's hooks keep
+    it, so a mutant can ask it wrongly."""
+
+    @staticmethod
+    def _retains(index: RunIndex, cutoff: datetime) -> bool:
+        return bool(index.claims_at(cutoff))
 
     async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
         async with self._lock:
@@ -363,6 +378,7 @@ class DeletesRetainedRuns(_Appending):
                     if index.summary.status in TERMINAL_RUN_STATUSES
                     and index.summary.completed_at is not None
                     and index.summary.completed_at < terminal_before
+                    and not self._retains(index, terminal_before)
                 ),
                 key=lambda s: (s.completed_at, s.run_id),
             )[: max(limit, 0)]
@@ -372,6 +388,15 @@ class DeletesRetainedRuns(_Appending):
             gone = {s.run_id for s in doomed}
             self._feed = [row for row in self._feed if row.run_id not in gone]
         return len(doomed)
+
+
+class DeletesRetainedRuns(_Retaining):
+    """Retention deletes every run that ended before the cutoff, forgetting to ask whether one of
+    its hooks still retains its token."""
+
+    @staticmethod
+    def _retains(index: RunIndex, cutoff: datetime) -> bool:
+        return False
 
 
 # --- subtle defects: each passed the kit before it checked the edge it breaks ---------------------
@@ -381,80 +406,31 @@ class HasMoreWhenFull(_Appending):
     """Says a `list_runs` page has more whenever it is full (`len(page) == limit`) instead of
     looking one past it: an exactly full last page promises a next page that is empty."""
 
-    async def list_runs(
-        self,
-        *,
-        workflow_name: str | None = None,
-        status: RunStatus | None = None,
-        parent_run_id: str | None = None,
-        created_before: datetime | None = None,
-        cursor: str | None = None,
-        limit: int = 20,
-    ) -> Page[RunSummary]:
-        page = await super().list_runs(
-            workflow_name=workflow_name,
-            status=status,
-            parent_run_id=parent_run_id,
-            created_before=created_before,
-            cursor=cursor,
-            limit=limit,
-        )
-        if page.has_more or not page.items or len(page.items) < limit:
+    async def list_runs(self, **filters: Any) -> Page[RunSummary]:
+        page = await super().list_runs(**filters)
+        if page.has_more or not page.items or len(page.items) < filters.get("limit", 20):
             return page
         last = page.items[-1]
         resume = encode_cursor(time_key(last.created_at), last.run_id)
         return Page(items=page.items, cursor=resume, has_more=True)
 
 
-class RetainedToCutoffKept(_Appending):
+class RetainedToCutoffKept(_Retaining):
     """Retention keeps a run whose hook retains its token until exactly the cutoff (`>=` where
     `>` is right): that hook holds nothing at the cutoff, yet its run is not deleted."""
 
-    async def delete_runs(self, *, terminal_before: datetime, limit: int) -> int:
-        async with self._lock:
-            self._check_open()
-            doomed = sorted(
-                (
-                    index.summary
-                    for index in self._indexes.values()
-                    if index.summary.status in TERMINAL_RUN_STATUSES
-                    and index.summary.completed_at is not None
-                    and index.summary.completed_at < terminal_before
-                    and not any(
-                        c.retained_until is None or c.retained_until >= terminal_before
-                        for c in index.hooks
-                    )
-                ),
-                key=lambda s: (s.completed_at, s.run_id),
-            )[: max(limit, 0)]
-            for summary in doomed:
-                del self._rows[summary.run_id]
-                self._replace_index(summary.run_id, None, terminal_before)
-            gone = {s.run_id for s in doomed}
-            self._feed = [row for row in self._feed if row.run_id not in gone]
-        return len(doomed)
+    @staticmethod
+    def _retains(index: RunIndex, cutoff: datetime) -> bool:
+        return any(c.retained_until is None or c.retained_until >= cutoff for c in index.hooks)
 
 
-class CorrelationByRecordedAt(_Appending):
+class CorrelationByRecordedAt(_Correlating):
     """Orders correlation reads by `recorded_at` (then sequence) instead of by sequence: right
     as long as the clock never steps back."""
 
-    async def read_by_correlation(
-        self,
-        run_id: str,
-        correlation_id: str,
-        *,
-        after: int = 0,
-        limit: int | None = None,
-        descending: bool = False,
-    ) -> list[Envelope]:
-        async with self._lock:
-            matching = sorted(
-                (r for r in self._rows.get(run_id, ()) if r.correlation_id == correlation_id),
-                key=lambda r: (r.recorded_at, r.sequence),
-            )
-            rows = self._select(matching, after, limit, descending)
-        return [self._envelope(row) for row in rows]
+    def _matching(self, run_id: str, correlation_id: str) -> list[_Row]:
+        found = super()._matching(run_id, correlation_id)
+        return sorted(found, key=lambda r: (r.recorded_at, r.sequence))
 
 
 class KeepsTimeOffsets(_Appending):
@@ -469,22 +445,12 @@ class KeepsTimeOffsets(_Appending):
 
 class RefusesNul(_Appending):
     """Refuses attribute keys and values holding U+0000 (a C string's or a PostgreSQL text
-    column's limit), though the kernel allows them."""
+    column's limit) when it checks an append's index rows, though the kernel allows them."""
 
-    async def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        *,
-        index: RunIndex,
-        recorded_at: datetime,
-    ) -> list[Envelope]:
-        if any("\x00" in k + v for k, v in index.summary.attributes.items()):
+    def _check_claims(self, run_id: str, index: RunIndex, now: datetime) -> None:
+        if any("\x00" in key + value for key, value in index.summary.attributes.items()):
             raise ValueError("attribute text may not hold U+0000")
-        return await super().append_if_sequence(
-            run_id, expected_sequence, events, index=index, recorded_at=recorded_at
-        )
+        super()._check_claims(run_id, index, now)
 
 
 CAUGHT_BY: dict[type[MemoryStore], str] = {
