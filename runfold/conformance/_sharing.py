@@ -33,6 +33,7 @@ from runfold.kernel import (
     HookClaim,
     RunIndex,
     SequenceConflict,
+    StoreClosed,
     TokenConflict,
     WaitCreated,
 )
@@ -165,7 +166,8 @@ async def rewrite_index_is_fenced(ctx: Context, store: EventStore) -> None:
     """`rewrite_index` is fenced like an append and writes nothing when it refuses: rows for
     another head (None on a run with events included) raise `SequenceConflict` with the real
     head; a token another run holds raises `TokenConflict` naming the holder; rows of another
-    run raise `ValueError`; None for an unknown run changes nothing."""
+    run raise `ValueError`; None for an unknown run changes nothing; a closed store raises
+    `StoreClosed`."""
     rewrite = _rewriter(store).rewrite_index
     await write(store, "a", *started(), hook("h", "tok-a"))
     await write(store, "b", *started())
@@ -191,3 +193,5 @@ async def rewrite_index_is_fenced(ctx: Context, store: EventStore) -> None:
     await raises(ValueError, rewrite("a", b_rows, now=T0), "run b's rows rewritten as run a's")
     await rewrite("unknown", None, now=T0)
     assert await everything(store, ["a", "b", "unknown"], ctx.capabilities) == before
+    await store.close()
+    await raises(StoreClosed, rewrite("a", index_after(history, []), now=T0), "a closed store")
