@@ -42,6 +42,7 @@ from runfold.stores.protocol import (
     check_index,
     hook_cursor_key,
     hooks_page,
+    index_in_utc,
     run_cursor_key,
     runs_page,
     time_key,
@@ -53,27 +54,6 @@ __all__ = ["MemoryStore"]
 def _utc(moment: datetime) -> datetime:
     """`moment` in UTC: stores keep instants, not the offset a caller happened to use."""
     return moment.astimezone(UTC)
-
-
-def _optional_utc(moment: datetime | None) -> datetime | None:
-    return None if moment is None else moment.astimezone(UTC)
-
-
-def _index_in_utc(index: RunIndex) -> RunIndex:
-    """`index` with every time in UTC, as a database row would give it back."""
-    summary = index.summary
-    return RunIndex(
-        summary=attrs.evolve(
-            summary,
-            created_at=_utc(summary.created_at),
-            updated_at=_utc(summary.updated_at),
-            completed_at=_optional_utc(summary.completed_at),
-        ),
-        hooks=tuple(
-            attrs.evolve(c, retained_until=_optional_utc(c.retained_until)) for c in index.hooks
-        ),
-        wakeups=tuple(attrs.evolve(w, due_at=_utc(w.due_at)) for w in index.wakeups),
-    )
 
 
 @attrs.frozen
@@ -232,7 +212,7 @@ class MemoryStore:
     @staticmethod
     def _stored_index(index: RunIndex) -> RunIndex:
         """The index rows as kept: every time in UTC (the contract's "times are stored as UTC")."""
-        return _index_in_utc(index)
+        return index_in_utc(index)
 
     # --- reads --------------------------------------------------------------------------------
 

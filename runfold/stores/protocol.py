@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Protocol, Self, TypeVar, runtime_checkable
 
+import attrs
+
 from runfold.kernel import (
     Envelope,
     Event,
@@ -34,6 +36,7 @@ __all__ = [
     "encode_cursor",
     "hook_cursor_key",
     "hooks_page",
+    "index_in_utc",
     "run_cursor_key",
     "runs_page",
     "time_key",
@@ -290,6 +293,31 @@ def _page(found: Sequence[T], limit: int, cursor_of: Callable[[T], str]) -> Page
     items = tuple(found[: max(limit, 0)])
     has_more = bool(items) and len(found) > len(items)
     return Page(items=items, cursor=cursor_of(items[-1]) if has_more else None, has_more=has_more)
+
+
+def index_in_utc(index: RunIndex) -> RunIndex:
+    """`index` with every time in UTC (summary times, retention deadlines, wakeups' due times).
+
+    A store keeps instants and reads them back in UTC, whatever offset the caller used: a store
+    that keeps index rows as objects (not as UTC microseconds) stores this instead.
+    """
+    summary = index.summary
+    return RunIndex(
+        summary=attrs.evolve(
+            summary,
+            created_at=summary.created_at.astimezone(UTC),
+            updated_at=summary.updated_at.astimezone(UTC),
+            completed_at=_optional_utc(summary.completed_at),
+        ),
+        hooks=tuple(
+            attrs.evolve(c, retained_until=_optional_utc(c.retained_until)) for c in index.hooks
+        ),
+        wakeups=tuple(attrs.evolve(w, due_at=w.due_at.astimezone(UTC)) for w in index.wakeups),
+    )
+
+
+def _optional_utc(moment: datetime | None) -> datetime | None:
+    return None if moment is None else moment.astimezone(UTC)
 
 
 def time_key(value: datetime) -> int:
