@@ -17,25 +17,12 @@ pytest a failing check shows the values it compared, not a bare `AssertionError`
 
 import pytest
 
+from runfold.conformance._core import CHECK_MODULES
+
 # Before the check modules are imported: pytest rewrites only modules registered by then. Outside
 # a pytest run this merely records the names.
 pytest.register_assert_rewrite(
-    *(
-        f"runfold.conformance.{module}"
-        for module in (
-            "_append",
-            "_concurrency",
-            "_edges",
-            "_faults",
-            "_feed",
-            "_indexes",
-            "_reads",
-            "_rules",
-            "_sharing",
-            "_support",
-            "machine",
-        )
-    )
+    *(f"runfold.conformance.{module}" for module in (*CHECK_MODULES, "_support"))
 )
 
 from runfold.conformance import strategies  # noqa: E402

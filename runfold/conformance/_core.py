@@ -23,6 +23,7 @@ from runfold.stores.protocol import EventStore
 __all__ = [
     "CAPABILITIES",
     "CHECKS",
+    "CHECK_MODULES",
     "GROUPS",
     "Capabilities",
     "Check",
@@ -273,6 +274,20 @@ GROUPS: tuple[str, ...] = (
 
 CHECKS: list[Check] = []
 """Every registered check, in registration order."""
+
+CHECK_MODULES: tuple[str, ...] = (
+    "_append",
+    "_concurrency",
+    "_edges",
+    "_faults",
+    "_feed",
+    "_indexes",
+    "_reads",
+    "_rules",
+    "_sharing",
+    "machine",
+)
+"""The modules of `runfold.conformance` that register checks, imported by `kit` in this order."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -204,10 +204,11 @@ class EventStore(Protocol):
 
 @runtime_checkable
 class IndexRewriter(Protocol):
-    """The optional store capability `runfold verify --rebuild-index` needs; every bundled store
-    offers it, and the conformance kit checks it (`Capabilities(rewrite_index=True)`).
+    """The optional store capability `runfold verify --rebuild-index` needs.
 
-    It replaces a run's index rows without appending, fenced on the run's head.
+    Every bundled store offers it, and the conformance kit checks it
+    (`Capabilities(rewrite_index=True)`). It replaces a run's index rows without appending,
+    fenced on the run's head.
     """
 
     async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
