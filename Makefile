@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-package
 
-.PHONY: install demo lint test test-deep bench docs clean
+.PHONY: install demo lint test test-deep bench mutation kit-under-load docs clean
 
 # Everything: the package with its extras, and the development tools of the `dev` dependency
 # group (PEP 735, not published with the package; `--group` needs pip >= 25.1).
@@ -45,6 +45,16 @@ test: lint
 test-deep: install
 	bash scripts/ensure-postgres.sh
 	HYPOTHESIS_PROFILE=deep RUNFOLD_CONFORMANCE_EXAMPLES=500 $(VENV)/bin/pytest
+
+# The conformance kit's mutation score: every mutant of MemoryStore the kit does not kill must be
+# listed as equivalent in benchmarks/mutation_equivalent.txt, else this fails.
+mutation: install
+	$(PY) -m benchmarks.mutation --jobs 2
+
+# The whole kit on every bundled store, ten rounds, with two CPU-bound processes hogging the cores.
+kit-under-load: install
+	bash scripts/ensure-postgres.sh
+	$(PY) scripts/kit_under_load.py --rounds 10 --hogs 2
 
 # The documentation site, built into site/ with --strict (a broken link, a page missing from the
 # nav or a docstring griffe cannot read fails it); `make docs SERVE=1` serves it on

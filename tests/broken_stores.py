@@ -11,6 +11,7 @@ import asyncio
 import bisect
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from runfold.kernel import (
     TERMINAL_RUN_STATUSES,
@@ -26,7 +27,7 @@ from runfold.kernel import (
     encode_event,
 )
 from runfold.stores.memory import MemoryStore, _Row
-from runfold.stores.protocol import decode_cursor, encode_cursor
+from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
 
 
 def _rows(
@@ -253,8 +254,12 @@ class DescendingReadsWrong(_Appending):
         return ascending[::-1] if descending else ascending
 
 
-class CorrelationLeaks(_Appending):
-    """Filters correlation reads by correlation id only, forgetting the run."""
+class _Correlating(_Appending):
+    """A MemoryStore whose correlation reads select from `_matching(run_id, correlation_id)`, so a
+    mutant can gather them wrongly."""
+
+    def _matching(self, run_id: str, correlation_id: str) -> list[_Row]:
+        return [r for r in self._rows.get(run_id, ()) if r.correlation_id == correlation_id]
 
     async def read_by_correlation(
         self,
@@ -266,9 +271,16 @@ class CorrelationLeaks(_Appending):
         descending: bool = False,
     ) -> list[Envelope]:
         async with self._lock:
-            matching = [row for row in self._feed if row.correlation_id == correlation_id]
-            rows = self._select(matching, after, limit, descending)
+            self._check_open()
+            rows = self._select(self._matching(run_id, correlation_id), after, limit, descending)
         return [self._envelope(row) for row in rows]
+
+
+class CorrelationLeaks(_Correlating):
+    """Filters correlation reads by correlation id only, forgetting the run."""
+
+    def _matching(self, run_id: str, correlation_id: str) -> list[_Row]:
+        return [row for row in self._feed if row.correlation_id == correlation_id]
 
 
 class _CursorRewriting(_Appending):
@@ -356,9 +368,13 @@ class TruncatesPayload(_Appending):
     payload_limit = 65_535
 
 
-class DeletesRetainedRuns(_Appending):
-    """Retention deletes every run that ended before the cutoff, forgetting to ask whether one of
-    its hooks still retains its token."""
+class _Retaining(_Appending):
+    """A MemoryStore whose retention asks `_retains(index, cutoff)` whether a run's hooks keep
+    it, so a mutant can ask it wrongly."""
+
+    @staticmethod
+    def _retains(index: RunIndex, cutoff: datetime) -> bool:
+        return bool(index.claims_at(cutoff))
 
     async def delete_runs(
         self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
@@ -372,6 +388,7 @@ class DeletesRetainedRuns(_Appending):
                     if index.summary.status in TERMINAL_RUN_STATUSES
                     and index.summary.completed_at is not None
                     and index.summary.completed_at < terminal_before
+                    and not self._retains(index, terminal_before)
                     and (run_ids is None or index.summary.run_id in run_ids)
                 ),
                 key=lambda s: (s.completed_at, s.run_id),
@@ -382,6 +399,69 @@ class DeletesRetainedRuns(_Appending):
             gone = {s.run_id for s in doomed}
             self._feed = [row for row in self._feed if row.run_id not in gone]
         return len(doomed)
+
+
+class DeletesRetainedRuns(_Retaining):
+    """Retention deletes every run that ended before the cutoff, forgetting to ask whether one of
+    its hooks still retains its token."""
+
+    @staticmethod
+    def _retains(index: RunIndex, cutoff: datetime) -> bool:
+        return False
+
+
+# --- subtle defects: each passed the kit before it checked the edge it breaks ---------------------
+
+
+class HasMoreWhenFull(_Appending):
+    """Says a `list_runs` page has more whenever it is full (`len(page) == limit`) instead of
+    looking one past it: an exactly full last page promises a next page that is empty."""
+
+    async def list_runs(self, **filters: Any) -> Page[RunSummary]:
+        page = await super().list_runs(**filters)
+        if page.has_more or not page.items or len(page.items) < filters.get("limit", 20):
+            return page
+        last = page.items[-1]
+        resume = encode_cursor(time_key(last.created_at), last.run_id)
+        return Page(items=page.items, cursor=resume, has_more=True)
+
+
+class RetainedToCutoffKept(_Retaining):
+    """Retention keeps a run whose hook retains its token until exactly the cutoff (`>=` where
+    `>` is right): that hook holds nothing at the cutoff, yet its run is not deleted."""
+
+    @staticmethod
+    def _retains(index: RunIndex, cutoff: datetime) -> bool:
+        return any(c.retained_until is None or c.retained_until >= cutoff for c in index.hooks)
+
+
+class CorrelationByRecordedAt(_Correlating):
+    """Orders correlation reads by `recorded_at` (then sequence) instead of by sequence: right
+    as long as the clock never steps back."""
+
+    def _matching(self, run_id: str, correlation_id: str) -> list[_Row]:
+        found = super()._matching(run_id, correlation_id)
+        return sorted(found, key=lambda r: (r.recorded_at, r.sequence))
+
+
+class KeepsTimeOffsets(_Appending):
+    """Keeps the index rows' times with the offset they were given (as a store of ISO strings
+    would): summaries, retention deadlines and wakeups read back in the caller's zone, not UTC
+    (equal instants, so a check comparing values alone passes)."""
+
+    @staticmethod
+    def _stored_index(index: RunIndex) -> RunIndex:
+        return index
+
+
+class RefusesNul(_Appending):
+    """Refuses attribute keys and values holding U+0000 (a C string's or a PostgreSQL text
+    column's limit) when it checks an append's index rows, though the kernel allows them."""
+
+    def _check_claims(self, run_id: str, index: RunIndex, now: datetime) -> None:
+        if any("\x00" in key + value for key, value in index.summary.attributes.items()):
+            raise ValueError("attribute text may not hold U+0000")
+        super()._check_claims(run_id, index, now)
 
 
 CAUGHT_BY: dict[type[MemoryStore], str] = {
@@ -399,5 +479,10 @@ CAUGHT_BY: dict[type[MemoryStore], str] = {
     FeedExposesUncommitted: "test_tailing_reader_never_skips",
     TruncatesPayload: "test_round_trip_payload_bytes",
     DeletesRetainedRuns: "test_delete_runs_before_cutoff",
+    HasMoreWhenFull: "test_pages_end_exactly",
+    RetainedToCutoffKept: "test_delete_runs_at_the_cutoff",
+    CorrelationByRecordedAt: "test_clock_stepping_back_keeps_sequence_order",
+    KeepsTimeOffsets: "test_times_read_back_in_utc",
+    RefusesNul: "test_nul_in_every_text_field",
 }
 """Each broken store and the conformance check that must catch its defect."""

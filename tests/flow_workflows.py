@@ -14,6 +14,10 @@ from runfold.flow import current_step, sleep, step, wait_for_event, workflow
 from runfold.kernel import RetryPolicy
 
 PAYMENT_RETRY = RetryPolicy(max_attempts=5, initial_interval=timedelta(seconds=1))
+STEP_RETRY = RetryPolicy(max_attempts=5)
+"""More attempts than the faults a test's schedule holds: a step whose last attempt a crash
+interrupts fails (the engine never runs a step past its policy), so every step must outlast
+the crashes a test throws at it to end as a clean run does."""
 
 
 def reserve(items: list[str]) -> str:
@@ -36,13 +40,13 @@ async def ship(order_id: str) -> str:
 
 @workflow(name="test-order")
 async def order(o: dict[str, Any]) -> dict[str, Any]:
-    reservation = await step(reserve, o["items"])
+    reservation = await step(reserve, o["items"], retry=STEP_RETRY)
     payment = await step(charge, o["id"], o["amount"], retry=PAYMENT_RETRY)
     await sleep(timedelta(hours=1))  # a cooling-off period, durable
     approval = await wait_for_event("approval", token=f"approve-{o['id']}")
     if approval != "yes":
         return {"order": o["id"], "status": "rejected"}
-    parcel = await step(ship, o["id"])
+    parcel = await step(ship, o["id"], retry=STEP_RETRY)
     return {"order": o["id"], "reservation": reservation, "payment": payment, "parcel": parcel}
 
 
@@ -54,5 +58,5 @@ def add(a: int, b: int) -> int:
 async def chain(n: int) -> int:
     total = 0
     for i in range(n):
-        total = await step(add, total, i)
+        total = await step(add, total, i, retry=STEP_RETRY)
     return total

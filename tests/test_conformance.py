@@ -26,7 +26,7 @@ from runfold.conformance import (
 )
 from runfold.stores import MemoryStore, PostgresStore, SQLiteStore
 from runfold.stores.protocol import EventStore
-from tests.broken_stores import CAUGHT_BY
+from tests.broken_stores import CAUGHT_BY, CorrelationByRecordedAt
 from tests.postgres_support import DSN, admin, schema_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ EXAMPLE = "docs.examples.thirdparty.jsonl_store:JsonlStoreConformance"
 
 
 class TestMemoryStore(StoreConformance):
-    capabilities = Capabilities(corruption=True)
+    capabilities = Capabilities(corruption=True, rewrite_index=True)
 
     async def make_store(self) -> EventStore:
         return MemoryStore()
@@ -48,13 +48,17 @@ class TestMemoryStore(StoreConformance):
 
 
 class TestPostgresStore(StoreConformance):
-    capabilities = Capabilities(reopen=True, corruption=True)
+    capabilities = Capabilities(reopen=True, corruption=True, sharing=True, rewrite_index=True)
 
     async def make_store(self) -> EventStore:
         admin()  # skips (fails under CI=true) without a server
         return await PostgresStore.open(DSN, schema=schema_name("kit"), pool_max=4)
 
     async def reopen_store(self, store: EventStore) -> EventStore:
+        assert isinstance(store, PostgresStore)
+        return await PostgresStore.open(DSN, schema=store._schema, pool_max=4)
+
+    async def share_store(self, store: EventStore) -> EventStore:
         assert isinstance(store, PostgresStore)
         return await PostgresStore.open(DSN, schema=store._schema, pool_max=4)
 
@@ -67,12 +71,16 @@ class TestPostgresStore(StoreConformance):
 
 
 class TestSQLiteFile(StoreConformance):
-    capabilities = Capabilities(reopen=True, corruption=True)
+    capabilities = Capabilities(reopen=True, corruption=True, sharing=True, rewrite_index=True)
 
     async def make_store(self) -> EventStore:
         return await SQLiteStore.open(self.tmp_dir / f"{self.unique_name()}.db")
 
     async def reopen_store(self, store: EventStore) -> EventStore:
+        assert isinstance(store, SQLiteStore)
+        return await SQLiteStore.open(store._path)
+
+    async def share_store(self, store: EventStore) -> EventStore:
         assert isinstance(store, SQLiteStore)
         return await SQLiteStore.open(store._path)
 
@@ -87,6 +95,8 @@ class TestSQLiteFile(StoreConformance):
 
 
 class TestSQLiteInMemory(StoreConformance):
+    capabilities = Capabilities(rewrite_index=True)
+
     async def make_store(self) -> EventStore:
         return await SQLiteStore.open(":memory:")
 
@@ -114,6 +124,14 @@ def test_the_kit_fails_a_broken_store_by_name(broken: type[MemoryStore], check: 
     # The line named is the check's (or the store's), never the kit's assertion helper.
     assert "(raised at " in detail and "_support.py" not in detail, detail
     assert not report.ok
+
+
+def test_a_failing_check_shows_the_values_it_compared() -> None:
+    # pytest rewrote the kit's asserts (`register_assert_rewrite`): the values are in the report.
+    check = "test_clock_stepping_back_keeps_sequence_order"
+    detail = run_conformance(CorrelationByRecordedAt, checks=[check]).result(check).detail
+    assert "assert [8, 9, 4, 6, 10, 7, ...] == [3, 4, 6, 7, 8, 9, ...]" in detail, detail
+    assert "At index 0 diff: 8 != 3" in detail, detail
 
 
 def test_every_broken_store_defect_is_distinct_and_named() -> None:
@@ -236,7 +254,9 @@ def test_pytest_runs_the_kit_without_any_async_plugin(tmp_path: Path) -> None:
     )
     assert finished.returncode == 0, finished.stdout + finished.stderr
     summary = finished.stdout.strip().splitlines()[-1]
-    assert f"{len(CHECK_NAMES) - 2} passed, 2 skipped" in summary, summary
+    skipped = sum(bool(check.missing(Capabilities())) for check in CHECKS)
+    assert skipped == 6  # reopen, corruption, sharing (2) and rewrite_index (2) are off
+    assert f"{len(CHECK_NAMES) - skipped} passed, {skipped} skipped" in summary, summary
 
 
 # --- the command line -----------------------------------------------------------------------------
@@ -263,7 +283,9 @@ def test_the_command_line_runs_a_store_module_outside_the_package() -> None:
     assert out.rstrip().endswith("PASSED")
     assert "examples: 5, seed: 3" in out
     [total] = [line for line in out.splitlines() if line.startswith("all ")]
-    assert total.split()[1:5] == [str(len(CHECK_NAMES)), str(len(CHECK_NAMES)), "0", "0"]
+    # The example offers neither `sharing` nor `rewrite_index`: two checks each.
+    offered = len(CHECK_NAMES) - 4
+    assert total.split()[1:5] == [str(len(CHECK_NAMES)), str(offered), "0", "4"]
 
 
 def test_the_command_line_fails_a_broken_store(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from runfold import (
+    CancelRun,
     CommandHandler,
     CompleteWait,
     CreateHook,
@@ -398,6 +399,31 @@ async def test_a_retained_token_is_held_until_its_deadline(
     assert [e.event for e in created.appended] == [HookCreated(hook_id="late", token=TOKEN)]
     assert await handler.store.find_hook(TOKEN, now=clock.now) == HookHolder(
         run_id=OTHER, hook_id="late", retained_until=None
+    )
+
+
+async def test_request_cancel_releases_a_retained_token_and_cancel_run_keeps_it(
+    handler: CommandHandler, clock: Clock
+) -> None:
+    # The decision of the rules reference: `cancel_requested` cancels every active hook (a
+    # cancelled hook, like a disposed one, holds nothing), while `run_cancelled` is an ending
+    # like any other, after which a retaining hook keeps its token until its deadline.
+    await run_with(handler, "running", RETAINED_HOOK)
+    kept = CreateHook(hook_id=HOOK, token="tok-kept", retain_token_until=T0 + HOUR)
+    await run_with(handler, "running", kept, run_id=OTHER)
+    await handler.execute(RUN, RequestCancel(reason="stop"))
+    await handler.execute(OTHER, CancelRun(reason="stop"))
+    clock.advance(LATER)
+
+    assert await handler.store.find_hook(TOKEN, now=clock.now) is None
+    assert await handler.store.find_hook("tok-kept", now=clock.now) == HookHolder(
+        run_id=OTHER, hook_id=HOOK, retained_until=T0 + HOUR
+    )
+    await assert_rejected(
+        handler, ReceiveHook(hook_id=HOOK, payload=b"p"), HookNotFound, repr(HOOK), "not found"
+    )
+    await assert_rejected(
+        handler, ReceiveHook(hook_id=HOOK, payload=b"p"), RunExpired, run_id=OTHER
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
 
 import attrs
 
@@ -26,7 +26,7 @@ from runfold.kernel import (
     project_run,
     run_index,
 )
-from runfold.stores.protocol import EventStore
+from runfold.stores.protocol import EventStore, IndexRewriter
 
 __all__ = ["IndexRewriter", "Problem", "VerifyReport", "can_rebuild", "verify_store"]
 
@@ -56,18 +56,6 @@ class VerifyReport:
     def ok(self) -> bool:
         """True when nothing is left wrong (every problem found was repaired)."""
         return all(p.repaired for p in self.problems)
-
-
-@runtime_checkable
-class IndexRewriter(Protocol):
-    """The optional store capability `--rebuild-index` needs; every bundled store offers it.
-
-    It replaces a run's index rows without appending, fenced on the run's head.
-    """
-
-    async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
-        """Replace the run's index rows with `index` (None: remove them)."""
-        ...
 
 
 def can_rebuild(store: EventStore) -> bool:

@@ -10,14 +10,16 @@
 - `strategies`: hypothesis strategies for runtime authors (commands, valid and invalid histories,
   snapshots, events).
 
-Importing it has no side effects: no pytest plugin, no hypothesis profile, no event loop.
+Importing it installs no pytest plugin, hypothesis profile or event loop. It does ask pytest to
+rewrite the asserts of its check modules (`pytest.register_assert_rewrite`), so that under
+pytest a failing check shows the values it compared, not a bare `AssertionError`.
 """
 
 import sys
 
 try:
     import hypothesis  # noqa: F401  (the kit's extra: checked first, to say so in one line)
-    import pytest  # noqa: F401
+    import pytest
 except ImportError as _missing:
     _NEEDS = (
         "runfold.conformance needs its extra: pip install 'runfold[conformance]' "
@@ -27,6 +29,16 @@ except ImportError as _missing:
         print(f"runfold.conformance: error: {_NEEDS}", file=sys.stderr)
         raise SystemExit(2) from None
     raise ImportError(_NEEDS, name=_missing.name) from None
+
+import pytest
+
+from runfold.conformance._core import CHECK_MODULES
+
+# Before the check modules are imported: pytest rewrites only modules registered by then. Outside
+# a pytest run this merely records the names.
+pytest.register_assert_rewrite(
+    *(f"runfold.conformance.{module}" for module in (*CHECK_MODULES, "_support"))
+)
 
 from runfold.conformance import strategies
 from runfold.conformance._core import Capabilities, Check, Effort

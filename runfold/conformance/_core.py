@@ -23,6 +23,7 @@ from runfold.stores.protocol import EventStore
 __all__ = [
     "CAPABILITIES",
     "CHECKS",
+    "CHECK_MODULES",
     "GROUPS",
     "Capabilities",
     "Check",
@@ -61,6 +62,10 @@ class Capabilities:
     - `reopen`: the data outlives `close()` (file and server stores); needs
       `StoreConformance.reopen_store`.
     - `corruption`: the test can damage a stored payload; needs `StoreConformance.corrupt_payload`.
+    - `sharing`: a second store object can be opened over the same data while the first stays
+      open (another process's view of one database); needs `StoreConformance.share_store`.
+    - `rewrite_index`: the store offers the optional repair `rewrite_index(run_id, index, *,
+      now)` (`runfold verify --rebuild-index`).
     """
 
     global_feed: bool = True
@@ -68,6 +73,8 @@ class Capabilities:
     concurrency: bool = True
     reopen: bool = False
     corruption: bool = False
+    sharing: bool = False
+    rewrite_index: bool = False
 
     def offers(self, name: str) -> bool:
         """Whether the capability called `name` is offered."""
@@ -165,6 +172,7 @@ class Context:
     """The raw `make_store` hook, for code that manages stores on a loop of its own."""
     reopen_hook: Callable[[EventStore], Awaitable[EventStore]]
     corrupt_hook: Callable[[EventStore, str, int], Awaitable[EventStore | None]]
+    share_hook: Callable[[EventStore], Awaitable[EventStore]]
     runner: asyncio.Runner
     timeout: float
     stores: list[EventStore] = attrs.field(factory=list)
@@ -180,6 +188,12 @@ class Context:
         reopened = await self.reopen_hook(store)
         self.stores.append(reopened)
         return reopened
+
+    async def share(self, store: EventStore) -> EventStore:
+        """A second store object over the data of the open `store` (`share_store`)."""
+        shared = await self.share_hook(store)
+        self.stores.append(shared)
+        return shared
 
     async def corrupt(self, store: EventStore, run_id: str, sequence: int) -> EventStore:
         """Damage the payload of one stored event (`corrupt_payload`).
@@ -249,6 +263,8 @@ GROUPS: tuple[str, ...] = (
     "concurrency",
     "faults",
     "reopen",
+    "sharing",
+    "rewrite_index",
     "corruption",
     "lifecycle",
     "rules",
@@ -258,6 +274,21 @@ GROUPS: tuple[str, ...] = (
 
 CHECKS: list[Check] = []
 """Every registered check, in registration order."""
+
+CHECK_MODULES: tuple[str, ...] = (
+    "_append",
+    "_concurrency",
+    "_edges",
+    "_faults",
+    "_feed",
+    "_indexes",
+    "_reads",
+    "_rules",
+    "_served",
+    "_sharing",
+    "machine",
+)
+"""The modules of `runfold.conformance` that register checks, imported by `kit` in this order."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -13,8 +13,10 @@ from runfold.conformance._support import (
     HOUR,
     MINUTE,
     T0,
+    caught_up_feed,
     created,
     envelopes_for,
+    feed_after,
     holder,
     hook,
     index_after,
@@ -115,7 +117,7 @@ async def reopen_holds_acknowledged(ctx: Context, store: EventStore) -> None:
     await write(store, "ended", RunCompleted(output=b""), at=T0 + MINUTE)
     base = ["base", "ended"]
     base_state = await run_state(store, base)
-    base_feed = await store.read_all(limit=ALL) if ctx.capabilities.global_feed else []
+    base_feed = await caught_up_feed(store) if ctx.capabilities.global_feed else []
 
     async def append(run_id: str) -> list[Envelope]:
         return await write(store, run_id, *started(), log(run_id))
@@ -139,7 +141,7 @@ async def reopen_holds_acknowledged(ctx: Context, store: EventStore) -> None:
         assert await reopened.read(run_id) == acked.get(run_id, []), f"{run_id} after reopen"
     assert sorted(await _listed(reopened)) == sorted([*base, *acked])
     if ctx.capabilities.global_feed:
-        feed = await reopened.read_all(limit=ALL)
+        feed = await caught_up_feed(reopened)
         written = sorted((e for a in acked.values() for e in a), key=lambda e: e.position or 0)
         assert feed == base_feed + written, "the feed after reopen differs"
     assert await reopened.find_hook("tok", now=T0) == holder("base", "h")
@@ -161,6 +163,8 @@ async def corrupt_payload_fails_its_run_only(ctx: Context, store: EventStore) ->
         await write(store, run_id, *started(), StepCreated(step_id="s", step_name="n", input=b""))
         await write(store, run_id, log("two"))
     damaged = (await store.read("a"))[2]
+    if ctx.capabilities.global_feed:
+        await caught_up_feed(store)  # damage only what the feed already shows
     store = await ctx.corrupt(store, "a", 3)
     failing: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
         ("read", lambda: store.read("a")),
@@ -186,7 +190,7 @@ async def corrupt_payload_fails_its_run_only(ctx: Context, store: EventStore) ->
     assert [s.last_sequence if s else None for s in summaries] == [4, 5]
     assert sorted(await _listed(store)) == ["a", "b"]
     if ctx.capabilities.global_feed:
-        after = await store.read_all(after_position=damaged.position or 0, limit=ALL)
+        after = await feed_after(store, damaged.position or 0, 6)  # a4, b1 … b5
         assert ("b", 5) in {(e.run_id, e.sequence) for e in after}
         assert ("a", 3) not in {(e.run_id, e.sequence) for e in after}
 

@@ -7,6 +7,7 @@ from runfold.conformance._support import (
     ALL,
     MINUTE,
     T0,
+    caught_up_feed,
     created,
     log,
     plain,
@@ -35,6 +36,7 @@ async def read_all_in_position_order(ctx: Context, store: EventStore) -> None:
     `append_if_sequence` returned, strictly rising; each run's envelopes appear in sequence
     order and equal its `read`."""
     written = await _feed(store)
+    await caught_up_feed(store)
     feed = await store.read_all()
     assert feed == written, "read_all differs from what the appends returned"
     positions(feed)
@@ -48,6 +50,7 @@ async def read_all_pages_by_position(ctx: Context, store: EventStore) -> None:
     `limit` (0: none), so following the last position of each page visits the whole feed once,
     whatever the page size."""
     written = await _feed(store)
+    await caught_up_feed(store)
     for limit in (1, 2, 5, 1000):
         seen: list[Envelope] = []
         after = 0
@@ -79,4 +82,5 @@ async def feed_never_reuses_a_position(ctx: Context, store: EventStore) -> None:
         f"position {positions(fresh)[0]} was handed out again after retention (it had reached "
         f"{high}): a reader tailing after {high} never sees the new event"
     )
+    await caught_up_feed(store)
     assert await store.read_all(after_position=high, limit=ALL) == fresh

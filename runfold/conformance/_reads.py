@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from runfold.conformance import strategies
 from runfold.conformance._core import Context, check
 from runfold.conformance._support import (
-    ALL,
     HOUR,
     MINUTE,
     T0,
+    caught_up_feed,
     created,
+    feed_after,
     hook,
     kernel_summary,
     log,
@@ -165,6 +166,9 @@ async def read_by_correlation_scoped_to_run(ctx: Context, store: EventStore) -> 
         (7, 2, True, [6, 5]),
         (0, 1, True, [10]),
         (3, None, True, []),
+        (1, None, True, []),
+        (0, 0, False, []),
+        (0, 0, True, []),
     ]
     for after, limit, descending, expected in cases:
         got = await store.read_by_correlation(
@@ -283,7 +287,7 @@ async def round_trip_every_event_type(ctx: Context, store: EventStore) -> None:
             f"the summary of run {run_id!r} differs from the kernel's: {summary}"
         )
     if ctx.capabilities.global_feed:
-        feed = await store.read_all(limit=ALL)
+        feed = await caught_up_feed(store)
         assert [e.event for e in feed] == [e for end in _ENDINGS for e in _EVERY_BODY + end]
 
 
@@ -328,7 +332,7 @@ async def round_trip_payload_bytes(ctx: Context, store: EventStore) -> None:
         assert loaded.steps["s1"].output == payload
         assert loaded.hooks["h"].deliveries[0].payload == payload
         if ctx.capabilities.global_feed:
-            feed = await store.read_all(after_position=(appended[0].position or 1) - 1, limit=7)
+            feed = await feed_after(store, (appended[0].position or 1) - 1, 7)
             assert [e.event for e in feed] == events
 
 
@@ -416,7 +420,7 @@ def round_trip_generated_events(ctx: Context) -> None:
                 assert event in [e.event for e in found]
         if ctx.capabilities.global_feed:
             start = (appended[0].position or 1) - 1
-            feed = await store.read_all(after_position=start, limit=len(batch))
+            feed = await feed_after(store, start, len(batch))
             assert [e.event for e in feed] == batch
 
     store = ctx.run(ctx.new_store())

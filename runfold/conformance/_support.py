@@ -140,10 +140,49 @@ async def everything(
     return (
         await run_state(store, run_ids, now),
         await store.list_runs(limit=ALL),
-        await store.read_all(limit=ALL) if capabilities.global_feed else None,
+        await caught_up_feed(store) if capabilities.global_feed else None,
         await store.list_hooks(now=now, limit=ALL),
         await store.next_wakeup(),
     )
+
+
+FEED_PATIENCE = 10.0
+"""Seconds `caught_up_feed` waits for the feed to show what the runs hold."""
+
+
+async def caught_up_feed(store: EventStore, *, patience: float = FEED_PATIENCE) -> list[Envelope]:
+    """The whole feed (`read_all`) once it holds as many envelopes as the store's runs do.
+
+    A feed may lag a moment behind the runs (PostgresStore serves only transactions older than
+    every one still running on the server, and waits just `feed_wait` for them): comparing two
+    readings taken straight after writes would assume no transaction anywhere stays open that
+    long. This waits, up to `patience` seconds, until the feed has caught up with every run's
+    head; a store whose feed never does is then judged on what it returned.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    while True:
+        listed = await store.list_runs(limit=ALL)
+        held = sum([await store.head(summary.run_id) for summary in listed.items])
+        feed = await store.read_all(limit=ALL)
+        if len(feed) >= held or loop.time() >= deadline:
+            return feed
+        await asyncio.sleep(0.01)
+
+
+async def feed_after(
+    store: EventStore, after_position: int, count: int, *, patience: float = FEED_PATIENCE
+) -> list[Envelope]:
+    """`read_all(after_position=…, limit=count)` once it returns `count` envelopes (or after
+    `patience` seconds): the envelopes just appended, however long the feed lags behind them
+    (see `caught_up_feed`)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    while True:
+        feed = await store.read_all(after_position=after_position, limit=count)
+        if len(feed) >= count or loop.time() >= deadline:
+            return feed
+        await asyncio.sleep(0.01)
 
 
 async def all_run_ids(store: EventStore, **filters: Any) -> list[str]:
@@ -157,12 +196,15 @@ async def walk(
     fetch: Callable[[str | None], Awaitable[Any]], limit: int, bound: int = 10_000
 ) -> list[Any]:
     """Every item of a cursor-paged listing, asserting the page laws on the way: at most `limit`
-    items a page, full pages while `has_more`, a cursor exactly when `has_more`."""
+    items a page, full pages while `has_more`, a cursor exactly when `has_more`, and a page
+    with items after every page that said `has_more`."""
     seen: list[Any] = []
     cursor: str | None = None
     for _ in range(bound):
         page = await fetch(cursor)
         assert len(page.items) <= limit, f"a page of {len(page.items)} items for limit {limit}"
+        if cursor is not None:
+            assert page.items, f"has_more promised more, then a page of none (limit {limit})"
         seen.extend(page.items)
         if not page.has_more:
             assert page.cursor is None, "the last page carries a cursor"

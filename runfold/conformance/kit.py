@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import tempfile
 import textwrap
 import warnings
@@ -18,22 +19,9 @@ from typing import ClassVar, Literal
 import pytest
 from hypothesis.errors import HypothesisWarning
 
-# The check modules register their checks on import, in documentation order.
-from runfold.conformance import (  # noqa: F401
-    _append,
-    _concurrency,
-    _faults,
-    _feed,
-    _indexes,
-    _reads,
-    _rules,
-    _served,
-    machine,
-)
+from runfold.conformance import _core
 from runfold.conformance._core import (
-    CHECKS as _REGISTERED,
-)
-from runfold.conformance._core import (
+    CHECK_MODULES,
     GROUPS,
     Capabilities,
     Check,
@@ -45,7 +33,11 @@ from runfold.stores.protocol import EventStore
 
 __all__ = ["CHECKS", "CHECK_NAMES", "StoreConformance"]
 
-CHECKS: tuple[Check, ...] = tuple(sorted(_REGISTERED, key=lambda c: GROUPS.index(c.capability)))
+# The check modules register their checks on import, in documentation order.
+for _module in CHECK_MODULES:
+    importlib.import_module(f"runfold.conformance.{_module}")
+
+CHECKS: tuple[Check, ...] = tuple(sorted(_core.CHECKS, key=lambda c: GROUPS.index(c.capability)))
 """Every check, in documentation order (by group, then as written)."""
 CHECK_NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)
 """Every check's public name (= its `StoreConformance` test method), in documentation order."""
@@ -66,7 +58,8 @@ class StoreConformance:
     default: `RUNFOLD_CONFORMANCE_EXAMPLES` / `RUNFOLD_CONFORMANCE_SEED`, else 25 examples with
     seed 0), `shrink` (False: report a failing example as found, without minimizing it),
     `check_timeout` (seconds one check may run). Optional hooks: `reopen_store` (with
-    `Capabilities(reopen=True)`) and `corrupt_payload` (with `Capabilities(corruption=True)`).
+    `Capabilities(reopen=True)`), `share_store` (with `Capabilities(sharing=True)`) and
+    `corrupt_payload` (with `Capabilities(corruption=True)`).
     During a check `self.tmp_dir` is a fresh temporary directory, removed afterwards.
     """
 
@@ -88,6 +81,16 @@ class StoreConformance:
         """
         raise NotImplementedError(
             f"{type(self).__name__} offers `reopen` but does not define `reopen_store`"
+        )
+
+    async def share_store(self, store: EventStore) -> EventStore:
+        """A second store object over the data of `store`, which stays open.
+
+        What another process opening the same database gets. Needed with
+        `Capabilities(sharing=True)`.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} offers `sharing` but does not define `share_store`"
         )
 
     async def corrupt_payload(
@@ -140,6 +143,7 @@ class StoreConformance:
                 make_store=self.make_store,
                 reopen_hook=self.reopen_store,
                 corrupt_hook=self.corrupt_payload,
+                share_hook=self.share_store,
                 runner=runner,
                 timeout=self.check_timeout,
             )

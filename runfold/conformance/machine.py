@@ -32,6 +32,7 @@ from runfold.conformance import strategies
 from runfold.conformance._core import Capabilities, Context, check
 from runfold.conformance._support import (
     ALL,
+    caught_up_feed,
     created,
     envelopes_for,
     index_after,
@@ -399,8 +400,8 @@ class StoreStateMachine(RuleBasedStateMachine):
 
         Reading after the `start`-th of them answers the same too.
         """
-        feed = self._both(lambda s: s.read_all(limit=ALL), "read_all()")
-        mine = self._await(self.store.read_all(limit=ALL))
+        feed = self._both(caught_up_feed, "read_all()")
+        mine = self._await(caught_up_feed(self.store))
         start = min(start, len(feed))
         expected = self._answer(
             self.oracle, lambda s: s.read_all(after_position=_after(feed, start), limit=limit)
@@ -439,7 +440,7 @@ class StoreStateMachine(RuleBasedStateMachine):
         self._both(lambda s: s.due_wakeups(now, limit=ALL), f"due_wakeups({now})")
         self._both(lambda s: s.next_wakeup(), "next_wakeup()")
         if self.capabilities.global_feed:
-            self._both(lambda s: s.read_all(limit=ALL), "read_all()")
+            self._both(caught_up_feed, "read_all()")
 
 
 @check("state_machine", sync=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Self
 
@@ -42,6 +42,7 @@ from runfold.stores.protocol import (
     check_index,
     hook_cursor_key,
     hooks_page,
+    index_in_utc,
     run_cursor_key,
     runs_page,
     time_key,
@@ -50,9 +51,14 @@ from runfold.stores.protocol import (
 __all__ = ["MemoryStore"]
 
 
+def _utc(moment: datetime) -> datetime:
+    """`moment` in UTC: stores keep instants, not the offset a caller happened to use."""
+    return moment.astimezone(UTC)
+
+
 @attrs.frozen
 class _Row:
-    """One stored event, as a database row holds it."""
+    """One stored event, as a database row holds it (`recorded_at` in UTC)."""
 
     run_id: str
     sequence: int
@@ -60,7 +66,7 @@ class _Row:
     schema_version: int
     correlation_id: str | None
     payload: bytes
-    recorded_at: datetime
+    recorded_at: datetime = attrs.field(converter=_utc)
     position: int
 
 
@@ -204,9 +210,15 @@ class MemoryStore:
                 if held is not None and held[0] == run_id:
                     del self._tokens[claim.token]
         if index is not None:
+            index = self._stored_index(index)
             self._indexes[run_id] = index
             for claim in index.claims_at(now):  # an expired claim must not displace a holder
                 self._tokens[claim.token] = (run_id, claim)
+
+    @staticmethod
+    def _stored_index(index: RunIndex) -> RunIndex:
+        """The index rows as kept: every time in UTC (the contract's "times are stored as UTC")."""
+        return index_in_utc(index)
 
     # --- reads --------------------------------------------------------------------------------
 

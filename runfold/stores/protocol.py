@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Protocol, Self, TypeVar, runtime_checkable
 
+import attrs
+
 from runfold.kernel import (
     Envelope,
     Event,
@@ -27,12 +29,14 @@ from runfold.kernel import (
 
 __all__ = [
     "EventStore",
+    "IndexRewriter",
     "check_append",
     "check_index",
     "decode_cursor",
     "encode_cursor",
     "hook_cursor_key",
     "hooks_page",
+    "index_in_utc",
     "run_cursor_key",
     "runs_page",
     "time_key",
@@ -217,6 +221,28 @@ class EventStore(Protocol):
     ) -> None: ...
 
 
+@runtime_checkable
+class IndexRewriter(Protocol):
+    """The optional store capability `runfold verify --rebuild-index` needs.
+
+    Every bundled store offers it, and the conformance kit checks it
+    (`Capabilities(rewrite_index=True)`). It replaces a run's index rows without appending,
+    fenced on the run's head.
+    """
+
+    async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
+        """Replace the run's index rows with `index` (None: remove them), appending nothing.
+
+        Raises:
+            SequenceConflict: `index` does not describe the run's head
+                (`index.summary.last_sequence`; 0, no events, for None).
+            TokenConflict: Another run's live or retained hook holds a token of `index` at
+                `now`.
+            ValueError: `index` is another run's.
+        """
+        ...
+
+
 def encode_cursor(*parts: str | int) -> str:
     """An opaque, URL-safe cursor from a sort key (stores share this so cursors look alike)."""
     text = "\x1f".join(str(p) for p in parts)
@@ -265,8 +291,10 @@ def hook_cursor_key(cursor: str) -> tuple[str, str]:
 def runs_page(newest_first: Sequence[RunSummary], limit: int) -> Page[RunSummary]:
     """The `list_runs` page of the first `limit` summaries; any summary past them means more.
 
-    Fetch `limit + 1` (newest first, `created_at` then `run_id`) to learn `has_more`; the cursor
-    decodes with `run_cursor_key`.
+    `has_more` (with a cursor) only when the page has items and another one follows it: an
+    exactly full last page has none, and so has a page of `limit` 0. Fetch `limit + 1` (newest
+    first, `created_at` then `run_id`) to learn `has_more`; the cursor decodes with
+    `run_cursor_key`.
     """
     return _page(newest_first, limit, lambda s: encode_cursor(time_key(s.created_at), s.run_id))
 
@@ -280,11 +308,36 @@ def hooks_page(ordered: Sequence[HookHolder], limit: int) -> Page[HookHolder]:
 
 
 def _page(found: Sequence[T], limit: int, cursor_of: Callable[[T], str]) -> Page[T]:
+    # `has_more` promises a next page with items, fetched with the cursor: a page of no items
+    # (`limit` 0) has no cursor to continue from, so it promises nothing.
     items = tuple(found[: max(limit, 0)])
-    has_more = len(found) > len(items)
-    return Page(
-        items=items, cursor=cursor_of(items[-1]) if has_more and items else None, has_more=has_more
+    has_more = bool(items) and len(found) > len(items)
+    return Page(items=items, cursor=cursor_of(items[-1]) if has_more else None, has_more=has_more)
+
+
+def index_in_utc(index: RunIndex) -> RunIndex:
+    """`index` with every time in UTC (summary times, retention deadlines, wakeups' due times).
+
+    A store keeps instants and reads them back in UTC, whatever offset the caller used: a store
+    that keeps index rows as objects (not as UTC microseconds) stores this instead.
+    """
+    summary = index.summary
+    return RunIndex(
+        summary=attrs.evolve(
+            summary,
+            created_at=summary.created_at.astimezone(UTC),
+            updated_at=summary.updated_at.astimezone(UTC),
+            completed_at=_optional_utc(summary.completed_at),
+        ),
+        hooks=tuple(
+            attrs.evolve(c, retained_until=_optional_utc(c.retained_until)) for c in index.hooks
+        ),
+        wakeups=tuple(attrs.evolve(w, due_at=w.due_at.astimezone(UTC)) for w in index.wakeups),
     )
+
+
+def _optional_utc(moment: datetime | None) -> datetime | None:
+    return None if moment is None else moment.astimezone(UTC)
 
 
 def time_key(value: datetime) -> int:
