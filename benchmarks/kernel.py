@@ -17,8 +17,10 @@ from typing import Any
 from benchmarks.harness import Measurement, Result, Target, compare, measure
 from benchmarks.targets import FOLD_RATE, FOLD_RATE_EVENTS_PER_SECOND, SNAPSHOT_MEMORY
 from benchmarks.workloads import PAYLOAD_BYTES, T0, step_events, step_heavy_history
-from runfold import Snapshot, apply, decode_event, encode_event, project_run
+from runfold import Snapshot, apply, encode_event, project_run
 from runfold.kernel import make_envelope
+from runfold.stores._sql import envelopes_from_rows
+from runfold.stores.protocol import time_key
 
 __all__ = [
     "EncodedRow",
@@ -29,8 +31,9 @@ __all__ = [
     "encoded_rows",
 ]
 
-EncodedRow = tuple[int, str, int, bytes, int]
-"""(sequence, type, schema_version, payload, recorded_at micros), as a store row holds it."""
+EncodedRow = tuple[int, str, int, bytes, int, None]
+"""(sequence, type, schema_version, payload, recorded_at key, position) as a SQL store's read
+fetches a run's row (`envelopes_from_rows`)."""
 
 
 def encoded_rows(size: int) -> list[EncodedRow]:
@@ -38,23 +41,16 @@ def encoded_rows(size: int) -> list[EncodedRow]:
     rows = []
     for envelope in step_heavy_history(size):
         event_type, version, payload = encode_event(envelope.event)
-        micros = (envelope.recorded_at - T0) // timedelta(microseconds=1)
-        rows.append((envelope.sequence, event_type, version, payload, micros))
+        rows.append(
+            (envelope.sequence, event_type, version, payload, time_key(envelope.recorded_at), None)
+        )
     return rows
 
 
 def decode_and_fold(rows: list[EncodedRow]) -> Snapshot:
-    """What a store's read does (decode each row, build its envelope; rows of one append share
-    their time object, as the stores do), then `project_run`."""
-    history = []
-    last_micros = None
-    recorded_at = T0
-    for sequence, event_type, version, payload, micros in rows:
-        if micros != last_micros:
-            last_micros, recorded_at = micros, T0 + timedelta(microseconds=micros)
-        event = decode_event(event_type, version, payload)
-        history.append(make_envelope("run-bench", sequence, event, recorded_at, None))
-    return project_run(history)
+    """What a SQL store's read does once the rows are fetched (`envelopes_from_rows`: decode
+    them together, build the envelopes), then `project_run`."""
+    return project_run(envelopes_from_rows(rows, "run-bench"))
 
 
 def bench_fold(quick: bool) -> list[Result]:
@@ -128,8 +124,8 @@ def bench_memory(quick: bool) -> list[Result]:
     of a fresh process doing the same."""
     size = 1_000 if quick else 25_000
     rows = encoded_rows(size)
-    payloads = sum(len(payload) for _, _, _, payload, _ in rows)
-    encoded = sum(len(t) + 1 + len(payload) for _, t, _, payload, _ in rows)
+    payloads = sum(len(row[3]) for row in rows)
+    encoded = sum(len(row[1]) + 1 + len(row[3]) for row in rows)
     gc.collect()
     tracemalloc.start()
     try:
