@@ -4,16 +4,27 @@ replayed and appended through the library's documented `Application` path (no sn
 from __future__ import annotations
 
 import contextlib
+import gc
+import tracemalloc
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from eventsourcing.application import Application
+import attrs
+from eventsourcing.application import Application, project_aggregate
 from eventsourcing.domain import Aggregate, event
 
 from benchmarks.harness import Trial
 from benchmarks.workloads import PAYLOAD_BYTES
 
-__all__ = ["POPO_ENV", "WorkflowRun", "eventsourcing_appends", "eventsourcing_replay"]
+__all__ = [
+    "POPO_ENV",
+    "ReplayStages",
+    "WorkflowRun",
+    "eventsourcing_aggregate_bytes",
+    "eventsourcing_appends",
+    "eventsourcing_replay",
+    "eventsourcing_stages",
+]
 
 POPO_ENV = {"PERSISTENCE_MODULE": "eventsourcing.popo"}
 """The in-memory recorder's settings."""
@@ -54,30 +65,81 @@ def _application(env: Mapping[str, str]) -> Iterator[Application[Any]]:
         application.close()
 
 
+def _seeded(application: Application[Any], size: int) -> WorkflowRun:
+    """One aggregate of about `size` events, saved: created, then steps of three events (`size`
+    ≡ 1 (mod 3) gives exactly `size` events)."""
+    aggregate = WorkflowRun(workflow_name="order-fulfilment", input="x" * PAYLOAD_BYTES)
+    step = 0
+    while aggregate.version < size:
+        step_id = f"step-{step:06d}"
+        aggregate.create_step(step_id, "charge-card", "i" * PAYLOAD_BYTES)
+        aggregate.start_step(step_id, 1)
+        aggregate.complete_step(step_id, "o" * PAYLOAD_BYTES)
+        step += 1
+        # Saved in chunks, as runfold's run is written: one save of 25,000 events stalls the
+        # PostgreSQL recorder (its pipelined INSERT of one huge array never finishes).
+        if len(aggregate.pending_events) >= SAVE_EVERY:
+            application.save(aggregate)
+    application.save(aggregate)
+    assert application.repository.get(aggregate.id).version == aggregate.version
+    return aggregate
+
+
 @contextlib.contextmanager
 def eventsourcing_replay(
     env: Mapping[str, str], size: int
 ) -> Iterator[tuple[Callable[[], object], int]]:
     """An application (recorder chosen by `env`) holding one aggregate of about `size` events:
-    yields its replay (`repository.get`) and the aggregate's exact number of events.
-
-    Created, then steps of three events: `size` ≡ 1 (mod 3) gives exactly `size` events."""
+    yields its replay (`repository.get`) and the aggregate's exact number of events."""
     with _application(env) as application:
-        aggregate = WorkflowRun(workflow_name="order-fulfilment", input="x" * PAYLOAD_BYTES)
-        step = 0
-        while aggregate.version < size:
-            step_id = f"step-{step:06d}"
-            aggregate.create_step(step_id, "charge-card", "i" * PAYLOAD_BYTES)
-            aggregate.start_step(step_id, 1)
-            aggregate.complete_step(step_id, "o" * PAYLOAD_BYTES)
-            step += 1
-            # Saved in chunks, as runfold's run is written: one save of 25,000 events stalls
-            # the PostgreSQL recorder (its pipelined INSERT of one huge array never finishes).
-            if len(aggregate.pending_events) >= SAVE_EVERY:
-                application.save(aggregate)
-        application.save(aggregate)
-        assert application.repository.get(aggregate.id).version == aggregate.version
+        aggregate = _seeded(application, size)
         yield (lambda: application.repository.get(aggregate.id)), aggregate.version
+
+
+@attrs.frozen(kw_only=True)
+class ReplayStages:
+    """The two halves of the library's replay, each on its own (`repository.get` does both)."""
+
+    decode: Callable[[], object]
+    """The stored events of the aggregate, already selected, turned into domain events
+    (`mapper.to_domain_event`)."""
+    fold: Callable[[], object]
+    """The domain events, already decoded, folded into the aggregate (`project_aggregate`)."""
+    events: int
+
+
+@contextlib.contextmanager
+def eventsourcing_stages(size: int) -> Iterator[ReplayStages]:
+    """The decode and the fold of the in-memory (POPO) application's replay of `size` events."""
+    with _application(POPO_ENV) as application:
+        aggregate = _seeded(application, size)
+        stored = list(application.recorder.select_events(aggregate.id))
+        to_domain_event = application.mapper.to_domain_event
+        decoded = [to_domain_event(event) for event in stored]
+        folded: WorkflowRun | None = project_aggregate(None, decoded)
+        assert folded is not None and folded.version == aggregate.version
+        yield ReplayStages(
+            decode=lambda: [to_domain_event(event) for event in stored],
+            fold=lambda: project_aggregate(None, decoded),
+            events=aggregate.version,
+        )
+
+
+def eventsourcing_aggregate_bytes(size: int) -> tuple[int, int]:
+    """The bytes an aggregate of `size` events replayed from the in-memory application holds
+    (allocated by `repository.get` and still held after a collection, by tracemalloc), and its
+    exact number of events."""
+    with _application(POPO_ENV) as application:
+        aggregate_id = _seeded(application, size).id
+        gc.collect()
+        tracemalloc.start()
+        try:
+            replayed: WorkflowRun = application.repository.get(aggregate_id)
+            gc.collect()
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        return held, replayed.version
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import pickle
@@ -14,11 +15,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Measurement, Result, Target, compare, measure
-from benchmarks.targets import FOLD_RATE, FOLD_RATE_EVENTS_PER_SECOND, SNAPSHOT_MEMORY
+from benchmarks.harness import Comparison, Measurement, Result, compare, measure
+from benchmarks.targets import (
+    FOLD_RATE,
+    FOLD_RATE_EVENTS_PER_SECOND,
+    SNAPSHOT_BYTES_PER_EVENT_BEFORE,
+    SNAPSHOT_MEMORY,
+)
 from benchmarks.workloads import PAYLOAD_BYTES, T0, step_events, step_heavy_history
-from runfold import Snapshot, apply, decode_event, encode_event, project_run
+from runfold import Envelope, Snapshot, apply, encode_event, project_run
 from runfold.kernel import make_envelope
+from runfold.stores._sql import envelopes_from_rows
+from runfold.stores.protocol import time_key
 
 __all__ = [
     "EncodedRow",
@@ -26,11 +34,17 @@ __all__ = [
     "bench_fold",
     "bench_memory",
     "decode_and_fold",
+    "decode_rows",
     "encoded_rows",
 ]
 
-EncodedRow = tuple[int, str, int, bytes, int]
-"""(sequence, type, schema_version, payload, recorded_at micros), as a store row holds it."""
+MEMORY_RUN_EVENTS = 10_000
+"""Events of the run whose snapshot the memory benchmark weighs (≡ 1 (mod 3), so that
+eventsourcing's aggregate of the same steps holds as many)."""
+
+EncodedRow = tuple[int, str, int, bytes, int, None]
+"""(sequence, type, schema_version, payload, recorded_at key, position) as a SQL store's read
+fetches a run's row (`envelopes_from_rows`)."""
 
 
 def encoded_rows(size: int) -> list[EncodedRow]:
@@ -38,23 +52,21 @@ def encoded_rows(size: int) -> list[EncodedRow]:
     rows = []
     for envelope in step_heavy_history(size):
         event_type, version, payload = encode_event(envelope.event)
-        micros = (envelope.recorded_at - T0) // timedelta(microseconds=1)
-        rows.append((envelope.sequence, event_type, version, payload, micros))
+        rows.append(
+            (envelope.sequence, event_type, version, payload, time_key(envelope.recorded_at), None)
+        )
     return rows
 
 
+def decode_rows(rows: list[EncodedRow]) -> list[Envelope]:
+    """What a SQL store's read does once the rows are fetched (`envelopes_from_rows`): decode
+    them together and build their envelopes."""
+    return envelopes_from_rows(rows, "run-bench")
+
+
 def decode_and_fold(rows: list[EncodedRow]) -> Snapshot:
-    """What a store's read does (decode each row, build its envelope; rows of one append share
-    their time object, as the stores do), then `project_run`."""
-    history = []
-    last_micros = None
-    recorded_at = T0
-    for sequence, event_type, version, payload, micros in rows:
-        if micros != last_micros:
-            last_micros, recorded_at = micros, T0 + timedelta(microseconds=micros)
-        event = decode_event(event_type, version, payload)
-        history.append(make_envelope("run-bench", sequence, event, recorded_at, None))
-    return project_run(history)
+    """`decode_rows`, then `project_run`."""
+    return project_run(decode_rows(rows))
 
 
 def bench_fold(quick: bool) -> list[Result]:
@@ -122,40 +134,61 @@ def bench_apply(quick: bool) -> list[Result]:
     return results
 
 
-def bench_memory(quick: bool) -> list[Result]:
-    """What a snapshot costs in memory, against the run's encoded events: the bytes it retains
-    (tracemalloc, after gc), the traced peak while decoding and folding, and the peak RSS growth
-    of a fresh process doing the same."""
-    size = 1_000 if quick else 25_000
-    rows = encoded_rows(size)
-    payloads = sum(len(payload) for _, _, _, payload, _ in rows)
-    encoded = sum(len(t) + 1 + len(payload) for _, t, _, payload, _ in rows)
+def _held_by_snapshot(rows: list[EncodedRow]) -> float:
+    """Bytes the snapshot of `rows` holds: allocated while decoding and folding them and still
+    held after a collection (tracemalloc), measured after a first fold so that caches filled
+    once per process are not counted."""
+    decode_and_fold(rows)
     gc.collect()
     tracemalloc.start()
     try:
         snapshot = decode_and_fold(rows)
         gc.collect()
-        retained, peak = tracemalloc.get_traced_memory()
+        held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert snapshot.last_sequence == size
-    del snapshot
-    rss, method = _peak_rss_growth(rows)
-    encoded_bytes = Measurement.of([encoded])
-    anchor = f"encode_event output: type + version + payload ({encoded:,} bytes)"
-    case = f"{size:,}-event step-heavy run, {PAYLOAD_BYTES}-byte payloads"
+    assert snapshot.last_sequence == len(rows)
+    return float(held)
 
-    def row(what: str, value: float, target: Target | None = None, note: str = "") -> Result:
-        measured = Measurement.of([value])
+
+def bench_memory(quick: bool) -> list[Result]:
+    """What a snapshot costs in memory: the bytes held by the snapshot of a 10,000-event run,
+    against today's per event and eventsourcing's aggregate of the same history; the traced
+    peak while decoding and folding; and the peak RSS growth of a fresh process doing it."""
+    size = MEMORY_RUN_EVENTS
+    rows = encoded_rows(size)
+    encoded = sum(len(row[1]) + 1 + len(row[3]) for row in rows)
+    held = _held_by_snapshot(rows)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        decode_and_fold(rows)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    rss, method = _peak_rss_growth(rows)
+    case = f"{size:,}-event step-heavy run, {PAYLOAD_BYTES}-byte payloads"
+    before = Measurement.of([SNAPSHOT_BYTES_PER_EVENT_BEFORE * size])
+    peer: tuple[Comparison, ...] = ()
+    with contextlib.suppress(ImportError):
+        from benchmarks.es_peer import eventsourcing_aggregate_bytes
+
+        aggregate, events = eventsourcing_aggregate_bytes(size)
+        assert events == size
+        peer = (Comparison(anchor="eventsourcing aggregate (tracemalloc)", ratio=held / aggregate),)
+
+    def row(what: str, value: float, comparisons: tuple[Comparison, ...], note: str = "") -> Result:
         return Result(
             group="Memory",
             case=f"{what}, {case}",
             on="in memory",
             unit="bytes",
-            value=measured,
-            comparisons=compare(measured, anchor, encoded_bytes, target)
+            value=Measurement.of([value]),
+            comparisons=comparisons
             + compare(
-                measured, f"CBOR payloads only ({payloads:,} bytes)", Measurement.of([payloads])
+                Measurement.of([value]),
+                f"encode_event output ({encoded:,} bytes)",
+                Measurement.of([encoded]),
             ),
             note=note,
             lower_is_better=True,
@@ -163,14 +196,21 @@ def bench_memory(quick: bool) -> list[Result]:
 
     return [
         row(
-            "snapshot retained after decode + fold (tracemalloc, after gc)",
-            retained,
-            SNAPSHOT_MEMORY,
+            "held by the snapshot after decode + fold (tracemalloc, after gc)",
+            held,
+            compare(
+                Measurement.of([held]),
+                f"before schema version 2 ({SNAPSHOT_BYTES_PER_EVENT_BEFORE} bytes/event)",
+                before,
+                SNAPSHOT_MEMORY,
+            )
+            + peer,
         ),
-        row("traced peak while decoding + folding (tracemalloc)", peak),
+        row("traced peak while decoding + folding (tracemalloc)", peak, ()),
         row(
             "peak RSS growth of a fresh process decoding + folding, snapshot held",
             rss,
+            (),
             note=f"measured once; {method}",
         ),
     ]

@@ -1,27 +1,37 @@
-"""Replay: decode + fold a long run from bytes and from each store (memory, the SQLite file,
-PostgreSQL), against `eventsourcing` replaying the same number of events from its POPO,
-SQLite and PostgreSQL recorders."""
+"""Replay: decode and fold a long run, each half alone and both together, from bytes and from
+each store (memory, the SQLite file, PostgreSQL), beside `eventsourcing` doing the same with
+the same number of events (its mapper, its projector, its POPO, SQLite and PostgreSQL
+recorders), and beside the codec's ceiling (`cbor2.loads` of the payloads, nothing built)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
 
+import cbor2
+
 from benchmarks.backend import Backend
 from benchmarks.harness import Comparison, Result, compare, event_loop, interleaved
-from benchmarks.kernel import decode_and_fold, encoded_rows
+from benchmarks.kernel import decode_and_fold, decode_rows, encoded_rows
 from benchmarks.postgres import POSTGRES
 from benchmarks.sqlite import SQLITE
 from benchmarks.targets import DECODE_FOLD_VS_EVENTSOURCING
 from benchmarks.workloads import memory_store, seed_run
 from runfold import EventStore, project_run
+from runfold.kernel._gc import in_bulk
 
 __all__ = ["bench_replay"]
 
 RUN_ID = "run-bench"
 IN_MEMORY = "in memory"
-DECODE = "runfold: decode rows + project_run"
+LOADS_EACH = "ceiling: cbor2.loads of each payload"
+LOADS_ALL = "ceiling: cbor2.loads of every payload in one call"
+DECODE = "runfold: decode rows (decode_events, envelopes)"
+FOLD = "runfold: project_run of decoded envelopes"
+DECODE_FOLD = "runfold: decode rows + project_run"
 MEMORY = "runfold: MemoryStore.read + project_run"
+ES_DECODE = "eventsourcing: mapper.to_domain_event of stored events"
+ES_FOLD = "eventsourcing: project_aggregate of decoded events"
 POPO = "eventsourcing POPO recorder"
 
 
@@ -39,9 +49,19 @@ def bench_replay(quick: bool) -> list[Result]:
     size = 1_000 if quick else 25_000
     repeats = 3 if quick else 7
     rows = encoded_rows(size)
+    payloads = [row[3] for row in rows]
+    joined = b"\x9f" + b"".join(payloads) + b"\xff"  # an indefinite-length array of them all
+    decoded = decode_rows(rows)
     backends: list[Backend] = [b for b in (SQLITE, POSTGRES) if b.version() is not None]
-    where = {DECODE: IN_MEMORY, MEMORY: IN_MEMORY, POPO: IN_MEMORY}
-    work: dict[str, Callable[[], object]] = {DECODE: lambda: decode_and_fold(rows)}
+    work: dict[str, Callable[[], object]] = {
+        # With the collector paused, as runfold's decode runs: the codec alone.
+        LOADS_EACH: lambda: in_bulk(size, list, map(cbor2.loads, payloads)),
+        LOADS_ALL: lambda: in_bulk(size, cbor2.loads, joined),
+        DECODE: lambda: decode_rows(rows),
+        FOLD: lambda: project_run(decoded),
+        DECODE_FOLD: lambda: decode_and_fold(rows),
+    }
+    where = dict.fromkeys([*work, MEMORY, POPO, ES_DECODE, ES_FOLD], IN_MEMORY)
     peers: set[str] = set()
     with event_loop() as loop, contextlib.ExitStack() as stack:
 
@@ -54,8 +74,12 @@ def bench_replay(quick: bool) -> list[Result]:
             work[_store_case(backend)] = read_and_fold(stack.enter_context(backend.store(loop)))
             where[_store_case(backend)] = where[_recorder(backend)] = backend.describe()
         with contextlib.suppress(ImportError):
-            from benchmarks.es_peer import POPO_ENV, eventsourcing_replay
+            from benchmarks.es_peer import POPO_ENV, eventsourcing_replay, eventsourcing_stages
 
+            stages = stack.enter_context(eventsourcing_stages(size))
+            assert stages.events == size
+            work[ES_DECODE], work[ES_FOLD] = stages.decode, stages.fold
+            peers.update([ES_DECODE, ES_FOLD])
             envs = {POPO: POPO_ENV}
             for backend in backends:
                 envs[_recorder(backend)] = stack.enter_context(backend.eventsourcing_env())
@@ -65,14 +89,18 @@ def bench_replay(quick: bool) -> list[Result]:
                 work[recorder] = replay
                 peers.add(recorder)
         rates = interleaved(work, units=size, repeats=repeats)
-    # Every runfold row against the in-memory and SQLite recorders, a database's own row also
-    # against its database's recorder.
-    targets = {(DECODE, POPO): DECODE_FOLD_VS_EVENTSOURCING}
-    anchors = {name: [POPO, _recorder(SQLITE)] for name in work if name not in peers}
+    # Each runfold row beside the library doing the same; the ceilings beside the decode.
+    anchors: dict[str, list[str]] = {
+        LOADS_EACH: [DECODE],
+        LOADS_ALL: [DECODE],
+        DECODE: [ES_DECODE],
+        FOLD: [ES_FOLD],
+        DECODE_FOLD: [POPO, _recorder(SQLITE)],
+        MEMORY: [POPO],
+    }
+    targets = {(DECODE_FOLD, POPO): DECODE_FOLD_VS_EVENTSOURCING}
     for backend in backends:
-        anchors[_store_case(backend)] = list(
-            dict.fromkeys([POPO, _recorder(SQLITE), _recorder(backend)])
-        )
+        anchors[_store_case(backend)] = list(dict.fromkeys([_recorder(backend), POPO]))
         if backend.replay_vs_eventsourcing is not None:
             targets[(_store_case(backend), _recorder(backend))] = backend.replay_vs_eventsourcing
     results = []
@@ -84,7 +112,7 @@ def bench_replay(quick: bool) -> list[Result]:
             Result(
                 group="Replay",
                 case=f"{name}: repository.get, {size:,} events"
-                if name in peers
+                if name in peers and name not in (ES_DECODE, ES_FOLD)
                 else f"{name}, {size:,} events",
                 on=where[name],
                 unit="events/s",

@@ -38,6 +38,7 @@ from runfold.kernel import (
     default_codec,
     encode_event,
 )
+from runfold.kernel.codec import _make_converter
 
 CATALOGUE = {
     "run_created",
@@ -75,7 +76,8 @@ def test_event_types_are_the_catalogue() -> None:
     for name, cls in EVENT_TYPES.items():
         assert issubclass(cls, Event)
         assert cls.event_type == name
-        assert cls.schema_version == 1
+        assert cls.schema_version == 2
+        assert cls.positional
 
 
 @pytest.mark.parametrize("event_type", sorted(CATALOGUE))
@@ -85,8 +87,9 @@ def test_every_event_type_round_trips(event_type: str, data: st.DataObject) -> N
     event = data.draw(events(types=[event_type]))
     assert type(event) is EVENT_TYPES[event_type]
     name, version, payload = encode_event(event)
-    assert (name, version) == (event_type, 1)
+    assert (name, version) == (event_type, 2)
     assert type(payload) is bytes
+    assert type(cbor2.loads(payload)) is list
     decoded = decode_event(name, version, payload)
     assert type(decoded) is type(event)
     assert decoded == event
@@ -132,25 +135,33 @@ def reason_of(event_type: str, schema_version: int, payload: bytes) -> str:
 
 
 @pytest.mark.parametrize(
-    ("payload", "expected"),
+    ("version", "payload", "expected"),
     [
-        (b"", "not CBOR"),
-        (b"\xff\xff", "not CBOR"),
-        (b"\xa1", "not CBOR"),  # a map header with nothing after it
-        (cbor2.dumps([1, 2]), "not a map"),
-        (cbor2.dumps("step_started"), "not a map"),
-        (cbor2.dumps(None), "not a map"),
+        (2, b"", "not CBOR"),
+        (2, b"\xff\xff", "not CBOR"),
+        (2, b"\x82", "not CBOR"),  # an array header with nothing after it
+        (2, cbor2.dumps({"step_id": "s", "attempt": 1}), "not an array"),
+        (2, cbor2.dumps("step_started"), "not an array"),
+        (2, cbor2.dumps(None), "not an array"),
+        (2, cbor2.dumps(["s"]), "expected 2 to 2 fields, found 1"),
+        (2, cbor2.dumps(["s", 1, 2]), "expected 2 to 2 fields, found 3"),
+        (1, b"\xa1", "not CBOR"),  # a map header with nothing after it
+        (1, cbor2.dumps(["s", 1]), "a version 1 payload is a map"),
+        (1, cbor2.dumps("step_started"), "not a map or an array"),
+        (1, cbor2.dumps(None), "not a map or an array"),
     ],
 )
-def test_garbage_and_non_maps_are_refused(payload: bytes, expected: str) -> None:
-    assert expected in reason_of("step_started", 1, payload)
+def test_garbage_and_payloads_of_the_wrong_form_are_refused(
+    version: int, payload: bytes, expected: str
+) -> None:
+    assert expected in reason_of("step_started", version, payload)
 
 
 def test_unknown_types_and_versions_are_refused() -> None:
     payload = encode_event(StepStarted(step_id="s", attempt=1))[2]
-    assert "unknown event type" in reason_of("step_begun", 1, payload)
-    assert "unknown event type" in reason_of("", 1, payload)
-    assert "newer runfold" in reason_of("step_started", 2, payload)
+    assert "unknown event type" in reason_of("step_begun", 2, payload)
+    assert "unknown event type" in reason_of("", 2, payload)
+    assert "newer runfold" in reason_of("step_started", 3, payload)
     assert "start at 1" in reason_of("step_started", 0, payload)
 
 
@@ -174,37 +185,50 @@ WRONG_FIELDS: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
+def positional(event_type: str, fields: dict[str, Any]) -> list[Any]:
+    """The fields of a version 1 map in declaration order, as far as the last one given."""
+    names = [f.name for f in attrs.fields(cast(Any, EVENT_TYPES[event_type]))]
+    given = [n for n, name in enumerate(names) if name in fields]
+    return [fields.get(name) for name in names[: given[-1] + 1]] if given else []
+
+
 @pytest.mark.parametrize(("event_type", "payload", "field"), WRONG_FIELDS)
 def test_wrong_field_types_are_refused_naming_the_field(
     event_type: str, payload: dict[str, Any], field: str
 ) -> None:
-    reason = reason_of(event_type, 1, cbor2.dumps(payload))
-    assert field in reason
+    assert field in reason_of(event_type, 1, cbor2.dumps(payload))
+    if field in payload:  # the same value in the positional form
+        assert field in reason_of(event_type, 2, cbor2.dumps(positional(event_type, payload)))
 
 
 @given(events(), st.data())
 def test_any_field_of_the_wrong_type_is_refused(event: Event, data: st.DataObject) -> None:
     name, version, payload = encode_event(event)
-    wire = cbor2.loads(payload)
-    if not wire:
+    names = [f.name for f in attrs.fields(cast(Any, type(event)))]
+    if not names:
         return  # run_started has no fields
-    field = data.draw(st.sampled_from(sorted(wire)))
-    wire[field] = 1.5  # no event field is a float, nor a union with one
+    wire = cbor2.loads(payload)
+    position = data.draw(st.integers(0, len(names) - 1))
+    wire += [None] * (position + 1 - len(wire))  # a field left out at its default, set again
+    wire[position] = 1.5  # no event field is a float, nor a union with one
     reason = reason_of(name, version, cbor2.dumps(wire))
-    assert field in reason
+    assert names[position] in reason
 
 
 @pytest.mark.parametrize("field", ["hook_id", "metadata", "is_webhook", "retain_token_until"])
 def test_decode_errors_never_show_a_hook_token(field: str) -> None:
-    wire = cbor2.loads(encode_event(HookCreated(hook_id="h", token="SECRET-TOKEN-123"))[2])
-    wire[field] = 1.5
-    assert "SECRET-TOKEN-123" not in reason_of("hook_created", 1, cbor2.dumps(wire))
+    fields = {"hook_id": "h", "token": "SECRET-TOKEN-123", field: 1.5}
+    assert "SECRET-TOKEN-123" not in reason_of("hook_created", 1, cbor2.dumps(fields))
+    wire = positional("hook_created", fields)
+    assert "SECRET-TOKEN-123" not in reason_of("hook_created", 2, cbor2.dumps(wire))
 
 
-@given(st.sampled_from(sorted(CATALOGUE)), st.binary(max_size=64))
-def test_arbitrary_bytes_decode_or_raise_event_decode_error(event_type: str, raw: bytes) -> None:
+@given(st.sampled_from(sorted(CATALOGUE)), st.sampled_from([1, 2]), st.binary(max_size=64))
+def test_arbitrary_bytes_decode_or_raise_event_decode_error(
+    event_type: str, version: int, raw: bytes
+) -> None:
     try:
-        event = decode_event(event_type, 1, raw)
+        event = decode_event(event_type, version, raw)
     except EventDecodeError:
         return
     assert type(event) is EVENT_TYPES[event_type]
@@ -224,6 +248,16 @@ wire_values = st.recursive(
 )
 
 
+def decodes_or_is_refused(event_type: str, version: int, wire: Any) -> None:
+    """`wire` decodes into an event of `event_type` that round-trips, or is refused cleanly."""
+    try:
+        event = decode_event(event_type, version, cbor2.dumps(wire))
+    except EventDecodeError:
+        return
+    assert type(event) is EVENT_TYPES[event_type]
+    assert decode_event(*encode_event(event)) == event
+
+
 @given(st.sampled_from(sorted(CATALOGUE)), st.data())
 def test_arbitrary_maps_decode_or_raise_event_decode_error(
     event_type: str, data: st.DataObject
@@ -231,12 +265,16 @@ def test_arbitrary_maps_decode_or_raise_event_decode_error(
     names = [f.name for f in attrs.fields(cast(Any, EVENT_TYPES[event_type]))]
     keys = st.sampled_from(names) if names else st.text(max_size=4)
     wire = data.draw(st.dictionaries(keys, wire_values, max_size=len(names) + 1))
-    try:
-        event = decode_event(event_type, 1, cbor2.dumps(wire))
-    except EventDecodeError:
-        return
-    assert type(event) is EVENT_TYPES[event_type]
-    assert decode_event(*encode_event(event)) == event
+    decodes_or_is_refused(event_type, 1, wire)
+
+
+@given(st.sampled_from(sorted(CATALOGUE)), st.data())
+def test_arbitrary_arrays_decode_or_raise_event_decode_error(
+    event_type: str, data: st.DataObject
+) -> None:
+    count = len(attrs.fields(cast(Any, EVENT_TYPES[event_type])))
+    wire = data.draw(st.lists(wire_values, max_size=count + 1))
+    decodes_or_is_refused(event_type, 2, wire)
 
 
 # --- upcasters ----------------------------------------------------------------------------------
@@ -297,12 +335,12 @@ def test_upcaster_registration_and_failures() -> None:
     with pytest.raises(ValueError, match="unknown event type"):
         codec.register_upcaster("run_started", 1, v1_to_v2)
     with pytest.raises(ValueError, match="upcaster lifts a version below"):
-        default_codec.register_upcaster("run_started", 1, v1_to_v2)  # run_started is at 1
+        default_codec.register_upcaster("run_started", 2, v1_to_v2)  # run_started is at 2
     # An old payload the upcaster cannot lift is undecodable, not a crash.
     with pytest.raises(EventDecodeError, match="upcaster from version 1 failed"):
         codec.decode("test_renamed", 1, cbor2.dumps({"title": "already renamed?"}))
-    codec.register_upcaster("test_renamed", 2, lambda data: [data])  # type: ignore[arg-type,return-value]
-    with pytest.raises(EventDecodeError, match="did not return a map"):
+    codec.register_upcaster("test_renamed", 2, lambda data: "neither")
+    with pytest.raises(EventDecodeError, match="did not return a map or an array"):
         codec.decode("test_renamed", 2, cbor2.dumps({"title": "x"}))
     with pytest.raises(EventDecodeError, match="newer runfold"):
         codec.decode("test_renamed", 4, cbor2.dumps({"title": "x"}))
@@ -313,6 +351,106 @@ def test_upcaster_registration_and_failures() -> None:
         )
     with pytest.raises(EventDecodeError, match="unknown event type"):
         default_codec.decode("test_renamed", 3, cbor2.dumps({"title": "x"}))
+
+
+@attrs.frozen(kw_only=True)
+class Reordered(Event):
+    """A positional test event at version 3: v2 (positional too) was `[name, size]`."""
+
+    event_type: ClassVar[str] = "test_reordered"
+    schema_version: ClassVar[int] = 3
+    positional: ClassVar[bool] = True
+    size: int
+    name: str = ""
+
+
+def test_an_upcaster_of_a_positional_version_gets_and_may_return_a_list() -> None:
+    codec = EventCodec(event_types={Reordered.event_type: Reordered})
+    codec.register_upcaster("test_reordered", 1, lambda data: [data["name"], data["size"]])
+    codec.register_upcaster("test_reordered", 2, lambda data: [data[1], data[0]])
+    expected = Reordered(size=3, name="abc")
+    assert codec.decode("test_reordered", 2, cbor2.dumps(["abc", 3])) == expected
+    assert codec.decode("test_reordered", 1, cbor2.dumps({"name": "abc", "size": 3})) == expected
+    assert codec.encode(expected) == ("test_reordered", 3, cbor2.dumps([3, "abc"]))
+    rows = [cbor2.dumps(["abc", 3]), cbor2.dumps({"name": "abc", "size": 3}), cbor2.dumps([3])]
+    assert codec.decode_many(["test_reordered"] * 3, [2, 1, 3], rows) == [
+        expected,
+        expected,
+        Reordered(size=3),
+    ]
+    with pytest.raises(EventDecodeError, match="not a map"):
+        codec.decode("test_reordered", 2, cbor2.dumps(7))
+
+
+def test_a_map_layout_type_keeps_writing_maps() -> None:
+    current = Renamed(title="t", count=2)
+    name, version, payload = renamed_codec().encode(current)
+    assert cbor2.loads(payload) == {"title": "t", "count": 2}
+    with pytest.raises(EventDecodeError, match="payload is not a map"):
+        renamed_codec().decode(name, version, cbor2.dumps(["t", 2]))
+
+
+def test_positional_payloads_leave_out_only_trailing_defaults() -> None:
+    def wire(event: Event) -> Any:
+        return cbor2.loads(encode_event(event)[2])
+
+    assert wire(StepCreated(step_id="s", step_name="n", input=b"")) == ["s", "n", b""]
+    assert wire(StepFailed(step_id="s", error=b"e")) == ["s", b"e"]
+    assert wire(StepFailed(step_id="s", error=b"e", retryable=True)) == ["s", b"e", True]
+    assert wire(HookCreated(hook_id="h", token="t", is_webhook=True)) == ["h", "t", None, True]
+    assert wire(AttributesSet(changes=(), write_id="w")) == [[], {"kind": "workflow"}, "w"]
+    # A field left out decodes to its default, as if it had been written.
+    assert decode_event("step_failed", 2, cbor2.dumps(["s", b"e", False])) == StepFailed(
+        step_id="s", error=b"e"
+    )
+    assert decode_event("attributes_set", 2, cbor2.dumps([[]])) == AttributesSet(changes=())
+
+
+@given(st.lists(events(), max_size=12), st.data())
+def test_decoding_rows_together_matches_decoding_each(
+    rows: list[Event], data: st.DataObject
+) -> None:
+    encoded = [encode_event(event) for event in rows]
+    # Some rows as an older runfold wrote them: version 1, a map by field name.
+    for n, (name, _, _) in enumerate(encoded):
+        if data.draw(st.booleans()):
+            encoded[n] = (name, 1, version_1_payload(rows[n]))
+    types, versions, payloads = columns(encoded)
+    assert default_codec.decode_many(types, versions, payloads) == rows
+    assert [decode_event(*row) for row in encoded] == rows
+
+
+def columns(rows: list[tuple[str, int, bytes]]) -> tuple[list[str], list[int], list[bytes]]:
+    """The type, version and payload columns of stored rows."""
+    return [row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows]
+
+
+def version_1_payload(event: Event) -> bytes:
+    """An event's payload as runfold wrote it before the positional form: every field in a map."""
+    return cbor2.dumps(_make_converter().unstructure(event))
+
+
+def test_decoding_rows_together_names_the_first_bad_one() -> None:
+    good = encode_event(StepStarted(step_id="s", attempt=1))
+    rows = [good, ("step_started", 2, cbor2.dumps(["s", "one"])), ("no_such", 2, good[2])]
+    types, versions, payloads = columns(rows)
+    with pytest.raises(EventDecodeError, match="attempt: expected int") as caught:
+        default_codec.decode_many(types, versions, payloads)
+    assert caught.value.event_type == "step_started"
+    with pytest.raises(EventDecodeError, match="unknown event type"):
+        default_codec.decode_many(types[::2], versions[::2], payloads[::2])
+    with pytest.raises(ValueError, match="a type, a version and a payload for each row"):
+        default_codec.decode_many(types, versions[:2], payloads)
+    assert default_codec.decode_many([], [], []) == []
+
+
+def test_a_payload_that_is_not_exactly_one_item_still_decodes_alone() -> None:
+    # CBOR readers ignore bytes after the first item; joined with the next payload they would
+    # shift every row after it, so a read finds that the rows did not split and decodes each.
+    name, version, payload = encode_event(StepStarted(step_id="s", attempt=1))
+    trailing = payload + cbor2.dumps(["t", 2])
+    events = default_codec.decode_many([name] * 3, [version] * 3, [trailing, payload, trailing])
+    assert events == [StepStarted(step_id="s", attempt=1)] * 3
 
 
 # --- correlation ids ----------------------------------------------------------------------------

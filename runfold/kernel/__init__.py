@@ -11,6 +11,7 @@ from runfold.kernel.codec import (
     Upcaster,
     correlation_id,
     decode_event,
+    decode_events,
     default_codec,
     encode_event,
 )
@@ -104,6 +105,7 @@ from runfold.kernel.events import (
     WorkflowWriter,
     Writer,
     make_envelope,
+    make_envelopes,
 )
 from runfold.kernel.index import (
     HookClaim,
@@ -257,10 +259,12 @@ __all__ = [
     "decide",
     "decide_many",
     "decode_event",
+    "decode_events",
     "default_codec",
     "encode_event",
     "errors",
     "make_envelope",
+    "make_envelopes",
     "project_run",
     "run_index",
 ]

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from runfold.kernel._gc import in_bulk
 from runfold.kernel._pmap import PView
 from runfold.kernel.errors import HistoryError, RunNotSupported
 from runfold.kernel.events import (
@@ -657,6 +658,7 @@ def _fold(b: _Builder, envelopes: Iterable[Envelope]) -> Snapshot:
     run_id = b.run_id
     seq = b.seq
     handlers = _HANDLERS
+    at = b.updated_at
     for env in envelopes:
         seq += 1
         b.seq = seq
@@ -668,8 +670,9 @@ def _fold(b: _Builder, envelopes: Iterable[Envelope]) -> Snapshot:
         handler = handlers.get(type(event))
         if handler is None:
             raise b.fail(f"not an event: {type(event).__name__}")
-        handler(b, event, env.recorded_at)
-        b.updated_at = env.recorded_at
+        at = env.recorded_at
+        handler(b, event, at)
+    b.updated_at = at  # no handler reads it: the last event's time is the run's
     return b.freeze()
 
 
@@ -684,7 +687,8 @@ def project_run(history: Sequence[Envelope], *, limits: Limits = _DEFAULT_LIMITS
         raise HistoryError(None, 0, "empty history")
     first = history[0]
     b = _start_builder(first, limits)
-    return _fold(b, history[1:] if len(history) > 1 else ())
+    rest = history[1:] if len(history) > 1 else ()
+    return in_bulk(len(rest), _fold, b, rest)
 
 
 def apply(
@@ -695,7 +699,8 @@ def apply(
     `apply(project_run(h[:k]), h[k:]) == project_run(h)`. The input snapshot is never changed.
     """
     b = _resume_builder(snapshot, limits)
-    return _fold(b, envelopes)
+    count = len(envelopes) if isinstance(envelopes, list | tuple) else 0
+    return in_bulk(count, _fold, b, envelopes)
 
 
 # --- event handlers (one per event type) --------------------------------------------------------
