@@ -11,14 +11,12 @@ next drive makes again, since the workflow is deterministic.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from runfold.engine.errors import InvalidDecision, ReplayLimitExceeded, RunDefinitionConflict
-from runfold.engine.retry import DEFAULT_RETRY, retry_delay
 from runfold.engine.runtime import (
     AwaitHook,
     Cancel,
@@ -28,13 +26,12 @@ from runfold.engine.runtime import (
     ReportProgress,
     ScheduleStep,
     ScheduleSteps,
-    StepFailure,
-    StepInvocation,
     TimeOut,
     UpdateAttributes,
     WaitUntil,
     WorkflowInvocation,
 )
+from runfold.engine.steps import StepRunner
 from runfold.kernel import (
     BatchDecision,
     CancelRun,
@@ -43,14 +40,11 @@ from runfold.kernel import (
     CompleteStep,
     CompleteWait,
     CreateHook,
-    CreateStep,
     CreateWait,
     EntityConflict,
     Event,
     FailRun,
     FailStep,
-    InvalidCommand,
-    LazyStep,
     LinkChild,
     NonDeterministic,
     RecordProgress,
@@ -59,8 +53,6 @@ from runfold.kernel import (
     SetAttributes,
     Snapshot,
     StartRun,
-    StartStep,
-    StepState,
     StoreError,
     TimeOutRun,
     decide,
@@ -73,19 +65,13 @@ if TYPE_CHECKING:
 __all__ = ["Drive"]
 
 _log = logging.getLogger("runfold.engine")
-_MAX_ERROR_CHARS = 4096
 _OUTCOMES = (CompleteStep, RetryStep, FailStep)
 
 Flushed: TypeAlias = Literal["shown", "moved", "refused"]
 """How `Drive.flush` went (see there)."""
 
 
-def describe(exc: BaseException) -> bytes:
-    """An exception as a step's error payload: its class and message, bounded."""
-    return f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS].encode()
-
-
-class Drive:
+class Drive(StepRunner):
     """One run driven until it ends or waits.
 
     It holds the durable snapshot, what is pending on it, and the provisional snapshot the
@@ -431,196 +417,3 @@ class Drive:
                 run_id=self.run_id,
             )
         return False
-
-    # --- steps --------------------------------------------------------------------------------
-
-    async def schedule(self, calls: Sequence[ScheduleStep], now: datetime) -> bool:
-        """Start the steps of one decision that can run now, run their bodies, record outcomes.
-
-        The starts go in one append, the bodies run concurrently. Returns False when none can
-        run (each waits for a delayed retry or is being run by this engine already).
-        """
-        view = self.snapshot
-        run_id = self.run_id
-        if not calls:
-            raise InvalidDecision("ScheduleSteps needs at least one step", run_id=run_id)
-        chosen: list[tuple[ScheduleStep, StepState | None]] = []
-        seen: set[str] = set()
-        exhausted: list[Command] = []
-        waiting = False
-        for call in calls:
-            if call.step_id in seen:
-                raise InvalidDecision(
-                    f"step {call.step_id!r} is scheduled twice in one decision", run_id=run_id
-                )
-            seen.add(call.step_id)
-            step = view.steps.get(call.step_id)
-            if step is not None:
-                create = CreateStep(
-                    step_id=call.step_id,
-                    step_name=call.step_name,
-                    input=call.input,
-                    retry=call.retry,
-                )
-                self.same_definition(create, now)
-                if step.status not in ("pending", "running"):
-                    continue
-                delayed = step.retry_after is not None and step.retry_after > now
-                # Claimed by another drive of this engine (its body is running there); a claim
-                # of this drive's own only holds an outcome not yet appended.
-                elsewhere = call.step_id not in self.claims and self.engine.running(
-                    run_id, call.step_id
-                )
-                if delayed or elsewhere:
-                    waiting = True
-                    continue
-                policy = step.retry if step.retry is not None else DEFAULT_RETRY
-                if step.status == "running" and step.attempt >= policy.max_attempts:
-                    # Its last attempt was interrupted (the process died): no attempt is left.
-                    error = f"attempt {step.attempt} of {policy.max_attempts} was interrupted"
-                    exhausted.append(FailStep(step_id=step.step_id, error=error.encode()))
-                    continue
-            chosen.append((call, step))
-        if exhausted:  # failed for good: the workflow looks again first
-            for failure in exhausted:
-                await self.record(failure, repr(failure))
-            return True
-        if not chosen:
-            if waiting:
-                return False
-            raise InvalidDecision(
-                f"the workflow of run {run_id!r} scheduled only finished steps "
-                f"({', '.join(sorted(seen))}): it must move on with their outcomes",
-                run_id=run_id,
-            )
-        # Claimed before the first await, so a concurrent drive of this engine leaves them be.
-        ids = [call.step_id for call, _ in chosen]
-        self.engine.claim(run_id, ids)
-        self.claims.update(ids)
-        for call, step in chosen:
-            lazy = None
-            if step is None:
-                lazy = LazyStep(step_name=call.step_name, input=call.input, retry=call.retry)
-            try:
-                self.propose(StartStep(step_id=call.step_id, lazy=lazy))
-            except Rejection:
-                self.engine.release(run_id, ids)
-                self.claims.difference_update(ids)
-                if await self.moved_on():
-                    return True  # another writer created, started or finished it first
-                raise
-        # The starts are durable before any body runs. Refused, they are not ours to run.
-        if await self.flush() == "refused":
-            self.engine.release(run_id, ids)
-            self.claims.difference_update(ids)
-            return True
-        await self.run_bodies([self.snapshot.steps[i] for i in ids])
-        return True
-
-    async def run_bodies(self, steps: Sequence[StepState]) -> None:
-        """Run the step bodies concurrently and propose their outcomes.
-
-        Each outcome but the last is committed as soon as it is known; the last is pending, to
-        go with the workflow's next decision.
-        """
-        if len(steps) == 1:  # no task to spawn for the common case
-            await self.outcome(steps[0], await self.body(steps[0]), commit=False)
-            return
-        tasks = {asyncio.ensure_future(self.body(step)): step for step in steps}
-        errors: list[BaseException] = []
-        try:
-            while tasks:
-                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    step = tasks.pop(task)
-                    try:
-                        await self.outcome(step, task.result(), commit=bool(tasks))
-                    except Exception as exc:
-                        errors.append(exc)
-        finally:
-            for task in tasks:
-                task.cancel()
-        for extra in errors[1:]:
-            _log.error("another step of run %r failed to record as well: %r", self.run_id, extra)
-        if errors:
-            raise errors[0]
-
-    async def body(self, step: StepState) -> Command:
-        """Run one attempt of the step's body: the command that records its outcome."""
-        invocation = StepInvocation(
-            run_id=self.run_id,
-            step_id=step.step_id,
-            step_name=step.step_name,
-            input=step.input,
-            attempt=step.attempt,
-            previous_error=step.error,
-        )
-        try:
-            output = await self.engine.runtime.run_step(invocation)
-        except Exception as exc:
-            return self.after_failure(step, exc)
-        return CompleteStep(step_id=step.step_id, output=output)
-
-    def after_failure(self, step: StepState, exc: Exception) -> Command:
-        """The command recording a failed attempt.
-
-        That is a delayed retry while the step's policy allows one, else the step's failure.
-        """
-        if isinstance(exc, StepFailure):
-            error, code, retryable = exc.error, exc.code, exc.retryable
-        else:
-            error, code, retryable = describe(exc), type(exc).__name__, True
-        policy = step.retry if step.retry is not None else DEFAULT_RETRY
-        if code is not None and code in policy.non_retryable_error_codes:
-            retryable = False
-        if not retryable or step.attempt >= policy.max_attempts:
-            return FailStep(step_id=step.step_id, error=error, retryable=retryable)
-        delay = retry_delay(
-            policy,
-            run_id=self.run_id,
-            step_id=step.step_id,
-            attempt=step.attempt,
-            jitter=self.engine.jitter,
-        )
-        return RetryStep(
-            step_id=step.step_id, error=error, retry_after=self.engine.handler.clock() + delay
-        )
-
-    def superseded(self, attempt: StepState) -> bool:
-        """Whether the run ended or the step left the attempt `attempt` describes.
-
-        Another writer finished it, cancelled it or started another attempt.
-        """
-        view = self.snapshot
-        now = view.steps.get(attempt.step_id)
-        return (
-            view.is_terminal
-            or now is None
-            or (now.status, now.attempt) != ("running", attempt.attempt)
-        )
-
-    async def outcome(self, step: StepState, command: Command, *, commit: bool) -> None:
-        """Propose the command recording a finished attempt (appended at once if `commit`).
-
-        An outcome the kernel cannot take (an output over the payload limit, say) fails the
-        step for good instead, so the step is neither stuck nor run again. An outcome made moot
-        by others (the step finished, the run ended) is dropped.
-        """
-        try:
-            try:
-                self.propose(command)
-            except InvalidCommand as exc:
-                _log.warning(
-                    "the outcome of step %r of run %r cannot be recorded: %s",
-                    step.step_id,
-                    self.run_id,
-                    exc,
-                )
-                self.propose(FailStep(step_id=step.step_id, error=describe(exc), retryable=False))
-        except Rejection:
-            if self.superseded(step) or (await self.moved_on() and self.superseded(step)):
-                _log.debug("outcome of step %r of run %r was superseded", step.step_id, self.run_id)
-                return
-            raise
-        if commit:
-            await self.flush()
