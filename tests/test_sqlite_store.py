@@ -515,6 +515,29 @@ async def test_a_lone_append_commits_on_the_calling_thread_unless_the_lock_is_ta
         assert [s for s in on_driver if s.upper().startswith("BEGIN")], on_driver
 
 
+async def test_a_caller_cancelled_while_its_append_waits_leaves_the_append_in(
+    tmp_path: Path,
+) -> None:
+    async with await SQLiteStore.open(tmp_path / "runfold.db") as store:
+        appends = []
+        for n in range(3):
+            events = started()
+            index = index_after([], envelopes_for(f"r{n}", 0, events, T0))
+            appends.append(
+                asyncio.ensure_future(
+                    store.append_if_sequence(f"r{n}", 0, events, index=index, recorded_at=T0)
+                )
+            )
+        await asyncio.sleep(0)  # all three queued: the first writes them together
+        appends[1].cancel()
+        outcomes = await asyncio.gather(*appends, return_exceptions=True)
+        assert isinstance(outcomes[1], asyncio.CancelledError)
+        assert all(isinstance(outcomes[n], list) for n in (0, 2)), outcomes
+        # The cancelled caller left; its append did not: the batch went in whole.
+        assert [await store.head(f"r{n}") for n in range(3)] == [2, 2, 2]
+        assert await write(store, "after", *started())  # and the store writes on
+
+
 async def test_commit_inline_off_hands_every_append_to_the_driver(tmp_path: Path) -> None:
     async with await SQLiteStore.open(tmp_path / "runfold.db", commit_inline=False) as store:
         on_driver: list[str] = []

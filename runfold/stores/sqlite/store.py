@@ -227,8 +227,9 @@ class SQLiteStore(WakeupReads):
                     raise outcome
                 return outcome
             self._write_queue_or_rest()
-        # Shielded: a caller that is cancelled leaves; its append stays in the batch.
-        return await asyncio.shield(request.future)
+        # A caller that is cancelled leaves (cancelling the future, which `settle` then skips);
+        # its append stays in the batch, as if shielded, without a shield's extra future.
+        return await request.future
 
     def _write_queue_or_rest(self) -> None:
         """Start the writer task for the queued appends, or, with none, mark the store idle."""
