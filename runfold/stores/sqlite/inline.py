@@ -21,9 +21,11 @@ _LOCK_TAKEN = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def inline_connection(location: str, synchronous: str) -> sqlite3.Connection | None:
-    """The connection of inline commits to the file at `location`: the store's settings, but no
-    waiting for a lock; None for an in-memory database (a second connection would open another
-    one) or a `file:` URI."""
+    """The connection of inline commits to the file at `location`, or None.
+
+    It has the store's settings but never waits for a lock. There is none for an in-memory
+    database (a second connection would open another one) or a `file:` URI.
+    """
     if location == ":memory:" or location.startswith("file:"):
         return None
     conn = sqlite3.connect(location, isolation_level=None, check_same_thread=False)
@@ -36,8 +38,10 @@ def inline_connection(location: str, synchronous: str) -> sqlite3.Connection | N
 def append_inline(
     conn: sqlite3.Connection, request: Append, location: str
 ) -> list[list[Envelope] | BaseException] | None:
-    """`request` written through `conn` on this thread, or None when the file's write lock is
-    taken and it must go to the driver's thread."""
+    """`request` written through `conn` on this thread, or None if the write lock is taken.
+
+    None means nothing was written, and the append must go to the driver's thread.
+    """
     try:
         return append_batch(conn, [request])
     except sqlite3.OperationalError as exc:
