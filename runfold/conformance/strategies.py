@@ -395,7 +395,10 @@ def _command_strategies(
             input=payload,
             retry=_optional(_retry_policies(invalid)),
         ),
-        StartStep: st.builds(StartStep, step_id=steps, lazy=_optional(_lazy_steps(invalid))),
+        StartStep: st.one_of(
+            st.builds(StartStep, step_id=steps, lazy=_optional(_lazy_steps(invalid))),
+            st.builds(StartStep, step_id=steps, retry=_retry_policies(invalid)),
+        ),
         CompleteStep: st.builds(CompleteStep, step_id=steps, output=payload),
         FailStep: st.builds(FailStep, step_id=steps, error=payload, retryable=st.booleans()),
         RetryStep: st.builds(RetryStep, step_id=steps, error=payload, retry_after=_optional(time)),
@@ -646,7 +649,9 @@ def _guided_command(
         return CreateStep(step_id=step_id, step_name="task", input=draw(small), retry=retry), None
     if kind == "start_step":
         if live_steps and draw(st.integers(0, 3)) != 0:
-            return StartStep(step_id=draw(st.sampled_from(live_steps))), None
+            # Now and then a deploy changed the step's retry policy: it applies from now on.
+            retry = draw(_GUIDED_RETRY) if draw(st.integers(0, 4)) == 0 else None
+            return StartStep(step_id=draw(st.sampled_from(live_steps)), retry=retry), None
         lazy = LazyStep(step_name="lazy", input=b"", retry=draw(_GUIDED_RETRY))
         return StartStep(step_id=_fresh("s", snap.steps), lazy=lazy), None
     if kind in ("complete_step", "fail_step", "cancel_step"):
@@ -1086,7 +1091,13 @@ def _event_strategies() -> dict[type[Event], st.SearchStrategy[Event]]:
         StepCreated: st.builds(
             StepCreated, step_id=text, step_name=text, input=data, retry=_optional(retry)
         ),
-        StepStarted: st.builds(StepStarted, step_id=text, attempt=ints),
+        StepStarted: st.builds(
+            StepStarted,
+            step_id=text,
+            attempt=ints,
+            after_interruption=st.booleans(),
+            retry=_optional(retry),
+        ),
         StepCompleted: st.builds(StepCompleted, step_id=text, output=data),
         StepFailed: st.builds(StepFailed, step_id=text, error=data, retryable=st.booleans()),
         StepRetrying: st.builds(StepRetrying, step_id=text, error=data, retry_after=opt_time),
