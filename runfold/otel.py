@@ -178,16 +178,19 @@ class TracingObserver:
             _error(previous, "interrupted", "the attempt was interrupted", at)
             previous.end(end_time=at)
         name = run.step_names.get(event.step_id, event.step_id)
+        attributes: dict[str, str | int | bool] = {
+            "runfold.run_id": run_id,
+            "runfold.step_id": event.step_id,
+            "runfold.step_name": name,
+            "runfold.attempt": event.attempt,
+        }
+        if event.after_interruption:  # the attempt before died with its process, maybe not here
+            attributes["runfold.after_interruption"] = True
         run.steps[event.step_id] = self._tracer.start_span(
             f"step {name}",
             context=trace.set_span_in_context(run.span),
             kind=SpanKind.INTERNAL,
-            attributes={
-                "runfold.run_id": run_id,
-                "runfold.step_id": event.step_id,
-                "runfold.step_name": name,
-                "runfold.attempt": event.attempt,
-            },
+            attributes=attributes,
             start_time=at,
         )
 

@@ -11,6 +11,7 @@ import attrs
 import pytest
 
 from runfold import (
+    AttemptsExhausted,
     CancelRun,
     Command,
     CommandHandler,
@@ -72,6 +73,7 @@ EXPECTED_CODES: dict[type[Rejection], tuple[str, int]] = {
     InvalidAttributes: ("invalid_attributes", 400),
     RunNotSupported: ("run_not_supported", 409),
     HistoryLimitExceeded: ("history_limit_exceeded", 413),
+    AttemptsExhausted: ("attempts_exhausted", 409),
 }
 
 E = TypeVar("E", bound=Rejection)

@@ -5,6 +5,7 @@ the conformance delegation, index verification and repair on every backend).
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import re
@@ -27,9 +28,11 @@ from runfold import (
     CreateRun,
     EventStore,
     HookClaim,
+    LazyStep,
     MemoryStore,
     SequenceConflict,
     StartRun,
+    StartStep,
     TokenConflict,
     Wakeup,
     project_run,
@@ -47,6 +50,7 @@ from runfold.engine import (
     WaitUntil,
     WorkflowInvocation,
 )
+from runfold.stores import SQLiteStore
 from tests.cli_support import Demo, cells, ok, one_line_error, run_ids, runfold_cli
 from tests.conftest import T0, Clock
 
@@ -150,6 +154,34 @@ def test_history_prints_one_line_per_event_or_json(demo: Demo) -> None:
     iso_utc = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
     assert all(re.fullmatch(iso_utc, e["recorded_at"]) for e in events)
     assert "warehouse:" not in "\n".join(lines)
+
+
+def test_history_shows_an_attempt_after_a_crash(tmp_path: Path) -> None:
+    async def crash_inside_a_step(path: Path) -> None:
+        async with await SQLiteStore.open(path) as store:
+            handler = CommandHandler(store)
+            await handler.execute("r", StartRun(create=CreateRun(workflow_name="wf", input=b"")))
+            lazy = LazyStep(step_name="charge", input=b"")
+            await handler.execute("r", StartStep(step_id="charge", lazy=lazy))
+            # The process died inside the body; the one that recovers the run starts it again.
+            await handler.execute("r", StartStep(step_id="charge"))
+
+    path = tmp_path / "crash.db"
+    asyncio.run(crash_inside_a_step(path))
+    url = f"sqlite:///{path}"
+    lines = ok(runfold_cli("--store", url, "history", "r")).splitlines()
+    started = [cells(line) for line in lines if "step_started" in line]
+    assert [row[3:] for row in started] == [
+        ["charge", "attempt=1"],
+        ["charge", "attempt=2 after_interruption=True"],
+    ]
+    events = json.loads(ok(runfold_cli("--store", url, "history", "r", "--json")))
+    assert [
+        e["event"].get("after_interruption") for e in events if e["type"] == "step_started"
+    ] == [
+        False,
+        True,
+    ]
 
 
 def test_verify_finds_a_damaged_index_row_and_rebuild_repairs_it(scratch: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, cast
 
 import attrs
@@ -25,6 +25,7 @@ from runfold.kernel import (
     HookReceived,
     LogRecorded,
     ProgressRecorded,
+    RetryPolicy,
     StepCancelled,
     StepCompleted,
     StepCreated,
@@ -35,6 +36,7 @@ from runfold.kernel import (
     WaitCreated,
     correlation_id,
     decode_event,
+    decode_events,
     default_codec,
     encode_event,
 )
@@ -143,8 +145,10 @@ def reason_of(event_type: str, schema_version: int, payload: bytes) -> str:
         (2, cbor2.dumps({"step_id": "s", "attempt": 1}), "not an array"),
         (2, cbor2.dumps("step_started"), "not an array"),
         (2, cbor2.dumps(None), "not an array"),
-        (2, cbor2.dumps(["s"]), "expected 2 to 2 fields, found 1"),
-        (2, cbor2.dumps(["s", 1, 2]), "expected 2 to 2 fields, found 3"),
+        (2, cbor2.dumps(["s"]), "expected 2 to 4 fields, found 1"),
+        (2, cbor2.dumps(["s", 1, False, None, 0]), "expected 2 to 4 fields, found 5"),
+        (2, cbor2.dumps(["s", 1, 2]), "after_interruption: expected bool, found int"),
+        (2, cbor2.dumps(["s", 1, True, 3]), "retry: "),
         (1, b"\xa1", "not CBOR"),  # a map header with nothing after it
         (1, cbor2.dumps(["s", 1]), "a version 1 payload is a map"),
         (1, cbor2.dumps("step_started"), "not a map or an array"),
@@ -404,6 +408,46 @@ def test_positional_payloads_leave_out_only_trailing_defaults() -> None:
         step_id="s", error=b"e"
     )
     assert decode_event("attributes_set", 2, cbor2.dumps([[]])) == AttributesSet(changes=())
+
+
+# step_started as stored: two elements before it had trailing ones, a map at version 1.
+STARTED_BEFORE_THE_MARKERS = bytes.fromhex("8262733102")
+STARTED_AS_A_MAP = bytes.fromhex("a267737465705f696462733167617474656d707402")
+STARTED_AFTER_AN_INTERRUPTION = bytes.fromhex("8362733102f5")
+STARTED_WITH_A_NEW_POLICY = bytes.fromhex(
+    "8462733102f4a56c6d61785f617474656d7074730570696e697469616c5f696e74657276616c1a001e8480"
+    "736261636b6f66665f636f656666696369656e74fb40000000000000006c6d61785f696e74657276616cf6"
+    "78196e6f6e5f726574727961626c655f6572726f725f636f64657380"
+)
+
+
+def test_step_started_gains_its_markers_as_optional_trailing_elements() -> None:
+    """Rows written before the markers read as before; the markers' wire layout is pinned."""
+    plain = StepStarted(step_id="s1", attempt=2)
+    assert decode_event("step_started", 2, STARTED_BEFORE_THE_MARKERS) == plain
+    assert decode_event("step_started", 1, STARTED_AS_A_MAP) == plain
+    assert encode_event(plain) == ("step_started", 2, STARTED_BEFORE_THE_MARKERS)
+    assert repr(plain) == "StepStarted(step_id='s1', attempt=2)"  # as before the markers
+
+    interrupted = StepStarted(step_id="s1", attempt=2, after_interruption=True)
+    assert encode_event(interrupted) == ("step_started", 2, STARTED_AFTER_AN_INTERRUPTION)
+    assert decode_event("step_started", 2, STARTED_AFTER_AN_INTERRUPTION) == interrupted
+    assert "after_interruption=True" in repr(interrupted)
+
+    policy = RetryPolicy(max_attempts=5, initial_interval=timedelta(seconds=2))
+    changed = StepStarted(step_id="s1", attempt=2, retry=policy)
+    assert encode_event(changed) == ("step_started", 2, STARTED_WITH_A_NEW_POLICY)
+    assert decode_event("step_started", 2, STARTED_WITH_A_NEW_POLICY) == changed
+    assert repr(changed).endswith(f"retry={policy!r})")
+    # Together, in one bulk decode, with the rows of before.
+    rows = [STARTED_AS_A_MAP, STARTED_BEFORE_THE_MARKERS, STARTED_AFTER_AN_INTERRUPTION]
+    rows.append(STARTED_WITH_A_NEW_POLICY)
+    assert decode_events(["step_started"] * 4, [1, 2, 2, 2], rows) == [
+        plain,
+        plain,
+        interrupted,
+        changed,
+    ]
 
 
 @given(st.lists(events(), max_size=12), st.data())

@@ -858,11 +858,6 @@ REDEFINITIONS: dict[str, tuple[Callable[[Snapshot], bool], RuntimeDecision, Runt
         ScheduleStep(step_id="s", step_name="n", input=b"1"),
         ScheduleStep(step_id="s", step_name="n", input=b"2"),
     ),
-    "step-retry": (
-        lambda run: "s" in run.steps,
-        ScheduleStep(step_id="s", step_name="n", input=b"1"),
-        ScheduleStep(step_id="s", step_name="n", input=b"1", retry=RETRY),
-    ),
     "wait": (
         lambda run: "w" in run.waits,
         WaitUntil(wait_id="w", resume_at=FAR),

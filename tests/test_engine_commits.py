@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import tracemalloc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 import pytest
@@ -329,6 +329,116 @@ async def test_a_step_interrupted_in_its_last_attempt_fails_instead_of_running_a
     assert attempts == list(range(1, allowed + 1))  # no attempt past the policy
     assert run.status == "completed" and run.steps["s"].status == "failed"
     assert run.output == f"attempt {allowed} of {allowed} was interrupted".encode()
+
+
+async def test_a_retry_policy_changed_by_a_deploy_applies_from_the_next_attempt(
+    store: EventStore, clock: Clock
+) -> None:
+    """Interrupted in its only attempt, the step runs again once a deploy allows three."""
+    once, thrice = RetryPolicy(max_attempts=1), RetryPolicy(max_attempts=3)
+
+    async def dies(invocation: StepInvocation) -> bytes:
+        raise asyncio.CancelledError  # the process dies inside the body
+
+    async def works(invocation: StepInvocation) -> bytes:
+        return f"attempt {invocation.attempt}".encode()
+
+    def deployed(retry: RetryPolicy) -> Callable[[WorkflowInvocation], RuntimeDecision]:
+        def workflow(invocation: WorkflowInvocation) -> RuntimeDecision:
+            step = invocation.snapshot.steps.get("s")
+            if step is not None and step.status in ("completed", "failed"):
+                return Complete(output=step.output or step.error or b"")
+            return ScheduleStep(step_id="s", step_name="charge", input=b"", retry=retry)
+
+        return workflow
+
+    before = Engine(CommandHandler(store, clock=clock), Scripted(deployed(once), {"charge": dies}))
+    with pytest.raises(asyncio.CancelledError):
+        await before.start("wf", b"", run_id="r")
+    after = Engine(
+        CommandHandler(store, clock=clock), Scripted(deployed(thrice), {"charge": works})
+    )
+    run = await after.drive("r")
+
+    assert run.status == "completed" and run.output == b"attempt 2"
+    assert (run.steps["s"].attempt, run.steps["s"].retry) == (2, thrice)
+    started = [e.event for e in await store.read("r") if isinstance(e.event, StepStarted)]
+    assert started == [
+        StepStarted(step_id="s", attempt=1),
+        StepStarted(step_id="s", attempt=2, after_interruption=True, retry=thrice),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "recorded"),
+    [
+        (RetryPolicy(max_attempts=5), None, DEFAULT_RETRY),
+        (None, RetryPolicy(max_attempts=5), RetryPolicy(max_attempts=5)),
+        (None, DEFAULT_RETRY, None),
+        (RetryPolicy(max_attempts=5), RetryPolicy(max_attempts=5), None),
+    ],
+    ids=["back-to-the-default", "a-policy-at-last", "the-default-spelled-out", "unchanged"],
+)
+async def test_a_changed_policy_is_recorded_once_and_none_means_the_default(
+    store: EventStore,
+    clock: Clock,
+    first: RetryPolicy | None,
+    then: RetryPolicy | None,
+    recorded: RetryPolicy | None,
+) -> None:
+    async def flaky(invocation: StepInvocation) -> bytes:
+        if invocation.attempt == 1:
+            raise StepFailure(b"flaky")
+        return b"ok"
+
+    policy = [first]
+
+    def workflow(invocation: WorkflowInvocation) -> RuntimeDecision:
+        step = invocation.snapshot.steps.get("s")
+        if step is not None and step.status == "completed":
+            return Complete(output=b"")
+        return ScheduleStep(step_id="s", step_name="flaky", input=b"", retry=policy[0])
+
+    engine = Engine(CommandHandler(store, clock=clock), Scripted(workflow, {"flaky": flaky}))
+    run = await engine.start("wf", b"", run_id="r")
+    policy[0] = then  # the deploy, while the step waits for its retry
+    clock.now = run.steps["s"].retry_after or clock.now
+    await engine.resume_due()
+
+    started = [e.event for e in await store.read("r") if isinstance(e.event, StepStarted)]
+    assert started == [
+        StepStarted(step_id="s", attempt=1),
+        StepStarted(step_id="s", attempt=2, retry=recorded),
+    ]
+    run = await engine.handler.snapshot("r")
+    assert run.status == "completed"
+    assert run.steps["s"].retry == (recorded if recorded is not None else first)
+
+
+async def test_a_policy_lowered_below_the_attempts_made_fails_the_step(
+    store: EventStore, clock: Clock
+) -> None:
+    async def flaky(invocation: StepInvocation) -> bytes:
+        raise StepFailure(b"flaky")
+
+    policy = [RetryPolicy(max_attempts=5)]
+
+    def workflow(invocation: WorkflowInvocation) -> RuntimeDecision:
+        step = invocation.snapshot.steps.get("s")
+        if step is not None and step.status == "failed":
+            return Complete(output=step.error or b"")
+        return ScheduleStep(step_id="s", step_name="flaky", input=b"", retry=policy[0])
+
+    engine = Engine(CommandHandler(store, clock=clock), Scripted(workflow, {"flaky": flaky}))
+    run = await engine.start("wf", b"", run_id="r")
+    assert run.steps["s"].status == "pending"  # attempt 1 failed; 4 more allowed
+    policy[0] = RetryPolicy(max_attempts=1)
+    clock.now = run.steps["s"].retry_after or clock.now
+    await engine.resume_due()
+
+    run = await engine.handler.snapshot("r")
+    assert run.status == "completed" and run.output == b"attempt 1 of 1 was the last"
+    assert run.steps["s"].attempt == 1
 
 
 async def test_a_retry_due_at_once_runs_in_the_same_drive(store: EventStore) -> None:

@@ -21,14 +21,15 @@ from runfold.flow import (
     TokenInUse,
     UnknownWorkflow,
     UnsupportedAwait,
+    current_step,
     registered_workflows,
     sleep,
     step,
     wait_for_event,
     workflow,
 )
-from runfold.kernel import RetryPolicy
-from runfold.testing import DelegatingStore
+from runfold.kernel import RetryPolicy, StepStarted
+from runfold.testing import DelegatingStore, SimulatedCrash
 from tests.conftest import Clock
 from tests.flow_workflows import chain, order
 
@@ -369,3 +370,42 @@ async def test_one_undrivable_run_does_not_block_recovery(store: EventStore) -> 
     assert isinstance(by_run["r1"].error, FlowNonDeterminism)
     assert by_run["r0"].error is None and by_run["r2"].error is None
     assert (await flow.result("r2")).output == 2
+
+
+async def test_a_retry_changed_between_crash_and_resume_applies_from_the_next_attempt(
+    store: EventStore,
+) -> None:
+    """The process dies in the step's only attempt; the deploy that follows allows three."""
+    attempts: list[int] = []
+
+    def charge(amount: int) -> dict[str, int]:
+        attempts.append(current_step().attempt)
+        if len(attempts) == 1:
+            raise SimulatedCrash("the process dies inside the body")
+        return {"charged": amount}
+
+    @workflow(name="redeployed")
+    async def redeployed(amount: int) -> Any:
+        return await step(charge, amount, retry=RetryPolicy(max_attempts=1))
+
+    with pytest.raises(SimulatedCrash):
+        await Flow(store, [redeployed]).start(redeployed, 42, run_id="pay")
+    assert (await Flow(store, [redeployed]).result("pay")).snapshot.steps["1"].status == "running"
+
+    thrice = RetryPolicy(max_attempts=3, initial_interval=timedelta(seconds=5))
+
+    @workflow(name="redeployed")  # type: ignore[no-redef]  # the deploy changed the retry
+    async def redeployed(amount: int) -> Any:
+        return await step(charge, amount, retry=thrice)
+
+    flow = Flow(store, [redeployed])
+    [resumed] = await flow.recover()
+    assert resumed.error is None
+    done = await flow.result("pay")
+    assert done.status == "completed" and done.output == {"charged": 42}
+    assert attempts == [1, 2]
+    assert done.snapshot.steps["1"].retry == thrice
+    [*_, last_start] = [
+        e.event for e in await store.read("pay") if e.event.event_type == "step_started"
+    ]
+    assert last_start == StepStarted(step_id="1", attempt=2, after_interruption=True, retry=thrice)

@@ -758,6 +758,7 @@ def model(history: Sequence[Envelope]) -> dict[str, Any]:
                 step,
                 status="running",
                 attempt=ev.attempt,
+                retry=ev.retry if ev.retry is not None else step.retry,  # a changed policy
                 started_at=step.started_at or at,
                 retry_after=None,
                 updated_at=at,

@@ -3,6 +3,7 @@ OpenTelemetry SDK's in-memory exporter on every store."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -108,6 +109,7 @@ async def test_a_run_and_its_step_attempts_become_spans(
         assert attributes(attempt)["runfold.run_id"] == "r"
         assert attributes(attempt)["runfold.step_id"] == "pay"
     first, second = attempts
+    assert not any("runfold.after_interruption" in attributes(s) for s in attempts)
     assert first.status.status_code is StatusCode.ERROR
     assert first.status.description == "card network timeout"
     [exception] = [e for e in first.events if e.name == "exception"]
@@ -130,6 +132,24 @@ async def test_a_run_and_its_step_attempts_become_spans(
     every = [str(v) for s in finished for v in attributes(s).values()]
     every += [str(v) for s in finished for e in s.events for v in attributes(e).values()]
     assert not any(TOKEN in value for value in every), "a hook token reached a span"
+
+
+async def test_an_attempt_after_a_crash_says_so(
+    store: EventStore, clock: Clock, exporter: InMemorySpanExporter
+) -> None:
+    async def dies(invocation: StepInvocation) -> bytes:
+        raise asyncio.CancelledError  # the process dies inside the body
+
+    untraced = Engine(CommandHandler(store, clock=clock), Scripted(order, {"charge-card": dies}))
+    with pytest.raises(asyncio.CancelledError):
+        await untraced.start("wf", b"", run_id="r")
+    engine = traced(store, clock, exporter, Scripted(order, {"charge-card": flaky}))
+    await engine.drive("r")  # the process that recovered the run
+
+    [attempt] = spans(exporter)["step pay"]  # this process never saw the step's creation
+    assert attributes(attempt)["runfold.attempt"] == 2
+    assert attributes(attempt)["runfold.after_interruption"] is True
+    assert attempt.status.status_code is StatusCode.OK
 
 
 async def test_a_failed_run_has_an_error_status(

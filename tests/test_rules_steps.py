@@ -10,6 +10,7 @@ import attrs
 import pytest
 
 from runfold import (
+    AttemptsExhausted,
     CancelRun,
     CancelStep,
     Command,
@@ -17,14 +18,18 @@ from runfold import (
     CompleteStep,
     CreateStep,
     EntityConflict,
+    Envelope,
     FailStep,
+    HistoryError,
     InvalidCommand,
     LazyStep,
     NonDeterministic,
     RequestCancel,
     RetryPolicy,
     RetryStep,
+    RunCreated,
     RunExpired,
+    RunStarted,
     Snapshot,
     StartStep,
     StepCancelled,
@@ -37,6 +42,7 @@ from runfold import (
     TerminalState,
     TooEarly,
     WakeupDue,
+    project_run,
 )
 from tests.conftest import T0, Clock
 from tests.rules_helpers import (
@@ -136,10 +142,19 @@ async def test_create_step_again_is_an_entity_conflict(
     await assert_rejected(handler, DEFINE, EntityConflict, repr(STEP), "already exists")
 
 
-@pytest.mark.parametrize(
-    "changes",
-    [{"step_name": "refund"}, {"input": b"other"}, {"retry": None}, {"retry": RetryPolicy()}],
-)
+@pytest.mark.parametrize("retry", [None, RetryPolicy()])
+async def test_create_step_again_with_another_retry_policy_is_the_same_step(
+    handler: CommandHandler, retry: RetryPolicy | None
+) -> None:
+    """A step's identity is its name and input: a deploy that changed the policy is no conflict."""
+    await run_with_step(handler, "running", "pending")
+    await assert_rejected(
+        handler, attrs.evolve(DEFINE, retry=retry), EntityConflict, repr(STEP), "already exists"
+    )
+    assert (await handler.snapshot(RUN)).steps[STEP].retry == POLICY
+
+
+@pytest.mark.parametrize("changes", [{"step_name": "refund"}, {"input": b"other"}])
 async def test_create_step_again_with_another_definition_is_non_deterministic(
     handler: CommandHandler, changes: dict[str, Any]
 ) -> None:
@@ -313,16 +328,19 @@ async def test_start_of_a_running_step_is_a_crash_redelivery(
     await run_with_step(handler, "running", "running")
     first_start = clock.now
 
-    attempts = []
+    started = []
     for _ in range(2):
         clock.advance(LATER)
         outcome = await handler.execute(RUN, START)
         assert not outcome.created_step
         [envelope] = outcome.appended
-        assert isinstance(envelope.event, StepStarted)
-        attempts.append(envelope.event.attempt)
+        started.append(envelope.event)
 
-    assert attempts == [2, 3]
+    # The history says the attempt before each of these was interrupted.
+    assert started == [
+        StepStarted(step_id=STEP, attempt=2, after_interruption=True),
+        StepStarted(step_id=STEP, attempt=3, after_interruption=True),
+    ]
     step = (await handler.snapshot(RUN)).steps[STEP]
     assert (step.status, step.attempt, step.started_at, step.updated_at) == (
         "running",
@@ -330,6 +348,120 @@ async def test_start_of_a_running_step_is_a_crash_redelivery(
         first_start,
         clock.now,
     )
+
+
+async def test_the_history_of_a_crash_inside_a_step(handler: CommandHandler) -> None:
+    """A retried attempt and an interrupted one read apart in the history."""
+    await run_with_step(handler, "running", "running")
+    await handler.execute(RUN, RetryStep(step_id=STEP, error=b"flaky"))
+    await handler.execute(RUN, START)  # attempt 2; then the process dies inside the body
+    await handler.execute(RUN, START)  # attempt 3, by the process that recovered the run
+    await handler.execute(RUN, CompleteStep(step_id=STEP, output=b"ok"))
+
+    steps = [e.event for e in await handler.history(RUN) if e.event.event_type.startswith("step")]
+    assert steps == [
+        StepCreated(step_id=STEP, step_name="charge", input=b"card", retry=POLICY),
+        StepStarted(step_id=STEP, attempt=1),
+        StepRetrying(step_id=STEP, error=b"flaky"),
+        StepStarted(step_id=STEP, attempt=2),
+        StepStarted(step_id=STEP, attempt=3, after_interruption=True),
+        StepCompleted(step_id=STEP, output=b"ok"),
+    ]
+
+
+# --- a retry policy changed by a deploy ---------------------------------------------------------
+
+NEW_POLICY = RetryPolicy(max_attempts=5, initial_interval=timedelta(seconds=10))
+
+
+@pytest.mark.parametrize("step_status", ["pending", "running"])
+async def test_a_new_retry_policy_applies_from_the_next_attempt(
+    handler: CommandHandler, step_status: str
+) -> None:
+    await run_with_step(handler, "running", step_status)
+
+    outcome = await handler.execute(RUN, StartStep(step_id=STEP, retry=NEW_POLICY))
+
+    attempt = 2 if step_status == "running" else 1
+    assert [e.event for e in outcome.appended] == [
+        StepStarted(
+            step_id=STEP,
+            attempt=attempt,
+            after_interruption=step_status == "running",
+            retry=NEW_POLICY,
+        )
+    ]
+    assert outcome.snapshot.steps[STEP].retry == NEW_POLICY
+    # The same policy again changes nothing, and records nothing of it.
+    outcome = await handler.execute(RUN, StartStep(step_id=STEP, retry=NEW_POLICY))
+    assert [e.event for e in outcome.appended] == [
+        StepStarted(step_id=STEP, attempt=attempt + 1, after_interruption=True)
+    ]
+    assert outcome.snapshot.steps[STEP].retry == NEW_POLICY
+
+
+async def test_a_new_policy_gives_an_interrupted_last_attempt_a_successor(
+    handler: CommandHandler,
+) -> None:
+    once = RetryPolicy(max_attempts=1)
+    await run_with(handler, "running", attrs.evolve(DEFINE, retry=once), START)
+    await assert_rejected(handler, START, AttemptsExhausted, repr(STEP), "1 of 1", "interrupted")
+
+    outcome = await handler.execute(RUN, StartStep(step_id=STEP, retry=NEW_POLICY))
+
+    step = outcome.snapshot.steps[STEP]
+    assert (step.status, step.attempt, step.retry) == ("running", 2, NEW_POLICY)
+    # The budget of RetryStep is the new policy's too.
+    await handler.execute(RUN, RetryStep(step_id=STEP, error=b"flaky"))
+    assert (await handler.snapshot(RUN)).steps[STEP].status == "pending"
+
+
+@pytest.mark.parametrize("step_status", ["pending", "running"])
+async def test_a_new_policy_with_no_attempt_left_is_attempts_exhausted(
+    handler: CommandHandler, step_status: str
+) -> None:
+    await run_with_step(handler, "running", "running")
+    await handler.execute(RUN, RetryStep(step_id=STEP, error=b"flaky"))
+    await handler.execute(RUN, START)  # attempt 2
+    if step_status == "pending":
+        await handler.execute(RUN, RetryStep(step_id=STEP, error=b"flaky"))
+
+    fewer = RetryPolicy(max_attempts=2)
+    await assert_rejected(
+        handler, StartStep(step_id=STEP, retry=fewer), AttemptsExhausted, repr(STEP), "2 of 2"
+    )
+    assert (await handler.snapshot(RUN)).steps[STEP].retry == POLICY
+
+
+async def test_retry_goes_with_an_existing_step_not_with_lazy(handler: CommandHandler) -> None:
+    await run_in_status(handler, "running")
+    await assert_rejected(
+        handler,
+        StartStep(step_id=STEP, lazy=LAZY, retry=NEW_POLICY),
+        InvalidCommand,
+        "lazy.retry",
+    )
+
+
+def test_a_history_may_not_mark_a_pending_step_interrupted() -> None:
+    events = [
+        RunCreated(workflow_name="wf", input=b""),
+        RunStarted(),
+        StepCreated(step_id=STEP, step_name="charge", input=b"card"),
+        StepStarted(step_id=STEP, attempt=1, after_interruption=True),
+    ]
+    history = [
+        Envelope(run_id=RUN, sequence=n, event=event, recorded_at=T0)
+        for n, event in enumerate(events, start=1)
+    ]
+    with pytest.raises(HistoryError, match="after an interruption") as raised:
+        project_run(history)
+    assert raised.value.sequence == 4
+    # Before the marker existed, an attempt after an interruption was written without it.
+    unmarked = [*history[:3], attrs.evolve(history[3], event=StepStarted(step_id=STEP, attempt=1))]
+    started = StepStarted(step_id=STEP, attempt=2)
+    again = Envelope(run_id=RUN, sequence=5, event=started, recorded_at=T0)
+    assert project_run([*unmarked, again]).steps[STEP].attempt == 2
 
 
 # --- CompleteStep and FailStep ------------------------------------------------------------------

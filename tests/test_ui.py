@@ -7,16 +7,28 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 from psycopg.conninfo import conninfo_to_dict
 
-from runfold import CommandHandler
+from runfold import (
+    CommandHandler,
+    Envelope,
+    RunCreated,
+    RunStarted,
+    StepCompleted,
+    StepCreated,
+    StepRetrying,
+    StepStarted,
+)
 from runfold.engine import Engine
 from runfold.stores.postgres import PostgresStore
 from runfold.ui.payloads import HEX_LIMIT, show_payload
+from runfold.ui.timeline import build_timeline
+from tests.conftest import T0
 from tests.postgres_support import DSN, admin, schema_name
 from tests.ui_support import (
     BULK,
@@ -189,6 +201,31 @@ def test_run_page_shows_header_timeline_and_tables(page: Page, tmp_path: Path) -
     shot = tmp_path / "run.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_timeline_draws_an_interrupted_attempt_apart_from_a_retried_one() -> None:
+    events = [
+        RunCreated(workflow_name="wf", input=b""),
+        RunStarted(),
+        StepCreated(step_id="charge", step_name="charge", input=b""),
+        StepStarted(step_id="charge", attempt=1),
+        StepRetrying(step_id="charge", error=b"timeout"),
+        StepStarted(step_id="charge", attempt=2),
+        StepStarted(step_id="charge", attempt=3, after_interruption=True),
+        StepCompleted(step_id="charge", output=b""),
+    ]
+    history = [
+        Envelope(run_id="r", sequence=n, event=event, recorded_at=T0 + n * timedelta(seconds=1))
+        for n, event in enumerate(events, start=1)
+    ]
+    [charge] = [row for row in build_timeline(history).rows if row.label == "charge"]
+    attempts = [bar for bar in charge.bars if bar.kind.startswith("attempt")]
+    assert [bar.kind for bar in attempts] == [
+        "attempt-retried",
+        "attempt-interrupted",
+        "attempt-completed",
+    ]
+    assert attempts[1].title.startswith("charge attempt 2: interrupted")
 
 
 def test_run_history_is_paged_with_payloads_decoded(page: Page) -> None:

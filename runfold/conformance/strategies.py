@@ -395,7 +395,10 @@ def _command_strategies(
             input=payload,
             retry=_optional(_retry_policies(invalid)),
         ),
-        StartStep: st.builds(StartStep, step_id=steps, lazy=_optional(_lazy_steps(invalid))),
+        StartStep: st.one_of(
+            st.builds(StartStep, step_id=steps, lazy=_optional(_lazy_steps(invalid))),
+            st.builds(StartStep, step_id=steps, retry=_retry_policies(invalid)),
+        ),
         CompleteStep: st.builds(CompleteStep, step_id=steps, output=payload),
         FailStep: st.builds(FailStep, step_id=steps, error=payload, retryable=st.booleans()),
         RetryStep: st.builds(RetryStep, step_id=steps, error=payload, retry_after=_optional(time)),
@@ -646,7 +649,9 @@ def _guided_command(
         return CreateStep(step_id=step_id, step_name="task", input=draw(small), retry=retry), None
     if kind == "start_step":
         if live_steps and draw(st.integers(0, 3)) != 0:
-            return StartStep(step_id=draw(st.sampled_from(live_steps))), None
+            # Now and then a deploy changed the step's retry policy: it applies from now on.
+            retry = draw(_GUIDED_RETRY) if draw(st.integers(0, 4)) == 0 else None
+            return StartStep(step_id=draw(st.sampled_from(live_steps)), retry=retry), None
         lazy = LazyStep(step_name="lazy", input=b"", retry=draw(_GUIDED_RETRY))
         return StartStep(step_id=_fresh("s", snap.steps), lazy=lazy), None
     if kind in ("complete_step", "fail_step", "cancel_step"):
@@ -732,12 +737,40 @@ def _envelopes(run_id: str, after: int, events: Sequence[Event], at: datetime) -
     ]
 
 
+@attrs.frozen
+class _Definition:
+    """What a caller fixed of the generated run's `CreateRun` (None: drawn)."""
+
+    workflow_name: str | None = None
+    input: bytes | None = None
+
+    def apply(self, create: CreateRun) -> CreateRun:
+        if self.workflow_name is not None:
+            create = attrs.evolve(create, workflow_name=self.workflow_name)
+        if self.input is not None:
+            create = attrs.evolve(create, input=self.input)
+        return create
+
+
+def _definition(workflow_name: str | None, input: bytes | None, start: datetime) -> _Definition:
+    """The fixed part of the run's definition, checked now: a bad name fails here, not inside
+    every example (`InvalidCommand`)."""
+    definition = _Definition(workflow_name=workflow_name, input=input)
+    decide(None, definition.apply(CreateRun(workflow_name="wf", input=b"")), now=start, run_id="r")
+    return definition
+
+
 @st.composite
 def _valid_histories(
-    draw: st.DrawFn, run_id: str, max_commands: int, start: datetime, limits: Limits
+    draw: st.DrawFn,
+    run_id: str,
+    max_commands: int,
+    start: datetime,
+    limits: Limits,
+    definition: _Definition,
 ) -> list[Envelope]:
     now = start
-    create = draw(_create_runs(run_id, start, invalid=False))
+    create = definition.apply(draw(_create_runs(run_id, start, invalid=False)))
     try:
         opening = draw(st.sampled_from((create, StartRun(create=create))))
         first = decide(None, opening, now=now, limits=limits)
@@ -770,8 +803,14 @@ def valid_histories(
     max_commands: int = 40,
     start: datetime = START,
     limits: Limits = _DEFAULT_LIMITS,
+    workflow_name: str | None = None,
+    input: bytes | None = None,
 ) -> st.SearchStrategy[list[Envelope]]:
     """Histories of one run that `project_run` accepts, built the way a runtime builds them.
+
+    The run is of `workflow_name` with `input` when given (else both are drawn); for the
+    histories a given `runfold.flow` workflow makes, see
+    `runfold.testing.strategies.workflow_histories`.
 
     Starts with `CreateRun` or a resilient `StartRun(create=…)` at `start`, then up to
     `max_commands` commands, each decided with `decide` on the current snapshot at a clock that
@@ -782,15 +821,24 @@ def valid_histories(
     outcomes after the run ended, retained hooks disposed after the end, repeated and idempotent
     deliveries, hook conflicts, attributes, progress, children and waits; some commands come from
     `commands()` to keep the unexpected in the mix.
+
+    Raises:
+        InvalidCommand: `workflow_name` or `input` is not one a run can have.
     """
-    return _valid_histories(run_id, max_commands, start, limits)
+    definition = _definition(workflow_name, input, start)
+    return _valid_histories(run_id, max_commands, start, limits, definition)
 
 
 @st.composite
 def _snapshots(
-    draw: st.DrawFn, run_id: str, max_commands: int, start: datetime, limits: Limits
+    draw: st.DrawFn,
+    run_id: str,
+    max_commands: int,
+    start: datetime,
+    limits: Limits,
+    definition: _Definition,
 ) -> Snapshot:
-    history = draw(valid_histories(run_id, max_commands=max_commands, start=start, limits=limits))
+    history = draw(_valid_histories(run_id, max_commands, start, limits, definition))
     # Every prefix of a valid history is reachable: states a run passes through (cancelling,
     # suspended on a retry) are as interesting as where it ends.
     cut = draw(_weighted((1, st.integers(1, len(history))), (1, st.just(len(history)))))
@@ -803,13 +851,19 @@ def snapshots(
     max_commands: int = 40,
     start: datetime = START,
     limits: Limits = _DEFAULT_LIMITS,
+    workflow_name: str | None = None,
+    input: bytes | None = None,
 ) -> st.SearchStrategy[Snapshot]:
     """Snapshots reachable from valid histories.
 
-    Each is `project_run` of a `valid_histories()` history or of one of its prefixes, so states a
-    run only passes through are drawn too.
+    Each is `project_run` of a `valid_histories()` history (of `workflow_name` with `input`, when
+    given) or of one of its prefixes, so states a run only passes through are drawn too.
+
+    Raises:
+        InvalidCommand: `workflow_name` or `input` is not one a run can have.
     """
-    return _snapshots(run_id, max_commands, start, limits)
+    definition = _definition(workflow_name, input, start)
+    return _snapshots(run_id, max_commands, start, limits, definition)
 
 
 # --- invalid histories --------------------------------------------------------------------------
@@ -1086,7 +1140,13 @@ def _event_strategies() -> dict[type[Event], st.SearchStrategy[Event]]:
         StepCreated: st.builds(
             StepCreated, step_id=text, step_name=text, input=data, retry=_optional(retry)
         ),
-        StepStarted: st.builds(StepStarted, step_id=text, attempt=ints),
+        StepStarted: st.builds(
+            StepStarted,
+            step_id=text,
+            attempt=ints,
+            after_interruption=st.booleans(),
+            retry=_optional(retry),
+        ),
         StepCompleted: st.builds(StepCompleted, step_id=text, output=data),
         StepFailed: st.builds(StepFailed, step_id=text, error=data, retryable=st.booleans()),
         StepRetrying: st.builds(StepRetrying, step_id=text, error=data, retry_after=opt_time),

@@ -23,6 +23,7 @@ from runfold.kernel import (
     InvalidCommand,
     LazyStep,
     Rejection,
+    RetryPolicy,
     RetryStep,
     Snapshot,
     StartStep,
@@ -36,6 +37,17 @@ __all__ = ["StepRunner", "describe"]
 
 _log = logging.getLogger("runfold.engine")
 _MAX_ERROR_CHARS = 4096
+
+
+def _changed_policy(step: StepState, call: ScheduleStep) -> RetryPolicy | None:
+    """The policy `call` gives an existing step when it differs from the recorded one, else None.
+
+    A step without a policy follows `DEFAULT_RETRY`, so None on either side means that one:
+    going back to the default records it explicitly.
+    """
+    recorded = step.retry if step.retry is not None else DEFAULT_RETRY
+    wanted = call.retry if call.retry is not None else DEFAULT_RETRY
+    return None if wanted == recorded else wanted
 
 
 def describe(exc: BaseException) -> bytes:
@@ -117,10 +129,14 @@ class StepRunner:
                 if delayed or elsewhere:
                     waiting = True
                     continue
-                policy = step.retry if step.retry is not None else DEFAULT_RETRY
-                if step.status == "running" and step.attempt >= policy.max_attempts:
-                    # Its last attempt was interrupted (the process died): no attempt is left.
-                    error = f"attempt {step.attempt} of {policy.max_attempts} was interrupted"
+                # The workflow's policy now: a deploy may have changed the recorded one, and
+                # the new one applies from the next attempt.
+                policy = call.retry if call.retry is not None else DEFAULT_RETRY
+                if step.attempt >= policy.max_attempts:
+                    # No attempt is left: the last was interrupted (the process died), or the
+                    # new policy allows no more than the step has made.
+                    how = "was interrupted" if step.status == "running" else "was the last"
+                    error = f"attempt {step.attempt} of {policy.max_attempts} {how}"
                     exhausted.append(FailStep(step_id=step.step_id, error=error.encode()))
                     continue
             chosen.append((call, step))
@@ -141,11 +157,13 @@ class StepRunner:
         self.engine.claim(run_id, ids)
         self.claims.update(ids)
         for call, step in chosen:
-            lazy = None
             if step is None:
                 lazy = LazyStep(step_name=call.step_name, input=call.input, retry=call.retry)
+                start = StartStep(step_id=call.step_id, lazy=lazy)
+            else:
+                start = StartStep(step_id=call.step_id, retry=_changed_policy(step, call))
             try:
-                self.propose(StartStep(step_id=call.step_id, lazy=lazy))
+                self.propose(start)
             except Rejection:
                 self.engine.release(run_id, ids)
                 self.claims.difference_update(ids)

@@ -339,9 +339,9 @@ class Interpreter:
         if step.input != step_input:
             self.mismatch(session, snapshot, f"step {step.step_name!r} with another input")
         if step.status in ("pending", "running"):
-            # The recorded policy: a retry changed by a deploy applies to steps created after it.
+            # The policy of the code now: one a deploy changed applies from the next attempt.
             return ScheduleStep(
-                step_id=call_id, step_name=call.name, input=step_input, retry=step.retry
+                step_id=call_id, step_name=call.name, input=step_input, retry=call.retry
             )
         if step.status == "completed":
             output = step.output if step.output is not None else b""

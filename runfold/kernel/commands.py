@@ -245,8 +245,9 @@ class RecordLog(Command):
 class CreateStep(Command):
     """Create a pending step (`StepCreated`) without starting it.
 
-    `decide` rejects it with `EntityConflict` when the step exists with the same definition,
-    `NonDeterministic` when it exists with another, and `TerminalState` once the run has ended.
+    `decide` rejects it with `EntityConflict` when the step exists with the same name and input
+    (whatever its retry policy: `StartStep.retry` changes that), `NonDeterministic` when it exists
+    with another name or input, and `TerminalState` once the run has ended.
     """
 
     step_id: str
@@ -269,13 +270,17 @@ class StartStep(Command):
     """Start a step's next attempt (`StepStarted`), creating the step from `lazy` if it is new.
 
     With `lazy`, an existing step is an `EntityConflict`: another caller created it, and only the
-    creator runs the body. `decide` also rejects it with `StepNotFound` (no such step and no
-    `lazy`), `TerminalState` (the step has ended), `RunExpired` (the run has ended) and `TooEarly`
-    (a retry before its `retry_after`).
+    creator runs the body. `retry`, for an existing step, is its retry policy from this attempt
+    on (a deploy changed it; None keeps the step's): a step's identity is its name and input, so
+    a new policy is not a new step. `decide` also rejects it with `StepNotFound` (no such step and
+    no `lazy`), `TerminalState` (the step has ended), `RunExpired` (the run has ended), `TooEarly`
+    (a retry before its `retry_after`), `AttemptsExhausted` (the policy allows no further attempt)
+    and `InvalidCommand` (`retry` with `lazy`: a new step takes its policy from `lazy.retry`).
     """
 
     step_id: str
     lazy: LazyStep | None = None
+    retry: RetryPolicy | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -377,9 +377,12 @@ def _validate_create_step(c: _Check, cmd: CreateStep) -> None:
 
 def _validate_start_step(c: _Check, cmd: StartStep) -> None:
     c.ident(cmd.step_id, "step_id")
+    c.retry(cmd.retry)
     if cmd.lazy is not None:
         if not isinstance(cmd.lazy, LazyStep):
             raise c.bad("StartStep.lazy must be a LazyStep")
+        if cmd.retry is not None:
+            raise c.bad("StartStep.retry is for an existing step; a new one takes lazy.retry")
         _validate_step_definition(c, cmd.lazy.step_name, cmd.lazy.input, cmd.lazy.retry)
 
 
@@ -670,8 +673,9 @@ def _step_record(ctx: _Ctx, step_id: str) -> Any:
     return record
 
 
-def _same_definition(record: Any, step_name: str, input: bytes, retry: RetryPolicy | None) -> bool:
-    return bool(record.step_name == step_name and record.input == input and record.retry == retry)
+def _same_definition(record: Any, step_name: str, input: bytes) -> bool:
+    """A step's identity is its name and input; its retry policy may change (`StartStep.retry`)."""
+    return bool(record.step_name == step_name and record.input == input)
 
 
 def _create_step(ctx: _Ctx, cmd: CreateStep) -> _Events:
@@ -680,7 +684,7 @@ def _create_step(ctx: _Ctx, cmd: CreateStep) -> _Events:
         raise ctx.terminal("create new entities on")
     record = snap.steps.raw(cmd.step_id)
     if record is not None:
-        if not _same_definition(record, cmd.step_name, cmd.input, cmd.retry):
+        if not _same_definition(record, cmd.step_name, cmd.input):
             raise NonDeterministic(
                 f"step {cmd.step_id!r} already exists in run {snap.run_id!r} with another "
                 "definition",
@@ -744,17 +748,25 @@ def _start_step(ctx: _Ctx, cmd: StartStep) -> _Events:
             run_id=snap.run_id,
             retry_after=record.retry_after,
         )
-    if (
-        record.status == "running"
-        and record.retry is not None
-        and record.attempt >= record.retry.max_attempts
-    ):
+    # A new policy applies from this attempt on; the step keeps its own when none is given.
+    changed = cmd.retry if cmd.retry is not None and cmd.retry != record.retry else None
+    policy = changed if changed is not None else record.retry
+    interrupted = record.status == "running"
+    if policy is not None and record.attempt >= policy.max_attempts:
+        what = "was interrupted in its last attempt" if interrupted else "has no attempt left"
         raise AttemptsExhausted(
-            f"step {cmd.step_id!r} of run {snap.run_id!r} was interrupted in its last attempt "
-            f"({record.attempt} of {record.retry.max_attempts}); fail it instead",
+            f"step {cmd.step_id!r} of run {snap.run_id!r} {what} "
+            f"({record.attempt} of {policy.max_attempts}); fail it instead",
             run_id=snap.run_id,
         )
-    return (StepStarted(step_id=cmd.step_id, attempt=record.attempt + 1),)
+    return (
+        StepStarted(
+            step_id=cmd.step_id,
+            attempt=record.attempt + 1,
+            after_interruption=interrupted,
+            retry=changed,
+        ),
+    )
 
 
 def _step_outcome_allowed(ctx: _Ctx, step_id: str) -> Any:

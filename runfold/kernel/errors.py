@@ -152,9 +152,11 @@ class TooEarly(Rejection):
 
 
 class AttemptsExhausted(Rejection):
-    """A running step was asked for another attempt, but its retry policy has none left.
+    """A step was asked for another attempt, but its retry policy has none left.
 
-    The attempt before was interrupted (its process died); the host fails the step instead.
+    Either the attempt before was interrupted (its process died) in the policy's last attempt,
+    or a new policy (`StartStep.retry`) allows no more attempts than the step has made. The host
+    fails the step instead.
     """
 
     code = "attempts_exhausted"

@@ -277,11 +277,26 @@ class StepCreated(_Catalogued):
 
 @attrs.frozen(kw_only=True)
 class StepStarted(_Catalogued):
-    """A step's attempt number `attempt` (the previous one plus one) began: status `running`."""
+    """A step's attempt number `attempt` (the previous one plus one) began: status `running`.
+
+    `after_interruption` says the attempt before was interrupted: the step was still `running`
+    (its process died inside the body, and no outcome was recorded). `retry` is the step's retry
+    policy from this attempt on, set only when it differs from the one before (a deploy changed
+    it); None keeps the policy. Both are trailing fields left out of the wire form when unset,
+    so a history without them reads as before, and they appear in the `repr` only when set.
+    """
 
     event_type: ClassVar[str] = "step_started"
     step_id: str
     attempt: int
+    after_interruption: bool = False
+    retry: RetryPolicy | None = None
+
+    def __repr__(self) -> str:
+        extra = ", after_interruption=True" if self.after_interruption else ""
+        if self.retry is not None:
+            extra += f", retry={self.retry!r}"
+        return f"StepStarted(step_id={self.step_id!r}, attempt={self.attempt!r}{extra})"
 
 
 @attrs.frozen(kw_only=True)

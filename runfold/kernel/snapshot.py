@@ -100,6 +100,7 @@ class StepState:
     status: StepStatus
     input: bytes
     retry: RetryPolicy | None
+    """The latest policy: `step_created`'s, or the last one a `step_started` changed it to."""
     attempt: int
     output: bytes | None
     error: bytes | None
@@ -839,6 +840,12 @@ def _on_step_started(b: _Builder, ev: StepStarted, at: datetime) -> None:
         raise b.fail(
             f"step {ev.step_id!r} started with attempt {ev.attempt}, expected {step.attempt + 1}"
         )
+    # Histories written before the marker leave it out after an interruption too: only a
+    # marker on a step that was not running is a lie.
+    if ev.after_interruption and step.status != "running":
+        raise b.fail(f"step {ev.step_id!r} started after an interruption, but it was pending")
+    if ev.retry is not None:
+        step.retry = ev.retry  # the policy from this attempt on
     step.status = "running"
     step.attempt = ev.attempt
     if step.started_at is None:

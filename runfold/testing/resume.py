@@ -25,6 +25,7 @@ __all__ = ["CrashOutcome", "RoundClock", "crash_and_resume", "run_to_end", "shap
 
 _START = datetime(2026, 1, 1, tzinfo=UTC)
 _ROUND = timedelta(days=1)
+_LIVE = ("pending", "running", "cancelling")
 
 
 class RoundClock:
@@ -91,10 +92,29 @@ async def run_to_end(
     Raises:
         AssertionError: The run did not end within `rounds`.
     """
+    run = await drive_rounds(
+        flow, workflow, input, run_id=run_id, events=events, clock=clock, rounds=rounds
+    )
+    if run.status in _LIVE:
+        raise AssertionError(f"run {run_id!r} did not end in {rounds} rounds: {run.status}")
+    return run
+
+
+async def drive_rounds(
+    flow: Flow,
+    workflow: Workflow,
+    input: Any,
+    *,
+    run_id: str,
+    events: Mapping[str, Any],
+    clock: RoundClock,
+    rounds: int,
+) -> FlowRun:
+    """`run_to_end`'s rounds: the run as it stands once it ended or `rounds` went by."""
     await flow.recover()
     run = await flow.start(workflow, input, run_id=run_id)
     for _ in range(rounds):
-        if run.status not in ("pending", "running", "cancelling"):
+        if run.status not in _LIVE:
             return run
         clock.now += _ROUND
         await flow.run_until_idle()
@@ -102,7 +122,7 @@ async def run_to_end(
             with contextlib.suppress(HookNotFound, RunExpired):  # not live (yet, or any more)
                 await flow.deliver(token, payload, delivery_id=token)
         run = await flow.result(run_id)
-    raise AssertionError(f"run {run_id!r} did not end in {rounds} rounds: {run.status}")
+    return run
 
 
 async def crash_and_resume(

@@ -49,7 +49,8 @@ LABEL_CHARS = 26
 class Bar:
     """A span on a row: an attempt, a wait, a hook's life, a retry's backoff or the run itself.
 
-    `kind` names its CSS class (`attempt-completed`, `attempt-retried`, `backoff`, `wait` …).
+    `kind` names its CSS class (`attempt-completed`, `attempt-retried`, `attempt-interrupted`,
+    `backoff`, `wait` …).
     """
 
     x: float
@@ -167,7 +168,9 @@ def build_timeline(history: Sequence[Envelope], *, now: datetime | None = None) 
             case StepCreated():
                 row(f"step:{event.step_id}", event.step_id, "step")
             case StepStarted():
-                close_attempt(event.step_id, at, "retried")
+                # An attempt still open here had no outcome: its process died inside the body
+                # (`after_interruption`; histories from before the marker leave it out).
+                close_attempt(event.step_id, at, "interrupted")
                 started[event.step_id] = (event.attempt, at)
             case StepCompleted():
                 close_attempt(event.step_id, at, "completed")
