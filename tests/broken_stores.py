@@ -273,7 +273,7 @@ class _Correlating(_Appending):
         async with self._lock:
             self._check_open()
             rows = self._select(self._matching(run_id, correlation_id), after, limit, descending)
-        return [self._envelope(row) for row in rows]
+        return self._envelopes(rows)
 
 
 class CorrelationLeaks(_Correlating):

@@ -34,8 +34,9 @@ from runfold.kernel import (
     Wakeup,
     correlation_id,
     decode_event,
+    decode_events,
     encode_event,
-    make_envelope,
+    make_envelopes,
 )
 from runfold.stores.protocol import (
     check_append,
@@ -223,12 +224,30 @@ class MemoryStore:
     # --- reads --------------------------------------------------------------------------------
 
     @staticmethod
-    def _envelope(row: _Row) -> Envelope:
+    def _envelopes(rows: Sequence[_Row]) -> list[Envelope]:
+        """The envelopes of `rows`, decoded together as a SQL store decodes a read's rows.
+
+        A row that does not decode is `CorruptEvent` naming its run and sequence.
+        """
         try:
-            event = decode_event(row.type, row.schema_version, row.payload)
-        except EventDecodeError as exc:
-            raise CorruptEvent(row.run_id, row.sequence, exc.reason) from None
-        return make_envelope(row.run_id, row.sequence, event, row.recorded_at, row.position)
+            events = decode_events(
+                [r.type for r in rows], [r.schema_version for r in rows], [r.payload for r in rows]
+            )
+        except EventDecodeError:
+            for row in rows:  # the first row that does not decode alone is named
+                try:
+                    decode_event(row.type, row.schema_version, row.payload)
+                except EventDecodeError as exc:
+                    raise CorruptEvent(row.run_id, row.sequence, exc.reason) from None
+            raise
+        return make_envelopes(
+            len(rows),
+            [r.run_id for r in rows],
+            [r.sequence for r in rows],
+            events,
+            [r.recorded_at for r in rows],
+            [r.position for r in rows],
+        )
 
     @staticmethod
     def _select(
@@ -254,7 +273,7 @@ class MemoryStore:
                 chosen = rows[max(after, 0) :]
             if limit is not None:
                 chosen = chosen[: max(limit, 0)]
-        return [self._envelope(row) for row in chosen]
+        return self._envelopes(chosen)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""
@@ -276,7 +295,7 @@ class MemoryStore:
             self._check_open()
             matching = [r for r in self._rows.get(run_id, ()) if r.correlation_id == correlation_id]
             rows = self._select(matching, after, limit, descending)
-        return [self._envelope(row) for row in rows]
+        return self._envelopes(rows)
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         """The global feed: every run's envelopes after `after_position`, in position order."""
@@ -284,7 +303,7 @@ class MemoryStore:
             self._check_open()
             start = bisect.bisect_right(self._feed, after_position, key=_position)
             rows = self._feed[start : start + max(limit, 0)]
-        return [self._envelope(row) for row in rows]
+        return self._envelopes(rows)
 
     # --- index queries ------------------------------------------------------------------------
 
