@@ -261,7 +261,7 @@ def test_user_mistakes_are_one_line_and_an_exit_code(
 
 
 def test_a_bad_cursor_is_a_usage_error(demo: Demo) -> None:
-    assert "malformed cursor" in one_line_error(
+    assert "cursor is malformed" in one_line_error(
         runfold_cli("--store", demo.url, "runs", "--cursor", "not-a-cursor"), 2
     )
 

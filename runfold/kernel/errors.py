@@ -8,6 +8,7 @@ Each class has a stable `code` (a snake_case string, part of the public API) and
 - `EventDecodeError`: bytes that do not decode into an event.
 - Store errors: `SequenceConflict`, `TokenConflict`, `CorruptEvent`, `StoreUnavailable`,
   `StoreClosed`.
+- `InvalidArgument`: a store method called with an argument the store contract refuses.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "HistoryError",
     "HistoryLimitExceeded",
     "HookNotFound",
+    "InvalidArgument",
     "InvalidAttributes",
     "InvalidCommand",
     "NonDeterministic",
@@ -295,3 +297,23 @@ class StoreClosed(StoreError):
 
     code = "store_closed"
     status = 503
+
+
+# --- arguments ----------------------------------------------------------------------------------
+
+
+class InvalidArgument(RunfoldError, ValueError):
+    """A store method was called with an argument the store contract refuses.
+
+    `argument` names it and `reason` says what is wrong; the message never quotes a hook token.
+    Every store refuses the same arguments (`runfold.stores.arguments`), before any I/O, so
+    nothing was read or written. It is a `ValueError` too.
+    """
+
+    code = "invalid_argument"
+    status = 400
+
+    def __init__(self, argument: str, reason: str) -> None:
+        super().__init__(f"{argument} {reason}")
+        self.argument = argument
+        self.reason = reason
