@@ -36,6 +36,7 @@ from runfold.kernel import (
     CorruptEvent,
     EventDecodeError,
     HistoryError,
+    InvalidArgument,
     RunfoldError,
     RunNotFound,
     RunNotSupported,
@@ -251,6 +252,8 @@ async def _with_store(
         return await work(store, terminal)
     except RunNotFound as exc:
         raise CliError(str(exc), EXIT_NOT_FOUND) from None
+    except InvalidArgument as exc:  # e.g. an id given as bytes that are not UTF-8
+        raise CliError(str(exc), EXIT_USAGE) from None
     except (CorruptEvent, HistoryError, EventDecodeError, RunNotSupported) as exc:
         raise CliError(str(exc), EXIT_DATA) from None
     except StoreError as exc:
