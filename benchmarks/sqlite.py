@@ -24,7 +24,7 @@ from benchmarks.targets import (
 from benchmarks.workloads import LOG_EVENT
 from runfold import EventStore, encode_event
 from runfold.stores import SQLiteStore
-from runfold.stores.sqlite import _on_thread
+from runfold.stores.sqlite.thread import on_thread as _on_thread
 
 __all__ = ["SQLITE", "SQLiteBackend", "default_synchronous"]
 

@@ -61,7 +61,8 @@ from runfold.conformance._support import (
     write,
 )
 from runfold.stores import PostgresStore
-from runfold.stores.postgres import _MIGRATIONS, POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
+from runfold.stores.postgres import POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
+from runfold.stores.postgres.schema import MIGRATIONS as _MIGRATIONS
 from runfold.stores.protocol import encode_cursor, time_key
 from tests.conftest import T0, Clock
 from tests.postgres_support import DSN, admin, schema_name

@@ -477,7 +477,8 @@ def migrate(ctx: click.Context, command_store: str | None) -> int:
             terminal.line(f"{type(store).__name__} keeps no schema: nothing to migrate")
             return EXIT_OK
         # Both schema-keeping stores migrate when opened for writing, and say from where.
-        current = sys.modules[type(store).__module__].SCHEMA_VERSION
+        package = type(store).__module__.rpartition(".")[0]  # the store's package
+        current = sys.modules[package].SCHEMA_VERSION
         before: int | None = store.migrated_from
         if before is None:
             terminal.line(f"{label(url)} is already at version {current}")

@@ -1,0 +1,152 @@
+"""The PostgreSQL store's global feed: reading and tailing it, and the notifications for tails.
+
+An event's position is its transaction's id × `POSITIONS_PER_TRANSACTION` + its ordinal in that
+transaction, and the feed serves only transactions older than the oldest one still running
+(`pg_snapshot_xmin`): any transaction that can still commit has a higher id, hence higher
+positions, so nothing can appear below a position already served, and writers share no lock.
+After appends commit the store sends `NOTIFY` from a separate, write-free transaction, at most
+one per `NOTIFY_INTERVAL`; `subscribe` listens, and polls as a fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
+
+import psycopg
+
+from runfold.kernel import Envelope
+from runfold.stores._sql import envelopes_from_rows
+from runfold.stores.postgres.connections import Connection, Connections
+from runfold.stores.postgres.schema import quote
+
+__all__ = ["EVENT_COLUMNS", "NOTIFY_INTERVAL", "POSITIONS_PER_TRANSACTION", "Feed", "channel"]
+
+POSITIONS_PER_TRANSACTION = 1_000_000
+"""Feed positions are `transaction id × POSITIONS_PER_TRANSACTION + ordinal`."""
+NOTIFY_INTERVAL = 0.025
+"""Seconds between two `NOTIFY`s of one store: appends in between share the next one."""
+EVENT_COLUMNS = "sequence, type, schema_version, payload, recorded_at, position"
+"""An event row's columns (`envelopes_from_rows`); the feed's rows lead with the run id."""
+
+
+def channel(schema: str) -> str:
+    """The `NOTIFY` channel of a schema's store (identifiers stop at 63 bytes)."""
+    return f"runfold_{schema}".encode()[:63].decode(errors="ignore")
+
+
+class Feed:
+    """The global feed of a store's schema: `read_all`, `subscribe`, and `announce`."""
+
+    def __init__(self, connections: Connections, schema: str, *, feed_wait: float) -> None:
+        """The feed of `schema` over `connections`; `read_all` waits up to `feed_wait` s."""
+        self._connections = connections
+        self._feed_wait = feed_wait
+        self._read_sql = (
+            f"SELECT run_id, {EVENT_COLUMNS} FROM {quote(schema)}.read_feed(%s, %s, %s)"
+        )
+        self._channel = channel(schema)
+        self._unannounced = False  # appends committed since the last NOTIFY
+        self._announcing = False
+        self._closing = asyncio.Event()
+        self._listeners: set[Connection] = set()
+
+    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+        """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
+        rows = await self._connections.fetch(
+            self._read_sql, (after_position, max(limit, 0), round(self._feed_wait * 1000))
+        )
+        return envelopes_from_rows(rows)
+
+    async def subscribe(
+        self, after_position: int = 0, *, poll_interval: float = 1.0, batch: int = 1000
+    ) -> AsyncGenerator[Envelope, None]:
+        """Every envelope of the feed after `after_position`, in feed order, as it commits."""
+        position = after_position
+        listener: Connection | None = None
+        try:
+            while True:
+                if listener is None:
+                    listener = await self._listen()
+                envelopes = await self.read_all(after_position=position, limit=batch)
+                for envelope in envelopes:
+                    yield envelope
+                    assert envelope.position is not None
+                    position = envelope.position
+                if len(envelopes) < batch and not await self._wait(listener, poll_interval):
+                    assert listener is not None
+                    await self._release(listener)  # it failed: the next round listens anew
+                    listener = None
+        finally:
+            if listener is not None:
+                await self._release(listener)
+
+    async def _listen(self) -> Connection | None:
+        """A pooled connection listening on the store's channel, kept by one subscriber; None
+        when none can be had (the subscriber polls meanwhile)."""
+        self._connections.check_open()
+        try:
+            conn = await self._connections.pool.getconn()
+        except psycopg.Error:
+            return None
+        self._listeners.add(conn)
+        try:
+            await conn.execute(f"LISTEN {quote(self._channel)}")
+        except psycopg.Error:
+            await self._release(conn)
+            return None
+        return conn
+
+    async def _release(self, listener: Connection) -> None:
+        self._listeners.discard(listener)
+        with contextlib.suppress(psycopg.Error):  # a broken connection: the pool drops it
+            await listener.execute("UNLISTEN *")
+        await self._connections.pool.putconn(listener)
+
+    async def _wait(self, listener: Connection | None, seconds: float) -> bool:
+        """Until a notification arrives on `listener` or `seconds` pass (without a listener:
+        sleep). False if the listener failed."""
+        if listener is None:
+            await asyncio.sleep(seconds)
+            return True
+        try:
+            async for _ in listener.notifies(timeout=seconds, stop_after=1):
+                pass
+        except psycopg.Error:
+            return False
+        return True
+
+    def announce(self) -> None:
+        """Wake subscribers: `NOTIFY` soon after appends commit, in the background.
+
+        Not inside `append_events`: a notifying transaction holds a database-wide lock from
+        before its commit until its commit is flushed, so concurrent writers would flush one by
+        one (measured: 8 writers fell to a quarter of the raw insert rate). Here it is a
+        transaction without writes, at most one per `NOTIFY_INTERVAL` per store.
+        """
+        self._unannounced = True
+        if not self._announcing:
+            self._announcing = True
+            self._connections.background(self._announce_pending())
+
+    async def _announce_pending(self) -> None:
+        try:
+            while self._unannounced:
+                self._unannounced = False
+                with contextlib.suppress(psycopg.Error):  # best effort: subscribers also poll
+                    async with self._connections.pool.connection() as conn:
+                        await conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+                with contextlib.suppress(TimeoutError):  # closing cuts the pause short
+                    await asyncio.wait_for(self._closing.wait(), NOTIFY_INTERVAL)
+        finally:
+            self._announcing = False
+
+    async def close(self) -> None:
+        """Send the last `NOTIFY` now, and close the listeners.
+
+        Subscribers wake, and find the store closed.
+        """
+        self._closing.set()
+        for listener in list(self._listeners):
+            await listener.close()

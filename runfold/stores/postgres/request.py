@@ -1,0 +1,166 @@
+"""One append to PostgreSQL: its `append_request`, encoded before any SQL runs.
+
+A bad event fails here, without a round trip. An `Append` that goes in a group commit also
+carries the future its caller awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from runfold.kernel import Event, RunIndex, correlation_id, encode_event
+from runfold.stores.postgres.wire import (
+    BYTEA,
+    I4,
+    I4_MAX,
+    I8,
+    I8_MAX,
+    INT4,
+    INT8,
+    NO_CLAIMS,
+    NO_WAKEUPS,
+    TEXT,
+    array_field,
+    claims_fields,
+    i8,
+    record,
+    utf8,
+    wakeups_fields,
+)
+from runfold.stores.protocol import time_key
+
+__all__ = ["Append"]
+
+
+class Append:
+    """One append as an `append_request`, encoded before any SQL runs.
+
+    A bad event fails without a round trip. `future` is what its caller awaits when it goes in a
+    group commit.
+    """
+
+    __slots__ = (
+        "attributes",
+        "claims",
+        "count",
+        "encoded",
+        "events",
+        "expected",
+        "expected_position",
+        "future",
+        "index",
+        "recorded_at",
+        "run_id",
+        "ticket",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        expected: int,
+        events: Sequence[Event],
+        index: RunIndex,
+        recorded_at: datetime,
+        expected_position: int | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.expected = expected
+        # Positions are positive bigints: one out of that range is no event's, and -1 conflicts
+        # as that value would.
+        if expected <= 0 or expected_position is None:
+            self.expected_position: int | None = None
+        else:
+            self.expected_position = expected_position if 0 < expected_position < I8_MAX else -1
+        self.events = events
+        self.count = len(events)
+        self.index = index
+        self.recorded_at = recorded_at
+        self.future: asyncio.Future[int] | None = None
+        self.ticket = -1  # its place among the appends queued, once queued
+        self.claims = index.claims_at(recorded_at)
+        self.encoded = [encode_event(event) for event in events]
+        attributes = index.summary.attributes
+        self.attributes = json.dumps(dict(attributes), sort_keys=True) if attributes else "{}"
+
+    @property
+    def plain(self) -> bool:
+        """Whether these are events onto a run without hook claims or wakeups.
+
+        `append_plain_batch` may write those in a group commit.
+        """
+        return (
+            0 < self.expected <= I4_MAX - self.count  # the new head is an integer column too
+            and not self.claims
+            and not self.index.wakeups
+        )
+
+    @property
+    def single(self) -> bool:
+        """Whether this is a plain append of one event, which `PLAIN_APPEND` may write alone.
+
+        Its parameters are `plain_parameters`.
+        """
+        return self.count == 1 and self.plain
+
+    def plain_parameters(self) -> dict[str, Any]:
+        """The parameters of `PLAIN_APPEND`."""
+        summary = self.index.summary
+        ((event_type, version, payload),) = self.encoded
+        completed_at = summary.completed_at
+        return {
+            "status": summary.status,
+            "updated_at": time_key(summary.updated_at),
+            "completed_at": None if completed_at is None else time_key(completed_at),
+            "last_sequence": summary.last_sequence,
+            "attributes": self.attributes,
+            "expected": self.expected,
+            "expected_position": self.expected_position,
+            "run_id": self.run_id,
+            "type": event_type,
+            "version": version,
+            "correlation_id": correlation_id(self.events[0]),
+            "payload": payload,
+            "recorded_at": time_key(self.recorded_at),
+        }
+
+    def wire(self) -> bytes:
+        """The binary `append_request`."""
+        encoded, summary, index = self.encoded, self.index.summary, self.index
+        expected = self.expected
+        return record(
+            (
+                (TEXT, self.run_id.encode()),
+                # A head is never negative, nor past what its column holds once the events are
+                # added: out of that range, -1 conflicts as the value would.
+                (INT4, I4.pack(expected if 0 <= expected <= I4_MAX - self.count else -1)),
+                array_field(TEXT, [event_type.encode() for event_type, _, _ in encoded]),
+                array_field(INT4, [I4.pack(version) for _, version, _ in encoded]),
+                array_field(TEXT, [utf8(correlation_id(event)) for event in self.events]),
+                array_field(BYTEA, [payload for _, _, payload in encoded]),
+                (INT8, i8(self.recorded_at)),
+                (TEXT, summary.workflow_name.encode()),
+                (TEXT, summary.status.encode()),
+                (TEXT, utf8(summary.parent_run_id)),
+                (INT8, i8(summary.created_at)),
+                (INT8, i8(summary.updated_at)),
+                (INT8, i8(summary.completed_at)),
+                (INT4, I4.pack(summary.last_sequence)),
+                (TEXT, self.attributes.encode()),
+                *(claims_fields(self.claims) if self.claims else NO_CLAIMS),
+                *(wakeups_fields(index.wakeups) if index.wakeups else NO_WAKEUPS),
+                (INT8, None if (p := self.expected_position) is None else I8.pack(p)),
+            )
+        )
+
+    def settle(self, outcome: int | BaseException) -> None:
+        """Hand the outcome to the caller waiting on this append's future."""
+        assert self.future is not None
+        if not self.future.done():
+            if isinstance(outcome, BaseException):
+                self.future.set_exception(outcome)
+            else:
+                self.future.set_result(outcome)

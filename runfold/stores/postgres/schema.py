@@ -1,0 +1,212 @@
+"""The PostgreSQL store's schema: its tables and types, forward-only migrations, and the upgrade.
+
+Tables live in their own PostgreSQL schema (default `runfold`), created and upgraded under an
+advisory lock, so several processes may start at once. A schema already at this runfold's
+version is only read, so the running application needs no DDL rights.
+"""
+
+from __future__ import annotations
+
+from runfold.kernel import StoreOpenError
+from runfold.stores.postgres.connections import Connection
+from runfold.stores.postgres.functions import FUNCTIONS
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_schema", "quote", "request_types"]
+
+# Forward-only: migration N takes a schema at version N-1 to version N (tables, types, indexes).
+# Never change what one that shipped leaves behind; add the next. Functions are not migrated:
+# `FUNCTIONS` replaces them with this runfold's definitions whenever a migration runs. `{s}` is
+# the quoted schema name.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE {s}.events (
+        run_id text COLLATE "C" NOT NULL,
+        sequence integer NOT NULL,
+        type text NOT NULL,
+        schema_version integer NOT NULL,
+        correlation_id text COLLATE "C",
+        payload bytea NOT NULL,
+        recorded_at bigint NOT NULL,
+        position bigint NOT NULL,
+        PRIMARY KEY (run_id, sequence)
+    );
+    CREATE INDEX events_position ON {s}.events (position);
+    CREATE INDEX events_correlation ON {s}.events (run_id, correlation_id, sequence)
+        WHERE correlation_id IS NOT NULL;
+
+    -- The summary, then the run's head (last sequence and feed position) and whether it has
+    -- hook or wakeup rows (so that appends to a run without them skip their upkeep). Free space
+    -- on each page keeps the update of every append HOT.
+    CREATE TABLE {s}.runs (
+        run_id text COLLATE "C" PRIMARY KEY,
+        workflow_name text COLLATE "C" NOT NULL,
+        status text COLLATE "C" NOT NULL,
+        parent_run_id text COLLATE "C",
+        created_at bigint NOT NULL,
+        updated_at bigint NOT NULL,
+        completed_at bigint,
+        last_sequence integer NOT NULL,
+        attributes text NOT NULL,
+        head integer NOT NULL,
+        head_position bigint NOT NULL,
+        has_hooks boolean NOT NULL,
+        has_wakeups boolean NOT NULL
+    ) WITH (fillfactor = 80);
+    CREATE INDEX runs_newest ON {s}.runs (created_at, run_id);
+    CREATE INDEX runs_workflow ON {s}.runs (workflow_name, created_at, run_id);
+    CREATE INDEX runs_status ON {s}.runs (status, created_at, run_id);
+    CREATE INDEX runs_parent ON {s}.runs (parent_run_id, created_at, run_id)
+        WHERE parent_run_id IS NOT NULL;
+    CREATE INDEX runs_ended ON {s}.runs (completed_at) WHERE completed_at IS NOT NULL;
+
+    -- A run's hook claims, kept with the run; `tokens` is the global index that lets a token be
+    -- held by one hook only.
+    CREATE TABLE {s}.hooks (
+        run_id text COLLATE "C" NOT NULL,
+        token bytea NOT NULL,
+        hook_id text COLLATE "C" NOT NULL,
+        retained_until bigint,
+        PRIMARY KEY (run_id, token)
+    );
+    CREATE INDEX hooks_listing ON {s}.hooks (run_id, hook_id);
+    CREATE TABLE {s}.tokens (
+        token bytea PRIMARY KEY,
+        run_id text COLLATE "C" NOT NULL,
+        hook_id text COLLATE "C" NOT NULL,
+        retained_until bigint
+    );
+
+    CREATE TABLE {s}.wakeups (
+        run_id text COLLATE "C" NOT NULL,
+        kind text COLLATE "C" NOT NULL,
+        subject_id text COLLATE "C" NOT NULL,
+        due_at bigint NOT NULL,
+        PRIMARY KEY (run_id, kind, subject_id)
+    );
+    CREATE INDEX wakeups_due ON {s}.wakeups (due_at, run_id, kind, subject_id);
+
+    -- One append: the events (in order) and the run's index rows after them.
+    CREATE TYPE {s}.append_request AS (
+        run_id text, expected integer,
+        types text[], versions integer[], correlation_ids text[], payloads bytea[],
+        recorded_at bigint,
+        workflow_name text, status text, parent_run_id text, created_at bigint,
+        updated_at bigint, completed_at bigint, last_sequence integer, attributes text,
+        tokens bytea[], hook_ids text[], retained_until bigint[],
+        wakeup_kinds text[], wakeup_subjects text[], wakeup_due bigint[]
+    );
+
+    """,
+    # Migration 2 added the function append_plain_batch: functions live in `FUNCTIONS` now.
+    "SELECT 1",
+    """
+    ALTER TYPE {s}.append_request ADD ATTRIBUTE expected_position bigint;
+    """,
+)
+"""The migrations, in order: the schema version is how many of them a database has had."""
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this runfold writes and reads."""
+
+
+def quote(identifier: str) -> str:
+    """`identifier` as a quoted PostgreSQL identifier."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+async def prepare_schema(conn: Connection, schema: str, migrate: bool) -> int | None:
+    """Check the version of `schema` on `conn`, migrating it first if `migrate`.
+
+    Returns the version migrated from (0: the schema was created), or None when it was current.
+    Raises `StoreOpenError` for a schema written by a newer runfold, one that is not runfold's,
+    or (without `migrate`) one that needs migrating; driver errors pass through.
+    """
+    version = await _version(conn, schema)
+    _refuse_newer(schema, version)
+    if version == SCHEMA_VERSION:
+        return None
+    if not migrate:
+        found = (
+            "holds no runfold store"
+            if version == 0
+            else f"is at version {version}, this runfold needs {SCHEMA_VERSION}"
+        )
+        raise StoreOpenError(
+            f"schema {schema!r} {found}: migrate it first "
+            "(`runfold migrate`, or `await store.migrate()`)"
+        )
+    # A session lock, so that the migration runs in a transaction begun after it: one begun
+    # before would keep catalog caches from before the previous holder's commit, and not see
+    # the schema it made.
+    lock = (f"runfold migrate {schema}",)
+    await conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", lock)
+    try:
+        async with conn.transaction():
+            return await _migrate_locked(conn, schema)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", lock)
+
+
+async def request_types(conn: Connection, schema: str) -> tuple[int, int]:
+    """The types of `append_request` in `schema` and of its array."""
+    cursor = await conn.execute(
+        "SELECT oid, typarray FROM pg_type WHERE oid = to_regtype(%s)",
+        (f"{quote(schema)}.append_request",),
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+async def _migrate_locked(conn: Connection, schema: str) -> int | None:
+    """Apply the missing migrations (the caller holds the migration lock); the version
+    migrated from, or None if another process migrated meanwhile."""
+    s = quote(schema)
+    version = await _version(conn, schema)  # another process may have migrated meanwhile
+    _refuse_newer(schema, version)
+    if version == 0:
+        await _refuse_foreign(conn, schema)
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+        await conn.execute(
+            f"CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+    for number in range(version + 1, SCHEMA_VERSION + 1):
+        await conn.execute(MIGRATIONS[number - 1].format(s=s))
+        await conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (number,))
+    await conn.execute(FUNCTIONS.format(s=s))
+    return version if version < SCHEMA_VERSION else None
+
+
+async def _version(conn: Connection, schema: str) -> int:
+    """The schema's version; 0 when it has no `schema_version` table."""
+    s = quote(schema)
+    cursor = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{s}.schema_version",))
+    row = await cursor.fetchone()
+    if row is None or not row[0]:
+        return 0
+    cursor = await conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.schema_version")
+    row = await cursor.fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+async def _refuse_foreign(conn: Connection, schema: str) -> None:
+    """`StoreOpenError` if the schema holds tables but is not a runfold schema."""
+    cursor = await conn.execute(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s",
+        (schema,),
+    )
+    row = await cursor.fetchone()
+    if row is not None and row[0]:
+        raise StoreOpenError(
+            f"schema {schema!r} holds tables but no runfold schema_version: "
+            "it is not a runfold schema"
+        )
+
+
+def _refuse_newer(schema: str, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreOpenError(
+            f"schema {schema!r} has version {version}, written by a newer runfold; "
+            f"this one knows up to {SCHEMA_VERSION}"
+        )

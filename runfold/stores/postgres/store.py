@@ -1,0 +1,408 @@
+"""`PostgresStore`: the store class, composed of its connections, writer and feed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Collection, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from runfold.kernel import (
+    TERMINAL_RUN_STATUSES,
+    Envelope,
+    Event,
+    HookHolder,
+    Page,
+    RunIndex,
+    RunStatus,
+    RunSummary,
+    SequenceConflict,
+    StoreUnavailable,
+    Wakeup,
+    make_envelope,
+)
+from runfold.stores import _conninfo
+from runfold.stores._sql import (
+    SUMMARY_COLUMNS,
+    WakeupReads,
+    envelopes_from_rows,
+    hook_page,
+    list_hooks_query,
+    list_runs_query,
+    optional_time,
+    summary_from_row,
+    summary_page,
+    token_holder_query,
+    wakeup_from_row,
+    wakeups_query,
+)
+from runfold.stores.postgres.connections import Connection, Connections, Pool
+from runfold.stores.postgres.feed import EVENT_COLUMNS, POSITIONS_PER_TRANSACTION, Feed
+from runfold.stores.postgres.request import Append
+from runfold.stores.postgres.retention import DELETE_RUNS, DROP_UNBORN_RUN
+from runfold.stores.postgres.schema import prepare_schema, quote, request_types
+from runfold.stores.postgres.writer import Writer
+from runfold.stores.protocol import check_append, check_index, time_key
+
+__all__ = ["PostgresStore"]
+
+
+class PostgresStore(WakeupReads):
+    """An `EventStore` in a PostgreSQL schema, opened with `await PostgresStore.open(dsn)`."""
+
+    def __init__(self, pool: Pool, schema: str, *, owns_pool: bool, feed_wait: float) -> None:
+        """Use `PostgresStore.open`; this wraps a pool it has already opened."""
+        self._schema = schema
+        self._s = quote(schema)
+        self._connections = Connections(pool, schema, owns_pool=owns_pool)
+        self._fetch = self._connections.fetch
+        self._writer = Writer(self._connections, schema)
+        self._feed = Feed(self._connections, schema, feed_wait=feed_wait)
+        self.migrated_from: int | None = None
+        """The schema version this store found and migrated from (0: it created the schema), or
+        None while it has migrated nothing (the schema was current)."""
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str | None = None,
+        *,
+        pool: Pool | None = None,
+        schema: str | None = None,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        timeout: float = 10.0,
+        feed_wait: float = 0.1,
+        migrate: bool = True,
+    ) -> PostgresStore:
+        """Open the store in `schema` of the database `dsn` names, or on an existing `pool`.
+
+        An existing pool's connections must be in autocommit mode; the store leaves it open on
+        close.
+        Without `schema`, a `schema` query parameter of a URL `dsn` names it
+        (`postgresql://host/db?schema=tenant_a`), else it is `runfold`.
+
+        `pool_min`/`pool_max` size the pool the store creates; `timeout` is how long a call
+        (and `open` itself) waits for a connection before `StoreUnavailable`. `read_all` serves
+        only events of transactions older than every one still running, anywhere on the server;
+        it waits up to `feed_wait` seconds for those running when it is called, so that it
+        returns what committed before the call unless an older transaction stays open. With
+        `migrate` (the default) the schema is created or upgraded first (see `migrate`); without
+        it, a schema that is missing or older is refused, so an application without DDL rights
+        can run on a schema migrated beforehand.
+
+        Raises `StoreOpenError` for a schema written by a newer runfold, a schema that is not
+        runfold's, or (without `migrate`) one that needs migrating; `StoreUnavailable` when no
+        connection can be made within `timeout`; `ValueError` for bad arguments, a connection
+        string libpq cannot parse among them. No message names the password, however it was
+        given (URL, `?password=`, a `password=` keyword, `PGPASSWORD`).
+        """
+        if (dsn is None) == (pool is None):
+            raise ValueError("PostgresStore.open needs a dsn or a pool (one of them)")
+        if dsn is not None:
+            dsn, named = _conninfo.split_schema(dsn)
+            schema = schema or named
+            _conninfo.check(dsn)  # a malformed string fails here, its password withheld
+        schema = schema or "runfold"
+        if pool is not None:
+            store = cls(pool, schema, owns_pool=False, feed_wait=feed_wait)
+            try:
+                async with store._connections.connection() as conn:
+                    await store._prepare_schema(conn, migrate)
+            except BaseException:
+                await store.close()
+                raise
+            return store
+        # A connection of its own for the schema work, made before the pool: a server that is
+        # down or refuses the login fails here at once, with its reason, where the pool would
+        # retry until `timeout` (and log a warning of its own for each try).
+        try:
+            probe = await AsyncConnection.connect(
+                dsn or "", autocommit=True, connect_timeout=max(2, round(timeout))
+            )
+        except psycopg.Error as exc:
+            refusal: str | None = _conninfo.scrub(str(exc), dsn or "")
+        else:
+            refusal = None
+        if refusal is not None:  # raised out here: the driver's error is not kept as context
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {refusal}")
+        async with probe:
+            pool = AsyncConnectionPool(
+                dsn or "",
+                min_size=pool_min,
+                max_size=pool_max,
+                kwargs={"autocommit": True},
+                timeout=timeout,
+                open=False,
+                name=f"runfold-{schema}",
+            )
+            store = cls(pool, schema, owns_pool=True, feed_wait=feed_wait)
+            try:
+                await pool.open(wait=False)  # its connections are made in the background meanwhile
+                await store._prepare_schema(probe, migrate)
+            except BaseException:
+                await store.close()
+                raise
+        return store
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the store; later calls raise `StoreClosed`, closing again is harmless."""
+        if self._connections.closed:
+            return
+        self._connections.closed = True
+        await self._writer.idle.wait()  # appends already accepted are written
+        await self._feed.close()  # the last NOTIFY goes now; subscribers wake, find it closed
+        await self._connections.close()
+
+    def _check_open(self) -> None:
+        self._connections.check_open()
+
+    # --- schema -------------------------------------------------------------------------------
+
+    async def migrate(self) -> None:
+        """Create or upgrade the store's schema to this runfold's `SCHEMA_VERSION`.
+
+        Idempotent, and safe when many processes run it at once: they queue on an advisory
+        lock and find the work done. A schema already current is only read (no lock, no DDL).
+        Raises `StoreOpenError` for a schema written by a newer runfold or one that is not
+        runfold's; `StoreUnavailable` if the database cannot be reached.
+        """
+        self._check_open()
+        async with self._connections.connection() as conn:
+            await self._prepare_schema(conn, migrate=True)
+
+    async def _prepare_schema(self, conn: Connection, migrate: bool) -> None:
+        """Check the schema's version on `conn`, migrating it first if `migrate`; learn the
+        type of `append_request`."""
+        try:
+            found = await prepare_schema(conn, self._schema, migrate)
+            if found is not None:
+                self.migrated_from = found
+            self._connections.learn_types(*await request_types(conn, self._schema))
+        except psycopg.Error as exc:
+            raise self._connections.translate(exc) from exc
+
+    # --- append -------------------------------------------------------------------------------
+
+    async def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        *,
+        index: RunIndex,
+        recorded_at: datetime,
+        expected_position: int | None = None,
+    ) -> list[Envelope]:
+        """Append `events` if the run's head is `expected_sequence`, all or nothing.
+
+        `EventStore.append_if_sequence`, with its errors. One round trip while a pool
+        connection is free; appends made while every one is writing are written together, each
+        with its own outcome.
+        """
+        check_append(run_id, events, index)
+        if len(events) >= POSITIONS_PER_TRANSACTION:
+            raise ValueError(f"at most {POSITIONS_PER_TRANSACTION - 1:,} events per append")
+        request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
+        self._check_open()
+        base = await self._writer.append(request)
+        self._feed.announce()
+        return [
+            make_envelope(run_id, expected_sequence + n, event, recorded_at, base + n)
+            for n, event in enumerate(events, start=1)
+        ]
+
+    # --- reads --------------------------------------------------------------------------------
+
+    async def read(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    ) -> list[Envelope]:
+        """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
+        return await self._read(run_id, None, after, limit, descending)
+
+    async def read_by_correlation(
+        self,
+        run_id: str,
+        correlation_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[Envelope]:
+        """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
+        return await self._read(run_id, correlation_id, after, limit, descending)
+
+    async def _read(
+        self,
+        run_id: str,
+        correlation: str | None,
+        after: int,
+        limit: int | None,
+        descending: bool,
+    ) -> list[Envelope]:
+        clauses = ["run_id = %s"]
+        params: list[Any] = [run_id]
+        if correlation is not None:
+            clauses.append("correlation_id = %s")
+            params.append(correlation)
+        if descending:
+            if after > 0:
+                clauses.append("sequence < %s")
+                params.append(after)
+        else:
+            clauses.append("sequence > %s")
+            params.append(after)
+        params.append(None if limit is None else max(limit, 0))
+        rows = await self._fetch(
+            f"SELECT {EVENT_COLUMNS} FROM {self._s}.events WHERE {' AND '.join(clauses)} "
+            f"ORDER BY sequence {'DESC' if descending else 'ASC'} LIMIT %s",
+            params,
+        )
+        return envelopes_from_rows(rows, run_id)
+
+    async def head(self, run_id: str) -> int:
+        """The run's last sequence; 0 for an unknown run."""
+        rows = await self._fetch(f"SELECT head FROM {self._s}.runs WHERE run_id = %s", (run_id,))
+        return int(rows[0][0]) if rows else 0
+
+    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+        """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
+        return await self._feed.read_all(after_position=after_position, limit=limit)
+
+    def subscribe(
+        self, after_position: int = 0, *, poll_interval: float = 1.0, batch: int = 1000
+    ) -> AsyncGenerator[Envelope, None]:
+        """Every envelope of the feed after `after_position`, in feed order, as it commits.
+
+        An endless async iterator: end it with `aclose()`, e.g. via `contextlib.aclosing`.
+
+        Between batches it waits on `LISTEN`, on a pooled connection it keeps while it runs,
+        and reads again at least every `poll_interval` seconds: the feed also moves when an
+        older transaction ends, and notifications are not durable. Raises what `read_all`
+        raises: `StoreUnavailable`, `StoreClosed`, `CorruptEvent`.
+        """
+        return self._feed.subscribe(after_position, poll_interval=poll_interval, batch=batch)
+
+    # --- index queries ------------------------------------------------------------------------
+
+    async def list_runs(
+        self,
+        *,
+        workflow_name: str | None = None,
+        status: RunStatus | None = None,
+        parent_run_id: str | None = None,
+        created_before: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = 20,
+    ) -> Page[RunSummary]:
+        """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
+        query, params = list_runs_query(
+            "%s",
+            f"{self._s}.runs",
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+            limit=limit,
+        )
+        return summary_page(await self._fetch(query, params), limit)
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+        """Summaries in the order asked, None for unknown ids."""
+        if not run_ids:
+            self._check_open()
+            return []
+        rows = await self._fetch(
+            f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.runs WHERE run_id = ANY(%s::text[])",
+            (list(dict.fromkeys(run_ids)),),
+        )
+        found = {row[0]: summary_from_row(row) for row in rows}
+        return [found.get(run_id) for run_id in run_ids]
+
+    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+        """The live holder of a hook token at `now`, or None."""
+        rows = await self._fetch(
+            token_holder_query("%s", f"{self._s}.tokens"), (token.encode(), time_key(now))
+        )
+        if not rows:
+            return None
+        run_id, hook_id, retained = rows[0]
+        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=optional_time(retained))
+
+    async def list_hooks(
+        self,
+        *,
+        run_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        now: datetime,
+    ) -> Page[HookHolder]:
+        """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
+        query, params = list_hooks_query(
+            "%s", f"{self._s}.hooks", run_id=run_id, cursor=cursor, limit=limit, now=now
+        )
+        return hook_page(await self._fetch(query, params), limit)
+
+    async def _wakeups(
+        self, workflow_names: Collection[str] | None, due: int | None, limit: int
+    ) -> list[Wakeup]:
+        params: tuple[Any, ...] = (limit,) if due is None else (due, limit)
+        served = None if workflow_names is None else "= ANY(%s)"
+        query = wakeups_query(f"{self._s}.", "%s", served=served, due=due is not None)
+        if workflow_names is not None:
+            params = (sorted(workflow_names), *params)
+        return [wakeup_from_row(row) for row in await self._fetch(query, params)]
+
+    # --- repair and retention -----------------------------------------------------------------
+
+    async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
+        """Replace the run's index rows with `index` (None: remove them), appending nothing.
+
+        The repair behind `runfold verify --rebuild-index`: an optional capability, not part of
+        `EventStore`.
+
+        Fenced like an append, in one transaction: `index` must describe the run's head
+        (`index.summary.last_sequence`; 0, no events, for None), else `SequenceConflict`; a token
+        another run's live hook holds at `now` raises `TokenConflict`. Nothing is written when
+        either is raised.
+        """
+        if index is None:
+            [(head,)] = await self._fetch(DROP_UNBORN_RUN.format(s=self._s), {"run_id": run_id})
+            if head:
+                raise SequenceConflict(run_id, 0, head)
+            return
+        check_index(run_id, index)
+        # An append of no events is exactly this: the head check, then the index rows.
+        self._check_open()
+        await self._writer.append_one(Append(run_id, index.summary.last_sequence, (), index, now))
+
+    async def delete_runs(
+        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    ) -> int:
+        """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
+        [(count,)] = await self._fetch(
+            DELETE_RUNS.format(s=self._s),
+            {
+                "before": time_key(terminal_before),
+                "terminal": sorted(TERMINAL_RUN_STATUSES),
+                "limit": max(limit, 0),
+                "chosen": None if run_ids is None else sorted(run_ids),
+            },
+        )
+        return int(count)

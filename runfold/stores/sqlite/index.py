@@ -1,0 +1,135 @@
+"""A run's index rows on SQLite: its summary, hook claims and wakeups, written and repaired.
+
+Functions that run on the connection thread, inside the caller's transaction (`rewrite_run_index`
+makes its own).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+from runfold.kernel import HookClaim, RunIndex, SequenceConflict, TokenConflict
+from runfold.stores._sql import token_holder_query
+from runfold.stores.protocol import time_key
+from runfold.stores.sqlite.reads import read_head
+
+__all__ = ["TOKEN_HOLDER", "IndexRows", "live_claims", "rewrite_run_index", "write_index"]
+
+
+class IndexRows(NamedTuple):
+    """What a run's index rows hold before an append (`status` None: no runs row yet)."""
+
+    status: str | None
+    completed_at: int | None
+    has_hooks: bool
+    has_wakeups: bool
+
+
+TOKEN_HOLDER = token_holder_query("?", "hooks")
+"""The hook row holding a token at a time: live, or retained past it."""
+
+
+def live_claims(
+    conn: sqlite3.Connection, run_id: str, index: RunIndex, at: datetime
+) -> tuple[HookClaim, ...]:
+    """The claims of `index` live at `at`; `TokenConflict` if another run's hook holds one."""
+    claims = index.claims_at(at)
+    now = time_key(at)
+    for claim in claims:
+        held = conn.execute(TOKEN_HOLDER, (claim.token, now)).fetchone()
+        if held is not None and held[0] != run_id:
+            raise TokenConflict(claim.token, held[0], held[1])
+    return claims
+
+
+def write_index(
+    conn: sqlite3.Connection,
+    run_id: str,
+    index: RunIndex,
+    claims: Sequence[HookClaim],
+    before: IndexRows | None = None,
+) -> None:
+    """Replace the run's summary, hook and wakeup rows (`claims`: its hooks to keep).
+
+    `before` is what `_RUN_STATE` found (None: unknown, so everything is rewritten).
+    """
+    summary = index.summary
+    completed_at = None if summary.completed_at is None else time_key(summary.completed_at)
+    # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting all
+    # five runs indexes. SQLite rewrites an index whenever the SET clause names one of its
+    # columns, whatever the value, so status and end time are set only when they change (a
+    # run's fixed name, parent and creation time never are): most appends then write no runs
+    # index page at all.
+    unchanged = (
+        before is not None
+        and before.status == summary.status
+        and before.completed_at == completed_at
+    )
+    conn.execute(
+        "INSERT INTO runs (run_id, workflow_name, status, parent_run_id, created_at, updated_at, "
+        "completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (run_id) DO UPDATE SET "
+        + ("" if unchanged else "status = excluded.status, completed_at = excluded.completed_at, ")
+        + "updated_at = excluded.updated_at, last_sequence = excluded.last_sequence, "
+        "attributes = excluded.attributes",
+        (
+            run_id,
+            summary.workflow_name,
+            summary.status,
+            summary.parent_run_id,
+            time_key(summary.created_at),
+            time_key(summary.updated_at),
+            completed_at,
+            summary.last_sequence,
+            json.dumps(dict(summary.attributes), sort_keys=True),
+        ),
+    )
+    if before is None or before.has_hooks:
+        conn.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
+    if claims:
+        conn.executemany(
+            "INSERT OR REPLACE INTO hooks (token, run_id, hook_id, retained_until) "
+            "VALUES (?, ?, ?, ?)",
+            [
+                (
+                    c.token,
+                    run_id,
+                    c.hook_id,
+                    None if c.retained_until is None else time_key(c.retained_until),
+                )
+                for c in claims
+            ],
+        )
+    if before is None or before.has_wakeups:
+        conn.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
+    if index.wakeups:
+        conn.executemany(
+            "INSERT INTO wakeups (run_id, kind, subject_id, due_at) VALUES (?, ?, ?, ?)",
+            [(run_id, w.kind, w.subject_id, time_key(w.due_at)) for w in index.wakeups],
+        )
+
+
+def rewrite_run_index(
+    conn: sqlite3.Connection, run_id: str, index: RunIndex | None, now: datetime
+) -> None:
+    """Replace the run's index rows with `index` (None: remove them), fenced on its head."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        expected = index.summary.last_sequence if index is not None else 0
+        head = read_head(conn, run_id)
+        if head != expected:
+            raise SequenceConflict(run_id, expected, head)
+        # The append's upsert keeps a run's fixed columns (name, parent, creation time); a repair
+        # must replace them too, so the old row goes first.
+        for table in ("hooks", "wakeups", "runs"):
+            conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        if index is not None:
+            write_index(conn, run_id, index, live_claims(conn, run_id, index, now))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

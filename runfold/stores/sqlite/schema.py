@@ -1,0 +1,139 @@
+"""The SQLite store's schema: its tables, forward-only migrations and the checks made at open.
+
+The `runfold_schema` table records the versions applied; a file written by a newer runfold is
+refused.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from runfold.kernel import StoreOpenError
+from runfold.stores.sqlite.thread import result_code
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_read_only", "prepare"]
+
+# Forward-only: migration N takes a database at version N-1 to version N. Never edit one that
+# shipped; add the next.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE events (
+        run_id TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        correlation_id TEXT,
+        payload BLOB NOT NULL,
+        recorded_at INTEGER NOT NULL,
+        position INTEGER NOT NULL,
+        PRIMARY KEY (run_id, sequence)
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX events_position ON events (position);
+    CREATE INDEX events_correlation ON events (run_id, correlation_id, sequence)
+        WHERE correlation_id IS NOT NULL;
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        workflow_name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        parent_run_id TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        completed_at INTEGER,
+        last_sequence INTEGER NOT NULL,
+        attributes TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX runs_newest ON runs (created_at, run_id);
+    CREATE INDEX runs_workflow ON runs (workflow_name, created_at, run_id);
+    CREATE INDEX runs_status ON runs (status, created_at, run_id);
+    CREATE INDEX runs_parent ON runs (parent_run_id, created_at, run_id)
+        WHERE parent_run_id IS NOT NULL;
+    CREATE INDEX runs_ended ON runs (completed_at) WHERE completed_at IS NOT NULL;
+    CREATE TABLE hooks (
+        token TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        hook_id TEXT NOT NULL,
+        retained_until INTEGER
+    ) WITHOUT ROWID;
+    CREATE INDEX hooks_run ON hooks (run_id, hook_id);
+    CREATE TABLE wakeups (
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        subject_id TEXT NOT NULL,
+        due_at INTEGER NOT NULL,
+        PRIMARY KEY (run_id, kind, subject_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX wakeups_due ON wakeups (due_at, run_id, kind, subject_id);
+    """,
+    # Retention may delete the events holding the highest positions; the feed must still never
+    # hand a position out twice, so the highest one ever assigned is kept apart from the events.
+    """
+    CREATE TABLE feed_high_water (position INTEGER NOT NULL);
+    INSERT INTO feed_high_water (position) SELECT coalesce(max(position), 0) FROM events;
+    """,
+)
+"""The migrations, in order: the schema version is how many of them a database has had."""
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this runfold writes and reads."""
+
+
+def _tables(conn: sqlite3.Connection, busy_ms: int) -> set[str]:
+    """The file's table names; `StoreOpenError` if it is not a SQLite file, or not runfold's."""
+    conn.execute(f"PRAGMA busy_timeout = {busy_ms:d}")
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError as exc:
+        if result_code(exc) != sqlite3.SQLITE_NOTADB:
+            raise  # e.g. unreadable, or its folder is read-only: `open` reports it with the path
+        raise StoreOpenError(f"not a SQLite database: {exc}") from None
+    if tables and "runfold_schema" not in tables:
+        raise StoreOpenError(
+            f"not a runfold database (it has tables {sorted(tables)[:5]} but no runfold_schema)"
+        )
+    return tables
+
+
+def check_read_only(conn: sqlite3.Connection, busy_ms: int) -> None:
+    """Check a file opened read-only is a runfold store at this version (nothing is written)."""
+    if not _tables(conn, busy_ms):
+        raise StoreOpenError("an empty database: no runfold store in it yet")
+    row = conn.execute("SELECT max(version) FROM runfold_schema").fetchone()
+    version = row[0] or 0
+    if version != SCHEMA_VERSION:
+        newer = "a newer runfold" if version > SCHEMA_VERSION else "an older runfold"
+        raise StoreOpenError(
+            f"the database has schema version {version}, written by {newer}; this one reads "
+            f"version {SCHEMA_VERSION}"
+            + (" (open it for writing to migrate it)" if version < SCHEMA_VERSION else "")
+        )
+
+
+def prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> int | None:
+    """Create or migrate the schema; the version migrated from (0: created), or None."""
+    _tables(conn, busy_ms)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS runfold_schema (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT max(version) FROM runfold_schema").fetchone()
+        version = row[0] or 0
+        if version > SCHEMA_VERSION:
+            raise StoreOpenError(
+                f"the database has schema version {version}, written by a newer runfold; "
+                f"this one knows up to {SCHEMA_VERSION}"
+            )
+        migrated_from = version if version < SCHEMA_VERSION else None
+        for number in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[number - 1].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO runfold_schema (version) VALUES (?)", (number,))
+        # A read-only file opens and reads fine (even BEGIN IMMEDIATE succeeds): one real write
+        # makes it fail here, with StoreOpenError, rather than at the first append.
+        conn.execute("UPDATE runfold_schema SET version = version")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return migrated_from

@@ -1,0 +1,365 @@
+"""`SQLiteStore`: the store class, its group commit, and the calls it makes on its thread."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar
+
+import aiosqlite
+
+from runfold.kernel import (
+    Envelope,
+    Event,
+    HookHolder,
+    Page,
+    RunIndex,
+    RunStatus,
+    RunSummary,
+    StoreClosed,
+    StoreOpenError,
+    StoreUnavailable,
+    Wakeup,
+)
+from runfold.stores._sql import (
+    SUMMARY_COLUMNS,
+    WakeupReads,
+    envelopes_from_rows,
+    hook_page,
+    list_hooks_query,
+    list_runs_query,
+    optional_time,
+    summary_from_row,
+    summary_page,
+    wakeup_from_row,
+    wakeups_query,
+)
+from runfold.stores.protocol import check_append, check_index, time_key
+from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
+from runfold.stores.sqlite.reads import fetch, read_head, read_rows
+from runfold.stores.sqlite.retention import delete_ended_runs
+from runfold.stores.sqlite.schema import check_read_only, prepare
+from runfold.stores.sqlite.thread import connect, on_thread, ready, result_code
+from runfold.stores.sqlite.writer import Append, append_batch, settle
+
+__all__ = ["SQLiteStore", "Synchronous"]
+
+T = TypeVar("T")
+Synchronous = Literal["FULL", "NORMAL"]
+"""The `synchronous` settings `SQLiteStore.open` accepts."""
+
+
+class SQLiteStore(WakeupReads):
+    """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`."""
+
+    def __init__(self, db: aiosqlite.Connection, path: str) -> None:
+        """Use `SQLiteStore.open`; this wraps a connection it has already prepared."""
+        self._db = db
+        self._path = path
+        self._closed = False
+        self.migrated_from: int | None = None
+        """The schema version `open` found and migrated from (0: it created the schema), or None
+        when the file was already at this runfold's version."""
+        # Group commit: while a transaction of appends is in flight (not `_idle`), appends wait in
+        # `_queue`, and the `_writer` task writes them together in the next one.
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._queue: list[Append] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout: float = 5.0,
+        read_only: bool = False,
+    ) -> SQLiteStore:
+        """Open (creating or migrating) the store at `path`, or `":memory:"`.
+
+        With `read_only`, the file is opened read-only (`mode=ro`): nothing is created or
+        migrated and no lock is taken, so it can be read while another process writes (WAL
+        readers do not wait for writers) and when the file itself is read-only; a file that is
+        missing, not a runfold database, or at another schema version is refused, and appends
+        fail with `StoreUnavailable`.
+
+        `synchronous="FULL"` (the default) makes every acknowledged append survive power loss;
+        `"NORMAL"` is faster in WAL mode and survives a crash of the process, but the last
+        transactions before a power loss may be lost. `busy_timeout` is how long an append waits
+        for another process's write lock before `StoreUnavailable`.
+
+        Raises `StoreOpenError` for a file that is not a runfold database, was written by a newer
+        runfold, or cannot be written; `StoreUnavailable` if another connection holds the write
+        lock past `busy_timeout`.
+        """
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
+        location = str(path)
+        busy_ms = int(busy_timeout * 1000)
+        if not read_only:
+            db = await connect(location, location)
+            found = await ready(db, location, prepare, busy_ms, synchronous)
+        else:
+            uri = Path(location).absolute().as_uri() + "?mode=ro"
+            db = await connect(location, uri)
+            try:
+                found = await ready(db, location, check_read_only, busy_ms)
+            except StoreOpenError as exc:
+                if not isinstance(exc.__cause__, sqlite3.Error) or result_code(
+                    exc.__cause__
+                ) not in (
+                    sqlite3.SQLITE_READONLY,
+                    sqlite3.SQLITE_CANTOPEN,
+                ):
+                    raise
+                # A WAL file is read through its -shm file, which nobody has made and this
+                # process cannot make (a read-only folder): then nobody is writing the file
+                # either, and SQLite may read it as immutable.
+                db = await connect(location, uri + "&immutable=1")
+                found = await ready(db, location, check_read_only, busy_ms)
+        store = cls(db, location)
+        store.migrated_from = found
+        return store
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the store; later calls raise `StoreClosed`, closing again is harmless."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._idle.wait()  # appends already accepted are written
+        await self._db.close()
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(connection, *args)` on the connection thread, translating driver errors."""
+        if self._closed:
+            raise StoreClosed(f"the SQLite store {self._path!r} is closed")
+        return await self._call(fn, *args)
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """`_run` without the closed check: for appends accepted before `close`."""
+        try:
+            return await on_thread(self._db, fn, *args)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"SQLite store {self._path!r}: {exc}") from None
+        except ValueError as exc:  # aiosqlite: "Connection closed"
+            raise StoreClosed(f"the SQLite store {self._path!r} is closed: {exc}") from None
+
+    # --- append (group commit) ----------------------------------------------------------------
+
+    async def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        *,
+        index: RunIndex,
+        recorded_at: datetime,
+        expected_position: int | None = None,
+    ) -> list[Envelope]:
+        """Append `events` if the run's head is `expected_sequence`, all or nothing.
+
+        `EventStore.append_if_sequence`, with its errors. Appends made while a transaction is
+        in flight are written together in the next one, each with its own outcome.
+        """
+        check_append(run_id, events, index)
+        if self._closed:
+            raise StoreClosed(f"the SQLite store {self._path!r} is closed")
+        request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
+        self._queue.append(request)
+        if self._idle.is_set():
+            self._idle.clear()
+            try:
+                await asyncio.sleep(0)  # appends made at this same moment join this one
+            except BaseException:
+                self._write_queue_or_rest()  # those joined wait for it; this one goes too
+                raise
+            if len(self._queue) == 1:
+                # Alone: this task writes it, sparing the hand-offs to and from the writer task
+                # (most of a sequential append's cost, but for the commit). If cancelled
+                # meanwhile, it leaves; the connection thread still finishes the transaction
+                # and runs whatever comes next only after it.
+                self._queue = []
+                try:
+                    (outcome,) = await self._call(append_batch, [request])
+                finally:
+                    self._write_queue_or_rest()
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                return outcome
+            self._write_queue_or_rest()
+        # Shielded: a caller that is cancelled leaves; its append stays in the batch.
+        return await asyncio.shield(request.future)
+
+    def _write_queue_or_rest(self) -> None:
+        """Start the writer task for the queued appends, or, with none, mark the store idle."""
+        if self._queue:
+            self._writer = asyncio.create_task(self._write_queued())
+        else:
+            self._idle.set()
+
+    async def _write_queued(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                outcomes = await self._call(append_batch, batch)
+            except BaseException as exc:  # the whole transaction failed: all of it
+                for request in batch:
+                    settle(request, exc)
+                if not isinstance(exc, Exception):
+                    self._idle.set()
+                    raise
+                continue
+            for request, outcome in zip(batch, outcomes, strict=True):
+                settle(request, outcome)
+        self._idle.set()
+
+    # --- reads --------------------------------------------------------------------------------
+
+    async def read(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    ) -> list[Envelope]:
+        """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
+        rows = await self._run(read_rows, run_id, None, after, limit, descending)
+        return envelopes_from_rows(rows, run_id)
+
+    async def read_by_correlation(
+        self,
+        run_id: str,
+        correlation_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[Envelope]:
+        """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
+        rows = await self._run(read_rows, run_id, correlation_id, after, limit, descending)
+        return envelopes_from_rows(rows, run_id)
+
+    async def head(self, run_id: str) -> int:
+        """The run's last sequence; 0 for an unknown run."""
+        return await self._run(read_head, run_id)
+
+    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+        """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
+        rows = await self._run(
+            fetch,
+            "SELECT run_id, sequence, type, schema_version, payload, recorded_at, position "
+            "FROM events WHERE position > ? ORDER BY position LIMIT ?",
+            (after_position, max(limit, 0)),
+        )
+        return envelopes_from_rows(rows)
+
+    # --- index queries ------------------------------------------------------------------------
+
+    async def list_runs(
+        self,
+        *,
+        workflow_name: str | None = None,
+        status: RunStatus | None = None,
+        parent_run_id: str | None = None,
+        created_before: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = 20,
+    ) -> Page[RunSummary]:
+        """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
+        query, params = list_runs_query(
+            "?",
+            "runs",
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+            limit=limit,
+        )
+        return summary_page(await self._run(fetch, query, params), limit)
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+        """Summaries in the order asked, None for unknown ids."""
+        wanted = list(dict.fromkeys(run_ids))
+        if not wanted:
+            if self._closed:
+                raise StoreClosed(f"the SQLite store {self._path!r} is closed")
+            return []
+        rows = await self._run(
+            fetch,
+            f"SELECT {SUMMARY_COLUMNS} FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(wanted),),
+        )
+        found = {row[0]: summary_from_row(row) for row in rows}
+        return [found.get(run_id) for run_id in run_ids]
+
+    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+        """The live holder of a hook token at `now`, or None."""
+        rows = await self._run(fetch, TOKEN_HOLDER, (token, time_key(now)))
+        if not rows:
+            return None
+        run_id, hook_id, retained = rows[0]
+        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=optional_time(retained))
+
+    async def list_hooks(
+        self,
+        *,
+        run_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        now: datetime,
+    ) -> Page[HookHolder]:
+        """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
+        query, params = list_hooks_query(
+            "?", "hooks", run_id=run_id, cursor=cursor, limit=limit, now=now
+        )
+        return hook_page(await self._run(fetch, query, params), limit)
+
+    async def _wakeups(
+        self, workflow_names: Collection[str] | None, due: int | None, limit: int
+    ) -> list[Wakeup]:
+        params: tuple[object, ...] = (limit,) if due is None else (due, limit)
+        served = None if workflow_names is None else "IN (SELECT value FROM json_each(?))"
+        query = wakeups_query("", "?", served=served, due=due is not None)
+        if workflow_names is not None:
+            params = (json.dumps(sorted(workflow_names)), *params)
+        rows = await self._run(fetch, query, params)
+        return [wakeup_from_row(row) for row in rows]
+
+    async def rewrite_index(self, run_id: str, index: RunIndex | None, *, now: datetime) -> None:
+        """Replace the run's index rows with `index` (None: remove them), appending nothing.
+
+        The repair behind `runfold verify --rebuild-index`: an optional capability, not part of
+        `EventStore`.
+
+        Fenced like an append, in one transaction: `index` must describe the run's head
+        (`index.summary.last_sequence`; 0, no events, for None), else `SequenceConflict`; a token
+        another run's live hook holds at `now` raises `TokenConflict`. Nothing is written when
+        either is raised.
+        """
+        check_index(run_id, index)
+        await self._run(rewrite_run_index, run_id, index, now)
+
+    # --- retention ----------------------------------------------------------------------------
+
+    async def delete_runs(
+        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    ) -> int:
+        """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
+        if self._closed:
+            raise StoreClosed(f"the SQLite store {self._path!r} is closed")
+        chosen = None if run_ids is None else json.dumps(sorted(run_ids))
+        return await self._run(delete_ended_runs, time_key(terminal_before), max(limit, 0), chosen)

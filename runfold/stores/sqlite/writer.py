@@ -1,0 +1,160 @@
+"""The SQLite append: one transaction of queued appends, each in its own savepoint.
+
+`Append` is one queued append, encoded on the event loop; `append_batch` writes a batch of them
+on the connection thread, each with its own outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+
+from runfold.kernel import (
+    Envelope,
+    Event,
+    RunIndex,
+    SequenceConflict,
+    StoreError,
+    TokenConflict,
+    correlation_id,
+    encode_event,
+    make_envelope,
+)
+from runfold.stores.protocol import time_key
+from runfold.stores.sqlite.index import IndexRows, live_claims, write_index
+from runfold.stores.sqlite.reads import read_head
+
+__all__ = ["Append", "append_batch", "settle"]
+
+
+class Append:
+    """One queued append and the future its caller awaits."""
+
+    __slots__ = (
+        "events",
+        "expected",
+        "expected_position",
+        "future",
+        "index",
+        "recorded_at",
+        "rows",
+        "run_id",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        expected: int,
+        events: Sequence[Event],
+        index: RunIndex,
+        recorded_at: datetime,
+        expected_position: int | None,
+    ) -> None:
+        self.run_id = run_id
+        self.expected = expected
+        self.expected_position = expected_position if expected > 0 else None
+        self.events = events
+        self.index = index
+        self.recorded_at = recorded_at
+        self.future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
+        # Encode here, on the event loop, so a bad event fails before any SQL runs.
+        self.rows = [(*encode_event(event), correlation_id(event)) for event in events]
+
+
+def settle(request: Append, outcome: list[Envelope] | BaseException) -> None:
+    """Hand a queued append its outcome."""
+    if request.future.done():
+        return
+    if isinstance(outcome, BaseException):
+        request.future.set_exception(outcome)
+    else:
+        request.future.set_result(outcome)
+
+
+_RUN_STATE = (
+    "SELECT (SELECT max(sequence) FROM events WHERE run_id = ?1), "
+    "(SELECT position FROM events WHERE run_id = ?1 ORDER BY sequence DESC LIMIT 1), runs.status, "
+    "runs.completed_at, EXISTS (SELECT 1 FROM hooks WHERE run_id = ?1), "
+    "EXISTS (SELECT 1 FROM wakeups WHERE run_id = ?1), "
+    "max(coalesce((SELECT max(position) FROM events), 0), (SELECT position FROM feed_high_water)) "
+    "FROM (SELECT 1) LEFT JOIN runs ON runs.run_id = ?1"
+)
+"""The run's head and its event's feed position; what its index rows hold now: status and end
+time (None, None without a runs row), and whether it has hook and wakeup rows; and the last feed
+position handed out (retention may have deleted its event)."""
+
+
+def _append_one(conn: sqlite3.Connection, request: Append) -> list[Envelope]:
+    run_id = request.run_id
+    last, head_position, status, completed_at, has_hooks, has_wakeups, next_position = conn.execute(
+        _RUN_STATE, (run_id,)
+    ).fetchone()
+    head = last or 0
+    if head != request.expected or (
+        request.expected_position is not None and head_position != request.expected_position
+    ):
+        raise SequenceConflict(run_id, request.expected, head)
+    now = time_key(request.recorded_at)
+    claims = live_claims(conn, run_id, request.index, request.recorded_at)
+    conn.executemany(
+        "INSERT INTO events (run_id, sequence, type, schema_version, correlation_id, payload, "
+        "recorded_at, position) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (run_id, head + n, event_type, version, correlation, payload, now, next_position + n)
+            for n, (event_type, version, payload, correlation) in enumerate(request.rows, start=1)
+        ],
+    )
+    before = IndexRows(status, completed_at, bool(has_hooks), bool(has_wakeups))
+    write_index(conn, run_id, request.index, claims, before)
+    return [
+        make_envelope(run_id, head + n, event, request.recorded_at, next_position + n)
+        for n, event in enumerate(request.events, start=1)
+    ]
+
+
+def _refusal(conn: sqlite3.Connection, request: Append, exc: Exception) -> Exception:
+    """What a refused append raises: a conflict as it is; an `IntegrityError` is a conflict
+    only if the head moved (the primary key backs the head check), else something else refused
+    the insert (a constraint or trigger of the user's), a `StoreError` that says so."""
+    if not isinstance(exc, sqlite3.IntegrityError):
+        return exc
+    head = read_head(conn, request.run_id)
+    if head != request.expected:
+        return SequenceConflict(request.run_id, request.expected, head)
+    refusal = StoreError(f"SQLite refused the append to {request.run_id!r}: {exc}")
+    refusal.__cause__ = exc
+    return refusal
+
+
+def append_batch(
+    conn: sqlite3.Connection, batch: list[Append]
+) -> list[list[Envelope] | BaseException]:
+    """Every queued append in one transaction, each in its own savepoint when there are several."""
+    outcomes: list[list[Envelope] | BaseException] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # A lone append needs no savepoint: if it fails, the transaction holds nothing else.
+        alone = len(batch) == 1
+        for request in batch:
+            if not alone:
+                conn.execute("SAVEPOINT one_append")
+            try:
+                envelopes = _append_one(conn, request)
+            except (SequenceConflict, TokenConflict, sqlite3.IntegrityError) as exc:
+                conn.execute("ROLLBACK" if alone else "ROLLBACK TO one_append")
+                if not alone:
+                    conn.execute("RELEASE one_append")
+                outcomes.append(_refusal(conn, request, exc))
+                continue
+            if not alone:
+                conn.execute("RELEASE one_append")
+            outcomes.append(envelopes)
+        if conn.in_transaction:  # a lone append that failed has rolled it back already
+            conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return outcomes
