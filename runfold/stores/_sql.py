@@ -27,6 +27,8 @@ from runfold.kernel import (
     make_envelopes,
 )
 from runfold.kernel._gc import in_bulk
+from runfold.stores import arguments
+from runfold.stores.arguments import MAX_COUNT
 from runfold.stores.protocol import (
     hook_cursor_key,
     hooks_page,
@@ -188,10 +190,12 @@ class WakeupReads:
         self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
     ) -> list[Wakeup]:
         """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
+        arguments.check_due_wakeups(now, limit=limit, workflow_names=workflow_names)
         return await self._wakeups(workflow_names, time_key(now), max(limit, 0))
 
     async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
         """The earliest pending wakeup (of a run of `workflow_names`), or None."""
+        arguments.check_next_wakeup(workflow_names=workflow_names)
         found = await self._wakeups(workflow_names, None, 1)
         return found[0] if found else None
 
@@ -229,7 +233,7 @@ def list_runs_query(
     """The `list_runs` query on `table` and its parameters: `limit + 1` rows, newest first.
 
     Raises:
-        ValueError: `cursor` is not one `runs_page` made.
+        InvalidArgument: `cursor` is not one `runs_page` made.
     """
     clauses: list[str] = []
     params: list[Any] = []
@@ -265,7 +269,7 @@ def list_hooks_query(
     It selects the claims live or still retained at `now`, by `(run_id, hook_id)`.
 
     Raises:
-        ValueError: `cursor` is not one `hooks_page` made.
+        InvalidArgument: `cursor` is not one `hooks_page` made.
     """
     clauses = [holds_at(mark)]
     params: list[Any] = [time_key(now)]
@@ -292,7 +296,7 @@ def _page_query(
     """A listing query: `limit + 1` rows, the one past the page telling that there is more."""
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     query = f"SELECT {columns} FROM {table}{where} ORDER BY {order} LIMIT {mark}"
-    return query, [*params, max(limit, 0) + 1]
+    return query, [*params, min(max(limit, 0) + 1, MAX_COUNT)]
 
 
 def hook_page(rows: Sequence[Any], limit: int) -> Page[HookHolder]:
