@@ -46,6 +46,7 @@ from runfold.kernel.decide import decide
 from runfold.kernel.errors import (
     AttemptsExhausted,
     CorruptEvent,
+    CorruptIndex,
     EntityConflict,
     EntityNotFound,
     EventDecodeError,
@@ -165,6 +166,7 @@ __all__ = [
     "CompleteStep",
     "CompleteWait",
     "CorruptEvent",
+    "CorruptIndex",
     "CreateHook",
     "CreateRun",
     "CreateStep",

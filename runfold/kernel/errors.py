@@ -6,8 +6,8 @@ Each class has a stable `code` (a snake_case string, part of the public API) and
 - `Rejection`: `decide` refused a command. Subclasses say why.
 - `HistoryError`: a history breaks a law of `project_run` (corruption is loud, never guessed over).
 - `EventDecodeError`: bytes that do not decode into an event.
-- Store errors: `SequenceConflict`, `TokenConflict`, `CorruptEvent`, `StoreUnavailable`,
-  `StoreClosed`.
+- Store errors: `SequenceConflict`, `TokenConflict`, `CorruptEvent`, `CorruptIndex`,
+  `StoreUnavailable`, `StoreClosed`.
 - `InvalidArgument`: a store method called with an argument the store contract refuses.
 """
 
@@ -18,6 +18,7 @@ from datetime import datetime
 __all__ = [
     "AttemptsExhausted",
     "CorruptEvent",
+    "CorruptIndex",
     "EntityConflict",
     "EntityNotFound",
     "EventDecodeError",
@@ -272,6 +273,21 @@ class CorruptEvent(StoreError):
         super().__init__(f"run {run_id!r}: stored event {sequence} is corrupt: {reason}")
         self.run_id = run_id
         self.sequence = sequence
+        self.reason = reason
+
+
+class CorruptIndex(StoreError):
+    """A run's stored index rows do not decode; raised for that run, never skipped over.
+
+    The run's events are intact: `runfold verify --rebuild-index` rewrites its rows from them.
+    """
+
+    code = "corrupt_index"
+    status = 500
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id!r}: stored index rows are corrupt: {reason}")
+        self.run_id = run_id
         self.reason = reason
 
 

@@ -30,10 +30,10 @@ from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     WakeupReads,
     envelopes_from_rows,
+    holder_from_row,
     hook_page,
     list_hooks_query,
     list_runs_query,
-    optional_time,
     summary_from_row,
     summary_page,
     token_holder_query,
@@ -363,10 +363,7 @@ class PostgresStore(WakeupReads):
         rows = await self._fetch(
             token_holder_query("%s", f"{self._s}.tokens"), (token.encode(), time_key(now))
         )
-        if not rows:
-            return None
-        run_id, hook_id, retained = rows[0]
-        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=optional_time(retained))
+        return holder_from_row(rows[0]) if rows else None
 
     async def list_hooks(
         self,

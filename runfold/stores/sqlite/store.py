@@ -32,10 +32,10 @@ from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     WakeupReads,
     envelopes_from_rows,
+    holder_from_row,
     hook_page,
     list_hooks_query,
     list_runs_query,
-    optional_time,
     summary_from_row,
     summary_page,
     wakeup_from_row,
@@ -339,10 +339,7 @@ class SQLiteStore(WakeupReads):
         """The live holder of a hook token at `now`, or None."""
         arguments.check_find_hook(token, now=now)
         rows = await self._run(fetch, TOKEN_HOLDER, (token, time_key(now)))
-        if not rows:
-            return None
-        run_id, hook_id, retained = rows[0]
-        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=optional_time(retained))
+        return holder_from_row(rows[0]) if rows else None
 
     async def list_hooks(
         self,
