@@ -38,6 +38,7 @@ from runfold.kernel import (
     encode_event,
     make_envelopes,
 )
+from runfold.kernel._gc import in_bulk
 from runfold.stores import arguments
 from runfold.stores.protocol import (
     hook_cursor_key,
@@ -230,12 +231,17 @@ class MemoryStore:
 
     # --- reads --------------------------------------------------------------------------------
 
-    @staticmethod
-    def _envelopes(rows: Sequence[_Row]) -> list[Envelope]:
-        """The envelopes of `rows`, decoded together as a SQL store decodes a read's rows.
+    @classmethod
+    def _envelopes(cls, rows: Sequence[_Row]) -> list[Envelope]:
+        """The envelopes of `rows`, decoded together as a SQL store decodes a read's rows (with
+        the cycle collector paused for a long read, as there).
 
         A row that does not decode is `CorruptEvent` naming its run and sequence.
         """
+        return in_bulk(len(rows), cls._decoded, rows)
+
+    @staticmethod
+    def _decoded(rows: Sequence[_Row]) -> list[Envelope]:
         try:
             events = decode_events(
                 [r.type for r in rows], [r.schema_version for r in rows], [r.payload for r in rows]
