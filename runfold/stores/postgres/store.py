@@ -16,6 +16,7 @@ from runfold.kernel import (
     Envelope,
     Event,
     HookHolder,
+    InvalidArgument,
     Page,
     RunIndex,
     RunStatus,
@@ -224,7 +225,8 @@ class PostgresStore(WakeupReads):
             expected_position=expected_position,
         )
         if len(events) >= POSITIONS_PER_TRANSACTION:
-            raise ValueError(f"at most {POSITIONS_PER_TRANSACTION - 1:,} events per append")
+            limit = f"{POSITIONS_PER_TRANSACTION - 1:,}"
+            raise InvalidArgument("events", f"holds more than this store takes at once ({limit})")
         request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
         self._check_open()
         base = await self._writer.append(request)
