@@ -84,16 +84,17 @@ _MARK = os.urandom(16)
 _AFTER_ITEM = cbor2.dumps(_MARK)
 
 
-def _one_item(data: bytes) -> Any:
-    """The one CBOR item `data` holds, read strictly.
+def _one_item(*parts: bytes) -> Any:
+    """The one CBOR item that `parts`, joined, hold, read strictly.
 
     cbor2 stops at the end of the first item and ignores what follows, and keeps the last of
-    duplicate map keys. Here a duplicate key raises `CBORDecodeError`, and `data` is read as
-    the first of a two-item array whose second is a random marker of this process: bytes after
-    the item are read in the marker's place (or make the marker unreadable), so anything but
-    exactly one item raises `ValueError`. No stored payload can hold a marker drawn at start.
+    duplicate map keys. Here a duplicate key raises `CBORDecodeError`, and the bytes are read
+    as the first of a two-item array whose second is a random marker of this process: bytes
+    after the item are read in the marker's place (or make the marker unreadable), so anything
+    but exactly one item raises `ValueError`. No stored payload can hold a marker drawn at
+    start. (The parts are joined with the wrapper at once: a read's buffer is copied once.)
     """
-    both = _loads(b"\x82" + data + _AFTER_ITEM, allow_duplicate_keys=False)
+    both = _loads(b"".join((b"\x82", *parts, _AFTER_ITEM)), allow_duplicate_keys=False)
     if both[1] != _MARK:
         raise ValueError("has bytes after its CBOR item")
     return both[0]
@@ -344,7 +345,7 @@ class EventCodec:
         if not count:
             return []
         try:
-            items = _one_item(b"\x9f" + _SEPARATOR.join(payloads) + _SEPARATOR + b"\xff")
+            items = _one_item(b"\x9f", _SEPARATOR.join(payloads), _SEPARATOR + b"\xff")
             if len(items) != 2 * count or items[1::2].count(_UNDEFINED) != count:
                 raise ValueError("the payloads did not split where the rows do")
             decoders: Iterable[Callable[[Any], Event] | None]
