@@ -26,6 +26,8 @@ from runfold.kernel import (
     Envelope,
     HookHolder,
     HookNotFound,
+    InvalidArgument,
+    InvalidCommand,
     Limits,
     ReceiveHook,
     Rejection,
@@ -39,6 +41,7 @@ from runfold.kernel import (
     project_run,
     run_index,
 )
+from runfold.stores.arguments import check_text
 from runfold.stores.protocol import EventStore
 
 __all__ = ["CommandHandler", "Outcome", "new_run_id", "utc_now"]
@@ -295,8 +298,14 @@ class CommandHandler:
 
         Raises:
             HookNotFound: No live hook holds the token (the message never quotes it).
+            InvalidCommand: The token is not a `str` UTF-8 can encode (a lone surrogate): no
+                hook can hold it, and the store is not asked.
             Rejection: What `execute` raises for the `ReceiveHook`, e.g. `EntityConflict`.
         """
+        try:
+            check_text(token, "token")  # a webhook caller chooses the token: before any I/O
+        except InvalidArgument as refused:
+            raise InvalidCommand(f"hook {refused.message}") from None
         holder = await self.store.find_hook(token, now=self.clock())
         if holder is None:
             raise HookNotFound("no live hook holds the given token")

@@ -23,6 +23,7 @@ from runfold.kernel import (
     RunStatus,
     RunSummary,
     SequenceConflict,
+    Wakeup,
     correlation_id,
     encode_event,
 )
@@ -273,7 +274,7 @@ class _Correlating(_Appending):
         async with self._lock:
             self._check_open()
             rows = self._select(self._matching(run_id, correlation_id), after, limit, descending)
-        return [self._envelope(row) for row in rows]
+        return self._envelopes(rows)
 
 
 class CorrelationLeaks(_Correlating):
@@ -464,6 +465,43 @@ class RefusesNul(_Appending):
         super()._check_claims(run_id, index, now)
 
 
+class WakeupArgumentsUnchecked(MemoryStore):
+    """`due_wakeups` skips the shared argument checks: a naive `now` compares with nothing and
+    answers `[]` (as a dict-backed store does) instead of refusing it."""
+
+    async def due_wakeups(
+        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    ) -> list[Wakeup]:
+        async with self._lock:
+            self._check_open()
+            if now.utcoffset() is None:
+                return []
+            return [w for w in self._wakeups(workflow_names) if w.due_at <= now][: max(limit, 0)]
+
+
+class NothingToDoWhenClosed(MemoryStore):
+    """`get_runs([])` answers `[]` before looking at whether the store is closed: there is
+    nothing to fetch, so it never reaches the check."""
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+        if not run_ids:
+            return []
+        return await super().get_runs(run_ids)
+
+
+class NegativeLimitUnbounded(MemoryStore):
+    """A negative `limit` of `read` means "no limit", as SQLite's `LIMIT -1` does, where the
+    contract says it means 0."""
+
+    async def read(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    ) -> list[Envelope]:
+        unbounded = limit is not None and limit < 0
+        return await super().read(
+            run_id, after=after, limit=None if unbounded else limit, descending=descending
+        )
+
+
 CAUGHT_BY: dict[type[MemoryStore], str] = {
     SkipsHeadCheck: "test_append_stale_sequence_refused",
     HeadCheckOutsideTransaction: "test_racing_writers_one_wins",
@@ -484,5 +522,8 @@ CAUGHT_BY: dict[type[MemoryStore], str] = {
     CorrelationByRecordedAt: "test_clock_stepping_back_keeps_sequence_order",
     KeepsTimeOffsets: "test_times_read_back_in_utc",
     RefusesNul: "test_nul_in_every_text_field",
+    WakeupArgumentsUnchecked: "test_arguments_refused_alike",
+    NothingToDoWhenClosed: "test_closed_store_refuses_calls",
+    NegativeLimitUnbounded: "test_arguments_at_their_bounds",
 }
 """Each broken store and the conformance check that must catch its defect."""

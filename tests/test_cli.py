@@ -221,9 +221,9 @@ def test_a_corrupt_history_is_exit_5_and_a_verify_problem(scratch: str) -> None:
 
 def test_migrate_says_what_it_did(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'new.db'}"
-    assert ok(runfold_cli("--store", url, "migrate")).strip() == f"migrated {url}: 0 -> 2"
+    assert ok(runfold_cli("--store", url, "migrate")).strip() == f"migrated {url}: 0 -> 3"
     assert (tmp_path / "new.db").exists()
-    assert ok(runfold_cli("--store", url, "migrate")).strip() == f"{url} is already at version 2"
+    assert ok(runfold_cli("--store", url, "migrate")).strip() == f"{url} is already at version 3"
     assert ok(runfold_cli("--store", url, "runs")).splitlines()[1:] == []
     said = ok(runfold_cli("--store", "memory://", "migrate"))
     assert said.strip() == "MemoryStore keeps no schema: nothing to migrate"
@@ -293,7 +293,7 @@ def test_user_mistakes_are_one_line_and_an_exit_code(
 
 
 def test_a_bad_cursor_is_a_usage_error(demo: Demo) -> None:
-    assert "malformed cursor" in one_line_error(
+    assert "cursor is malformed" in one_line_error(
         runfold_cli("--store", demo.url, "runs", "--cursor", "not-a-cursor"), 2
     )
 

@@ -26,6 +26,7 @@ from runfold.kernel import (
     LogRecorded,
     ProgressRecorded,
     RetryPolicy,
+    RunCreated,
     StepCancelled,
     StepCompleted,
     StepCreated,
@@ -488,13 +489,70 @@ def test_decoding_rows_together_names_the_first_bad_one() -> None:
     assert default_codec.decode_many([], [], []) == []
 
 
-def test_a_payload_that_is_not_exactly_one_item_still_decodes_alone() -> None:
-    # CBOR readers ignore bytes after the first item; joined with the next payload they would
-    # shift every row after it, so a read finds that the rows did not split and decodes each.
+def decode_both_ways(rows: list[tuple[str, int, bytes]]) -> list[str]:
+    """The reason each read path gives for `rows`: one row at a time, and all rows together."""
+    reasons = []
+    with pytest.raises(EventDecodeError) as alone:
+        [decode_event(*row) for row in rows]
+    reasons.append(alone.value.reason)
+    with pytest.raises(EventDecodeError) as together:
+        decode_events(*columns(rows))
+    reasons.append(together.value.reason)
+    return reasons
+
+
+AFTER_ITEM = "payload has bytes after its CBOR item"
+TRAILERS = {  # what follows a whole payload, and the reason it is refused with
+    "an item": (cbor2.dumps(["t", 2]), AFTER_ITEM),
+    "one byte": (b"\x00", AFTER_ITEM),
+    "a bulk read's own separator and end": (b"\xf7\xff", AFTER_ITEM),
+    "a break": (b"\xff", "not CBOR: break code encountered"),
+    "half an item": (b"\x82\x01", AFTER_ITEM),
+}
+
+
+@pytest.mark.parametrize(("trailer", "reason"), TRAILERS.values(), ids=TRAILERS)
+@pytest.mark.parametrize("where", [0, 1, 2], ids=["first row", "middle row", "last row"])
+def test_bytes_after_a_payload_are_a_decode_error(trailer: bytes, reason: str, where: int) -> None:
+    # CBOR readers stop after the first item: a corrupted tail would go unnoticed, and joined
+    # with the next payload it would shift every row after it.
+    rows = [encode_event(StepStarted(step_id="s", attempt=n)) for n in (1, 2, 3)]
+    name, version, payload = rows[where]
+    rows[where] = (name, version, payload + trailer)
+    for found in decode_both_ways(rows):
+        assert found.startswith(reason), found
+
+
+def test_a_payload_cut_short_is_a_decode_error() -> None:
     name, version, payload = encode_event(StepStarted(step_id="s", attempt=1))
-    trailing = payload + cbor2.dumps(["t", 2])
-    events = default_codec.decode_many([name] * 3, [version] * 3, [trailing, payload, trailing])
-    assert events == [StepStarted(step_id="s", attempt=1)] * 3
+    for cut in range(len(payload)):
+        # The marker after the item is read as part of it: an error either way.
+        for reason in decode_both_ways([(name, version, payload[:cut])]):
+            assert reason.startswith(("not CBOR", AFTER_ITEM)), (cut, reason)
+
+
+def _map(*pairs: tuple[str, Any]) -> bytes:
+    """A CBOR map of `pairs` as written, duplicate keys included (cbor2 cannot write one)."""
+    return bytes([0xA0 + len(pairs)]) + b"".join(cbor2.dumps(k) + cbor2.dumps(v) for k, v in pairs)
+
+
+def test_a_duplicate_map_key_is_a_decode_error() -> None:
+    doubled = _map(("step_id", "s"), ("attempt", 1), ("attempt", 2))
+    assert cbor2.loads(doubled) == {"step_id": "s", "attempt": 2}  # what a lenient reader sees
+    for reason in decode_both_ways([("step_started", 1, doubled)]):
+        assert "Duplicate map key: 'attempt'" in reason
+    # A map inside a positional payload: a run's attributes.
+    name, version, payload = encode_event(
+        RunCreated(workflow_name="wf", input=b"", attributes={"k": "v"})
+    )
+    fields = cbor2.loads(payload)
+    assert {"k": "v"} in fields
+    spliced = cbor2.dumps(fields).replace(cbor2.dumps({"k": "v"}), _map(("k", "v"), ("k", "w")))
+    for reason in decode_both_ways([(name, version, spliced)]):
+        assert "Duplicate map key: 'k'" in reason
+    assert decode_event(name, version, payload) == RunCreated(
+        workflow_name="wf", input=b"", attributes={"k": "v"}
+    )
 
 
 # --- correlation ids ----------------------------------------------------------------------------

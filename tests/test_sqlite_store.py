@@ -162,6 +162,38 @@ def plain_execute(path: Path, sql: str, params: Sequence[Any] = ()) -> None:
         conn.close()
 
 
+def tampered(path: Path, sql: str, params: Sequence[Any] = ()) -> None:
+    """`plain_execute` past the type triggers (dropped for it, then made again): what a tool
+    writing to the file behind runfold's back, or a file from before them, can hold."""
+    conn = sqlite3.connect(path)
+    try:
+        triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
+        kept = triggers.fetchall()
+        for name, _ in kept:
+            conn.execute(f'DROP TRIGGER "{name}"')
+        conn.execute(sql, params)
+        for _, made in kept:
+            conn.execute(made)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def as_older_file(path: Path, version: int) -> None:
+    """Make the runfold file at `path` the file a runfold of schema `version` wrote."""
+    conn = sqlite3.connect(path)
+    try:
+        if version < 3:  # no type triggers yet
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+                conn.execute(f'DROP TRIGGER "{name}"')
+        if version < 2:  # no feed high-water mark yet
+            conn.execute("DROP TABLE feed_high_water")
+        conn.execute("DELETE FROM runfold_schema WHERE version > ?", (version,))
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def tables(path: Path) -> set[str]:
     return {
         row[0] for row in plain_query(path, "SELECT name FROM sqlite_master WHERE type='table'")
@@ -199,9 +231,7 @@ async def test_an_older_file_is_migrated_forward_at_open(tmp_path: Path) -> None
     path = tmp_path / "runfold.db"
     async with await SQLiteStore.open(path) as store:
         await write(store, "r", *started())
-    # Make it the file a version-1 runfold wrote: no feed high-water mark yet.
-    plain_execute(path, "DROP TABLE feed_high_water")
-    plain_execute(path, "DELETE FROM runfold_schema WHERE version > 1")
+    as_older_file(path, 1)
 
     async with await SQLiteStore.open(path) as store:
         assert await store.head("r") == 2
@@ -691,6 +721,7 @@ async def test_reopen_after_close_holds_exactly_what_was_acknowledged(tmp_path: 
         pytest.param("schema_version", "one", id="schema-version-not-a-number"),
         pytest.param("payload", "text, not bytes", id="payload-text"),
         pytest.param("recorded_at", "yesterday", id="recorded-at-not-a-number"),
+        pytest.param("recorded_at", 1767225600000000.5, id="recorded-at-real"),
     ],
 )
 async def test_a_corrupt_row_fails_its_run_only(tmp_path: Path, column: str, value: Any) -> None:
@@ -704,7 +735,7 @@ async def test_a_corrupt_row_fails_its_run_only(tmp_path: Path, column: str, val
     [(position,)] = plain_query(
         path, "SELECT position FROM events WHERE run_id = 'a' AND sequence = 3"
     )
-    plain_execute(
+    tampered(
         path, f"UPDATE events SET {column} = ? WHERE run_id = ? AND sequence = ?", (value, "a", 3)
     )
 

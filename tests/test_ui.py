@@ -319,7 +319,7 @@ def test_bad_requests_are_named(base: str) -> None:
     status, body, _ = get(base + "/?status=sleeping")
     assert (status, "unknown status &#39;sleeping&#39;" in body) == (400, True)
     status, body, _ = get(base + "/?cursor=bm90LW91cnM")
-    assert (status, "malformed cursor" in body) == (400, True)
+    assert (status, "cursor is malformed" in body) == (400, True)
     status, body, _ = get(base + "/runs/order-1?limit=0")
     assert (status, "limit must be" in body) == (400, True)
     assert get(base + "/api/head?run_id=nope")[0] == 404

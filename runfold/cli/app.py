@@ -34,8 +34,10 @@ from runfold.cli.verify import can_rebuild, verify_store
 from runfold.handler import CommandHandler, utc_now
 from runfold.kernel import (
     CorruptEvent,
+    CorruptIndex,
     EventDecodeError,
     HistoryError,
+    InvalidArgument,
     RunfoldError,
     RunNotFound,
     RunNotSupported,
@@ -82,7 +84,7 @@ No such file or schema, not a runfold database, written by a newer runfold, a mi
 or a server that does not answer or refuses the login.
 """
 EXIT_DATA = 5
-"""A stored history is corrupt (an event does not decode, or the history breaks a law)."""
+"""Stored data is corrupt: an event or an index row does not decode, or a history breaks a law."""
 EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C)."""
 
@@ -93,7 +95,7 @@ exit codes:
   2    usage error: bad arguments, store URL, cursor or MODULE:FACTORY
   3    unknown run id
   4    the store cannot be opened or reached
-  5    a stored history is corrupt
+  5    stored data is corrupt (an event, a history, an index row)
   130  interrupted
 """
 
@@ -251,6 +253,12 @@ async def _with_store(
         return await work(store, terminal)
     except RunNotFound as exc:
         raise CliError(str(exc), EXIT_NOT_FOUND) from None
+    except InvalidArgument as exc:  # e.g. an id given as bytes that are not UTF-8
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except CorruptIndex as exc:
+        raise CliError(
+            f"{exc} (`runfold verify --rebuild-index` rewrites them)", EXIT_DATA
+        ) from None
     except (CorruptEvent, HistoryError, EventDecodeError, RunNotSupported) as exc:
         raise CliError(str(exc), EXIT_DATA) from None
     except StoreError as exc:

@@ -3,6 +3,10 @@
 Indexes are projections (`run_index(snapshot)`), so they can always be rebuilt from the log. A
 store that offers the optional `rewrite_index(run_id, index, *, now)` can be repaired in place;
 the check itself needs only the `EventStore` protocol.
+
+Index rows that do not decode (`CorruptIndex`, say a summary whose attributes are not JSON) stop
+a listing where they are: verify reports the run, and with `rebuild` rewrites its rows from its
+events and lists again, so whatever the index holds, it is rebuilt from the log.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import attrs
 
 from runfold.kernel import (
     CorruptEvent,
+    CorruptIndex,
     HistoryError,
     HookHolder,
     RunIndex,
@@ -74,13 +79,68 @@ async def verify_store(
 
     Runs are read page by page (`list_runs`, `read`, `project_run`); rows of runs without a
     summary are found too. With `rebuild`, a run whose history replays gets its index rows
-    rewritten. `progress(done, total)` is called as runs are checked. Store errors propagate.
+    rewritten. A listing that meets rows that do not decode (`CorruptIndex`) reports their run;
+    with `rebuild` it rewrites them from the run's events and lists again, without it the check
+    ends there (it cannot list past them). `progress(done, total)` is called as runs are
+    checked. Other store errors propagate.
 
     Raises:
         ValueError: `rebuild` is asked of a store without `rewrite_index`.
     """
     if rebuild and not can_rebuild(store):
         raise ValueError(f"{type(store).__name__} cannot rewrite its index (no rewrite_index)")
+    problems: list[Problem] = []
+    while True:
+        try:
+            summaries, hooks, wakeups = await _index_rows(store, now)
+            break
+        except CorruptIndex as exc:
+            repaired = rebuild and not any(p.run_id == exc.run_id for p in problems)
+            if repaired:
+                repaired = await _rebuild_from_log(store, exc.run_id, now)
+            detail = str(exc) + ("" if repaired else _CANNOT_LIST_PAST)
+            problems.append(
+                Problem(run_id=exc.run_id, kind="index", detail=detail, repaired=repaired)
+            )
+            if not repaired:
+                return VerifyReport(runs=0, problems=tuple(problems))
+
+    run_ids = sorted(summaries.keys() | hooks.keys() | wakeups.keys())
+    for done, run_id in enumerate(run_ids, start=1):
+        found = await _check_run(
+            store,
+            run_id,
+            summaries.get(run_id),
+            hooks.get(run_id, set()),
+            wakeups.get(run_id, set()),
+            now=now,
+            rebuild=rebuild,
+        )
+        if found is not None:
+            problems.append(found)
+        progress(done, len(run_ids))
+    return VerifyReport(runs=len(run_ids), problems=tuple(problems))
+
+
+_CANNOT_LIST_PAST = " (the check stopped there: --rebuild-index rewrites the rows from the events)"
+
+
+async def _rebuild_from_log(store: EventStore, run_id: str, now: datetime) -> bool:
+    """Rewrite the run's index rows from its events; whether that was done."""
+    assert isinstance(store, IndexRewriter)
+    try:
+        history = await store.read(run_id)
+        expected = run_index(project_run(history)) if history else None
+        await store.rewrite_index(run_id, expected, now=now)
+    except (CorruptEvent, HistoryError, RunNotSupported, SequenceConflict, TokenConflict):
+        return False
+    return True
+
+
+async def _index_rows(
+    store: EventStore, now: datetime
+) -> tuple[dict[str, RunSummary], dict[str, set[HookHolder]], dict[str, set[Wakeup]]]:
+    """Every summary, live hook holder and wakeup the store lists, by run id."""
     summaries: dict[str, RunSummary] = {}
     cursor: str | None = None
     while True:
@@ -101,23 +161,7 @@ async def verify_store(
     wakeups: dict[str, set[Wakeup]] = {}
     for wakeup in await store.due_wakeups(_FAR_FUTURE, limit=_EVERY):
         wakeups.setdefault(wakeup.run_id, set()).add(wakeup)
-
-    run_ids = sorted(summaries.keys() | hooks.keys() | wakeups.keys())
-    problems: list[Problem] = []
-    for done, run_id in enumerate(run_ids, start=1):
-        found = await _check_run(
-            store,
-            run_id,
-            summaries.get(run_id),
-            hooks.get(run_id, set()),
-            wakeups.get(run_id, set()),
-            now=now,
-            rebuild=rebuild,
-        )
-        if found is not None:
-            problems.append(found)
-        progress(done, len(run_ids))
-    return VerifyReport(runs=len(run_ids), problems=tuple(problems))
+    return summaries, hooks, wakeups
 
 
 async def _check_run(
@@ -138,7 +182,11 @@ async def _check_run(
     differences = _differences(summary, hooks, wakeups, expected, now)
     if expected is not None:
         for claim in expected.claims_at(now):
-            holder = await store.find_hook(claim.token, now=now)
+            try:
+                holder = await store.find_hook(claim.token, now=now)
+            except CorruptIndex as exc:
+                differences.append(f"the token of hook {claim.hook_id!r}: {exc.reason}")
+                continue
             if holder is None or (holder.run_id, holder.hook_id) != (run_id, claim.hook_id):
                 differences.append(f"the token of hook {claim.hook_id!r} is not indexed to it")
     if not differences:

@@ -267,6 +267,7 @@ GROUPS: tuple[str, ...] = (
     "rewrite_index",
     "corruption",
     "lifecycle",
+    "arguments",
     "rules",
     "state_machine",
 )
@@ -277,6 +278,7 @@ CHECKS: list[Check] = []
 
 CHECK_MODULES: tuple[str, ...] = (
     "_append",
+    "_arguments",
     "_concurrency",
     "_edges",
     "_faults",

@@ -205,26 +205,39 @@ def _calls(ctx: Context) -> list[tuple[str, Callable[[EventStore], Awaitable[Any
             lambda s: s.append_if_sequence("new", 0, events, index=index, recorded_at=T0),
         ),
         ("read", lambda s: s.read("r")),
+        ("read(limit=0)", lambda s: s.read("r", limit=0)),
         ("head", lambda s: s.head("r")),
         ("read_by_correlation", lambda s: s.read_by_correlation("r", "s")),
         ("list_runs", lambda s: s.list_runs()),
+        ("list_runs(limit=0)", lambda s: s.list_runs(limit=0)),
         ("get_runs", lambda s: s.get_runs(["r"])),
+        ("get_runs([])", lambda s: s.get_runs([])),
         ("find_hook", lambda s: s.find_hook("tok", now=T0)),
         ("list_hooks", lambda s: s.list_hooks(now=T0)),
+        ("list_hooks(limit=0)", lambda s: s.list_hooks(limit=0, now=T0)),
         ("due_wakeups", lambda s: s.due_wakeups(T0)),
+        ("due_wakeups(limit=0)", lambda s: s.due_wakeups(T0, limit=0)),
         ("next_wakeup", lambda s: s.next_wakeup()),
     ]
     if ctx.capabilities.global_feed:
         calls.append(("read_all", lambda s: s.read_all()))
+        calls.append(("read_all(limit=0)", lambda s: s.read_all(limit=0)))
     if ctx.capabilities.retention:
         calls.append(("delete_runs", lambda s: s.delete_runs(terminal_before=T0, limit=1)))
+        calls.append(("delete_runs(limit=0)", lambda s: s.delete_runs(terminal_before=T0, limit=0)))
+        calls.append(
+            (
+                "delete_runs(run_ids=[])",
+                lambda s: s.delete_runs(terminal_before=T0, limit=1, run_ids=[]),
+            )
+        )
     return calls
 
 
 @check("lifecycle")
 async def closed_store_refuses_calls(ctx: Context, store: EventStore) -> None:
-    """After `close()` every method raises `StoreClosed` (never a driver error, never an answer);
-    closing again is harmless."""
+    """After `close()` every method raises `StoreClosed` (never a driver error, never an answer),
+    even a call with nothing to do (`get_runs([])`, a limit of 0); closing again is harmless."""
     await write(store, "r", *started(), hook("h", "tok"))
     calls = _calls(ctx)
     for _, call in calls:

@@ -343,6 +343,7 @@ class Engine:
 
         Raises:
             HookNotFound: No live hook holds the token.
+            InvalidCommand: The token is not text UTF-8 can encode; nothing was read.
             RunExpired: The hook is retained past the end of its run.
             EntityConflict: `delivery_id` was already received with another payload.
             RunfoldError: Whatever `drive` raises.

@@ -121,6 +121,7 @@ class Flow:
 
         Raises:
             HookNotFound: No live hook holds the token.
+            InvalidCommand: The token is not text UTF-8 can encode; nothing was read.
             RunExpired: The hook is retained past the end of its run.
             EntityConflict: `delivery_id` was already received with another payload.
         """

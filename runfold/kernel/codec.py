@@ -11,10 +11,14 @@ a time, before it is structured.
 Reads decode in bulk (`EventCodec.decode_many`): the payloads are joined into one CBOR array,
 so one call of the CBOR decoder reads them all, and each item is structured by a function
 generated once per event type and schema version (`_fast.compile_decoder`).
+
+Decoding is strict (`_one_item`): a payload is exactly one CBOR item, and a map in it names each
+key once, so a corrupted tail or a doubled field is an `EventDecodeError`, never read past.
 """
 
 from __future__ import annotations
 
+import os
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -76,6 +80,24 @@ _SEPARATOR = b"\xf7"
 undefined, so finding it after every item, and only there, shows that the payloads split
 where the rows do."""
 _UNDEFINED = cbor2.undefined
+_MARK = os.urandom(16)
+_AFTER_ITEM = cbor2.dumps(_MARK)
+
+
+def _one_item(*parts: bytes) -> Any:
+    """The one CBOR item that `parts`, joined, hold, read strictly.
+
+    cbor2 stops at the end of the first item and ignores what follows, and keeps the last of
+    duplicate map keys. Here a duplicate key raises `CBORDecodeError`, and the bytes are read
+    as the first of a two-item array whose second is a random marker of this process: bytes
+    after the item are read in the marker's place (or make the marker unreadable), so anything
+    but exactly one item raises `ValueError`. No stored payload can hold a marker drawn at
+    start. (The parts are joined with the wrapper at once: a read's buffer is copied once.)
+    """
+    both = _loads(b"".join((b"\x82", *parts, _AFTER_ITEM)), allow_duplicate_keys=False)
+    if both[1] != _MARK:
+        raise ValueError("has bytes after its CBOR item")
+    return both[0]
 
 
 def _time_to_wire(value: datetime) -> int:
@@ -304,7 +326,7 @@ class EventCodec:
         fast = self._fast.get((event_type, schema_version))
         if fast is not None:
             try:
-                return fast(_loads(payload))
+                return fast(_one_item(payload))
             except Exception:
                 pass  # the checked path below says precisely what is wrong
         return self._decode_checked(event_type, schema_version, payload)
@@ -323,7 +345,7 @@ class EventCodec:
         if not count:
             return []
         try:
-            items = _loads(b"\x9f" + _SEPARATOR.join(payloads) + _SEPARATOR + b"\xff")
+            items = _one_item(b"\x9f", _SEPARATOR.join(payloads), _SEPARATOR + b"\xff")
             if len(items) != 2 * count or items[1::2].count(_UNDEFINED) != count:
                 raise ValueError("the payloads did not split where the rows do")
             decoders: Iterable[Callable[[Any], Event] | None]
@@ -342,7 +364,9 @@ class EventCodec:
         if layout is None:
             raise EventDecodeError(event_type, schema_version, "unknown event type")
         try:
-            data = cbor2.loads(payload)
+            data = _one_item(payload)
+        except ValueError as exc:
+            raise EventDecodeError(event_type, schema_version, f"payload {exc}") from None
         except Exception as exc:  # cbor2 raises several unrelated classes on bad input
             raise EventDecodeError(event_type, schema_version, f"not CBOR: {exc}") from None
         current = layout.cls.schema_version

@@ -6,8 +6,9 @@ Each class has a stable `code` (a snake_case string, part of the public API) and
 - `Rejection`: `decide` refused a command. Subclasses say why.
 - `HistoryError`: a history breaks a law of `project_run` (corruption is loud, never guessed over).
 - `EventDecodeError`: bytes that do not decode into an event.
-- Store errors: `SequenceConflict`, `TokenConflict`, `CorruptEvent`, `StoreUnavailable`,
-  `StoreClosed`.
+- Store errors: `SequenceConflict`, `TokenConflict`, `CorruptEvent`, `CorruptIndex`,
+  `StoreUnavailable`, `StoreClosed`.
+- `InvalidArgument`: a store method called with an argument the store contract refuses.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from datetime import datetime
 __all__ = [
     "AttemptsExhausted",
     "CorruptEvent",
+    "CorruptIndex",
     "EntityConflict",
     "EntityNotFound",
     "EventDecodeError",
     "HistoryError",
     "HistoryLimitExceeded",
     "HookNotFound",
+    "InvalidArgument",
     "InvalidAttributes",
     "InvalidCommand",
     "NonDeterministic",
@@ -275,6 +278,21 @@ class CorruptEvent(StoreError):
         self.reason = reason
 
 
+class CorruptIndex(StoreError):
+    """A run's stored index rows do not decode; raised for that run, never skipped over.
+
+    The run's events are intact: `runfold verify --rebuild-index` rewrites its rows from them.
+    """
+
+    code = "corrupt_index"
+    status = 500
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id!r}: stored index rows are corrupt: {reason}")
+        self.run_id = run_id
+        self.reason = reason
+
+
 class StoreUnavailable(StoreError):
     """The store could not be reached for now (connection lost, database locked): safe to retry."""
 
@@ -297,3 +315,23 @@ class StoreClosed(StoreError):
 
     code = "store_closed"
     status = 503
+
+
+# --- arguments ----------------------------------------------------------------------------------
+
+
+class InvalidArgument(RunfoldError, ValueError):
+    """A store method was called with an argument the store contract refuses.
+
+    `argument` names it and `reason` says what is wrong; the message never quotes a hook token.
+    Every store refuses the same arguments (`runfold.stores.arguments`), before any I/O, so
+    nothing was read or written. It is a `ValueError` too.
+    """
+
+    code = "invalid_argument"
+    status = 400
+
+    def __init__(self, argument: str, reason: str) -> None:
+        super().__init__(f"{argument} {reason}")
+        self.argument = argument
+        self.reason = reason

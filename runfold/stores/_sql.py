@@ -3,11 +3,16 @@
 Both keep times as integer microseconds since the Unix epoch and the same `runs` columns, so the
 code that turns rows into `RunSummary`/`Wakeup` records and builds the listing queries lives here
 once; `mark` is the driver's parameter placeholder (`?` or `%s`).
+
+Index rows are data too: one that does not decode into its record (attributes that are not a JSON
+object of strings, a time that is not an integer, an unknown status) is `CorruptIndex` naming
+its run, never skipped and never an untyped error.
 """
 
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import accumulate, repeat
@@ -16,17 +21,22 @@ from typing import Any
 
 from runfold.kernel import (
     CorruptEvent,
+    CorruptIndex,
     Envelope,
     EventDecodeError,
     HookHolder,
     Page,
+    RunStatus,
     RunSummary,
     Wakeup,
+    WakeupKind,
     decode_event,
     decode_events,
     make_envelopes,
 )
 from runfold.kernel._gc import in_bulk
+from runfold.stores import arguments
+from runfold.stores.arguments import MAX_COUNT
 from runfold.stores.protocol import (
     hook_cursor_key,
     hooks_page,
@@ -40,6 +50,7 @@ __all__ = [
     "WakeupReads",
     "envelopes_from_rows",
     "from_key",
+    "holder_from_row",
     "hook_page",
     "list_hooks_query",
     "list_runs_query",
@@ -54,6 +65,8 @@ __all__ = [
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_RUN_STATUSES = frozenset(typing.get_args(RunStatus))
+_WAKEUP_KINDS = frozenset(typing.get_args(WakeupKind))
 
 SUMMARY_COLUMNS = (
     "run_id, workflow_name, status, parent_run_id, created_at, updated_at, completed_at, "
@@ -63,7 +76,13 @@ SUMMARY_COLUMNS = (
 
 
 def from_key(micros: int) -> datetime:
-    """The UTC time stored as `micros` (see `time_key`)."""
+    """The UTC time stored as `micros` (see `time_key`).
+
+    Raises:
+        TypeError: `micros` is not an `int` (a REAL or a text SQLite's loose typing let in).
+    """
+    if type(micros) is not int:
+        raise TypeError(f"a time must be integer microseconds, not {type(micros).__name__}")
     return _EPOCH + timedelta(0, 0, micros)
 
 
@@ -153,26 +172,96 @@ def optional_time(micros: int | None) -> datetime | None:
     return None if micros is None else from_key(micros)
 
 
+def _text(value: Any, column: str) -> str:
+    if type(value) is not str:
+        raise TypeError(f"{column} must be text, not {type(value).__name__}")
+    return value
+
+
+def _optional_text(value: Any, column: str) -> str | None:
+    return None if value is None else _text(value, column)
+
+
+def _integer(value: Any, column: str) -> int:
+    if type(value) is not int:
+        raise TypeError(f"{column} must be an integer, not {type(value).__name__}")
+    return value
+
+
+def _attributes(text: Any) -> dict[str, str]:
+    found = json.loads(_text(text, "attributes"))
+    if type(found) is not dict or not all(
+        type(k) is str and type(v) is str for k, v in found.items()
+    ):
+        raise TypeError("attributes must be a JSON object of strings")
+    return found
+
+
+def _corrupt(row: Any, what: str, exc: Exception) -> CorruptIndex:
+    run_id = row[0] if row and type(row[0]) is str else repr(row[0] if row else None)
+    return CorruptIndex(run_id, f"{what}: {exc}")
+
+
 def summary_from_row(row: Any) -> RunSummary:
-    """A `RunSummary` from a row of `SUMMARY_COLUMNS` (attributes stored as JSON text)."""
-    run_id, workflow_name, status, parent, created, updated, completed, last, attributes = row
-    return RunSummary(
-        run_id=run_id,
-        workflow_name=workflow_name,
-        status=status,
-        parent_run_id=parent,
-        created_at=from_key(created),
-        updated_at=from_key(updated),
-        completed_at=optional_time(completed),
-        last_sequence=last,
-        attributes=json.loads(attributes),
-    )
+    """A `RunSummary` from a row of `SUMMARY_COLUMNS` (attributes stored as JSON text).
+
+    Raises:
+        CorruptIndex: The row does not decode into a summary.
+    """
+    try:
+        run_id, workflow_name, status, parent, created, updated, completed, last, attributes = row
+        if status not in _RUN_STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        return RunSummary(
+            run_id=_text(run_id, "run_id"),
+            workflow_name=_text(workflow_name, "workflow_name"),
+            status=status,
+            parent_run_id=_optional_text(parent, "parent_run_id"),
+            created_at=from_key(created),
+            updated_at=from_key(updated),
+            completed_at=optional_time(completed),
+            last_sequence=_integer(last, "last_sequence"),
+            attributes=_attributes(attributes),
+        )
+    except (TypeError, ValueError, OverflowError) as exc:  # JSONDecodeError is a ValueError
+        raise _corrupt(row, "summary row", exc) from None
 
 
 def wakeup_from_row(row: Any) -> Wakeup:
-    """A `Wakeup` from a `(run_id, kind, subject_id, due_at)` row."""
-    run_id, kind, subject_id, due_at = row
-    return Wakeup(run_id=run_id, kind=kind, subject_id=subject_id, due_at=from_key(due_at))
+    """A `Wakeup` from a `(run_id, kind, subject_id, due_at)` row.
+
+    Raises:
+        CorruptIndex: The row does not decode into a wakeup.
+    """
+    try:
+        run_id, kind, subject_id, due_at = row
+        if kind not in _WAKEUP_KINDS:
+            raise ValueError(f"unknown kind {kind!r}")
+        return Wakeup(
+            run_id=_text(run_id, "run_id"),
+            kind=kind,
+            subject_id=_text(subject_id, "subject_id"),
+            due_at=from_key(due_at),
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise _corrupt(row, "wakeup row", exc) from None
+
+
+def holder_from_row(row: Any) -> HookHolder:
+    """A `HookHolder` from a `(run_id, hook_id, retained_until)` row.
+
+    Raises:
+        CorruptIndex: The row does not decode into a holder.
+    """
+    try:
+        run_id, hook_id, retained = row
+        return HookHolder(
+            run_id=_text(run_id, "run_id"),
+            hook_id=_text(hook_id, "hook_id"),
+            retained_until=optional_time(retained),
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise _corrupt(row, "hook row", exc) from None
 
 
 class WakeupReads:
@@ -188,10 +277,12 @@ class WakeupReads:
         self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
     ) -> list[Wakeup]:
         """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
+        arguments.check_due_wakeups(now, limit=limit, workflow_names=workflow_names)
         return await self._wakeups(workflow_names, time_key(now), max(limit, 0))
 
     async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
         """The earliest pending wakeup (of a run of `workflow_names`), or None."""
+        arguments.check_next_wakeup(workflow_names=workflow_names)
         found = await self._wakeups(workflow_names, None, 1)
         return found[0] if found else None
 
@@ -229,7 +320,7 @@ def list_runs_query(
     """The `list_runs` query on `table` and its parameters: `limit + 1` rows, newest first.
 
     Raises:
-        ValueError: `cursor` is not one `runs_page` made.
+        InvalidArgument: `cursor` is not one `runs_page` made.
     """
     clauses: list[str] = []
     params: list[Any] = []
@@ -265,7 +356,7 @@ def list_hooks_query(
     It selects the claims live or still retained at `now`, by `(run_id, hook_id)`.
 
     Raises:
-        ValueError: `cursor` is not one `hooks_page` made.
+        InvalidArgument: `cursor` is not one `hooks_page` made.
     """
     clauses = [holds_at(mark)]
     params: list[Any] = [time_key(now)]
@@ -292,12 +383,9 @@ def _page_query(
     """A listing query: `limit + 1` rows, the one past the page telling that there is more."""
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     query = f"SELECT {columns} FROM {table}{where} ORDER BY {order} LIMIT {mark}"
-    return query, [*params, max(limit, 0) + 1]
+    return query, [*params, min(max(limit, 0) + 1, MAX_COUNT)]
 
 
 def hook_page(rows: Sequence[Any], limit: int) -> Page[HookHolder]:
     """The page of `list_hooks` from the rows of `list_hooks_query`."""
-    return hooks_page(
-        [HookHolder(run_id=r, hook_id=h, retained_until=optional_time(t)) for r, h, t in rows],
-        limit,
-    )
+    return hooks_page([holder_from_row(row) for row in rows], limit)

@@ -34,12 +34,13 @@ from runfold.kernel import (
     Wakeup,
     correlation_id,
     decode_event,
+    decode_events,
     encode_event,
-    make_envelope,
+    make_envelopes,
 )
+from runfold.kernel._gc import in_bulk
+from runfold.stores import arguments
 from runfold.stores.protocol import (
-    check_append,
-    check_index,
     hook_cursor_key,
     hooks_page,
     index_in_utc,
@@ -125,10 +126,18 @@ class MemoryStore:
             SequenceConflict: The run's head is not `expected_sequence`, or its event is not at
                 `expected_position`; nothing was written.
             TokenConflict: Another run's live or retained hook holds a token of `index`.
-            ValueError: `events` is empty, or `index` is another run's.
+            InvalidArgument: An argument the contract refuses: `events` empty, `index` another
+                run's, a naive `recorded_at` … (`runfold.stores.arguments`).
             StoreClosed: The store was closed.
         """
-        check_append(run_id, events, index)
+        arguments.check_append_if_sequence(
+            run_id,
+            expected_sequence,
+            events,
+            index=index,
+            recorded_at=recorded_at,
+            expected_position=expected_position,
+        )
         encoded = [encode_event(event) for event in events]  # fails before anything is written
         async with self._lock:
             self._check_open()
@@ -188,10 +197,10 @@ class MemoryStore:
             SequenceConflict: `index` does not describe the run's head
                 (`index.summary.last_sequence`; 0, no events, for None).
             TokenConflict: Another run's live hook holds a token of `index` at `now`.
-            ValueError: `index` is another run's.
+            InvalidArgument: `index` is another run's, or another argument the contract refuses.
             StoreClosed: The store was closed.
         """
-        check_index(run_id, index)
+        arguments.check_rewrite_index(run_id, index, now=now)
         expected = index.summary.last_sequence if index is not None else 0
         async with self._lock:
             self._check_open()
@@ -222,13 +231,36 @@ class MemoryStore:
 
     # --- reads --------------------------------------------------------------------------------
 
+    @classmethod
+    def _envelopes(cls, rows: Sequence[_Row]) -> list[Envelope]:
+        """The envelopes of `rows`, decoded together as a SQL store decodes a read's rows (with
+        the cycle collector paused for a long read, as there).
+
+        A row that does not decode is `CorruptEvent` naming its run and sequence.
+        """
+        return in_bulk(len(rows), cls._decoded, rows)
+
     @staticmethod
-    def _envelope(row: _Row) -> Envelope:
+    def _decoded(rows: Sequence[_Row]) -> list[Envelope]:
         try:
-            event = decode_event(row.type, row.schema_version, row.payload)
-        except EventDecodeError as exc:
-            raise CorruptEvent(row.run_id, row.sequence, exc.reason) from None
-        return make_envelope(row.run_id, row.sequence, event, row.recorded_at, row.position)
+            events = decode_events(
+                [r.type for r in rows], [r.schema_version for r in rows], [r.payload for r in rows]
+            )
+        except EventDecodeError:
+            for row in rows:  # the first row that does not decode alone is named
+                try:
+                    decode_event(row.type, row.schema_version, row.payload)
+                except EventDecodeError as exc:
+                    raise CorruptEvent(row.run_id, row.sequence, exc.reason) from None
+            raise
+        return make_envelopes(
+            len(rows),
+            [r.run_id for r in rows],
+            [r.sequence for r in rows],
+            events,
+            [r.recorded_at for r in rows],
+            [r.position for r in rows],
+        )
 
     @staticmethod
     def _select(
@@ -244,6 +276,7 @@ class MemoryStore:
         self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
     ) -> list[Envelope]:
         """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
+        arguments.check_read(run_id, after=after, limit=limit, descending=descending)
         async with self._lock:
             self._check_open()
             rows = self._rows.get(run_id, [])
@@ -254,10 +287,11 @@ class MemoryStore:
                 chosen = rows[max(after, 0) :]
             if limit is not None:
                 chosen = chosen[: max(limit, 0)]
-        return [self._envelope(row) for row in chosen]
+        return self._envelopes(chosen)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""
+        arguments.check_head(run_id)
         async with self._lock:
             self._check_open()
             return len(self._rows.get(run_id, ()))
@@ -272,19 +306,23 @@ class MemoryStore:
         descending: bool = False,
     ) -> list[Envelope]:
         """The run's envelopes whose `correlation_id` matches (`EventStore.read_by_correlation`)."""
+        arguments.check_read_by_correlation(
+            run_id, correlation_id, after=after, limit=limit, descending=descending
+        )
         async with self._lock:
             self._check_open()
             matching = [r for r in self._rows.get(run_id, ()) if r.correlation_id == correlation_id]
             rows = self._select(matching, after, limit, descending)
-        return [self._envelope(row) for row in rows]
+        return self._envelopes(rows)
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         """The global feed: every run's envelopes after `after_position`, in position order."""
+        arguments.check_read_all(after_position=after_position, limit=limit)
         async with self._lock:
             self._check_open()
             start = bisect.bisect_right(self._feed, after_position, key=_position)
             rows = self._feed[start : start + max(limit, 0)]
-        return [self._envelope(row) for row in rows]
+        return self._envelopes(rows)
 
     # --- index queries ------------------------------------------------------------------------
 
@@ -299,6 +337,14 @@ class MemoryStore:
         limit: int = 20,
     ) -> Page[RunSummary]:
         """Run summaries, newest first, filtered and a page at a time (`EventStore.list_runs`)."""
+        arguments.check_list_runs(
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+            limit=limit,
+        )
         bound = run_cursor_key(cursor) if cursor is not None else None
         async with self._lock:
             self._check_open()
@@ -320,6 +366,7 @@ class MemoryStore:
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown ids."""
+        arguments.check_get_runs(run_ids)
         async with self._lock:
             self._check_open()
             found = {rid: self._indexes[rid].summary for rid in run_ids if rid in self._indexes}
@@ -327,6 +374,7 @@ class MemoryStore:
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
         """The live holder of a hook token at `now`, or None."""
+        arguments.check_find_hook(token, now=now)
         async with self._lock:
             self._check_open()
             held = self._tokens.get(token)
@@ -344,6 +392,7 @@ class MemoryStore:
         now: datetime,
     ) -> Page[HookHolder]:
         """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
+        arguments.check_list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
         bound = hook_cursor_key(cursor) if cursor is not None else None
         async with self._lock:
             self._check_open()
@@ -374,6 +423,7 @@ class MemoryStore:
         self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
     ) -> list[Wakeup]:
         """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
+        arguments.check_due_wakeups(now, limit=limit, workflow_names=workflow_names)
         async with self._lock:
             self._check_open()
             due = [w for w in self._wakeups(workflow_names) if w.due_at <= now]
@@ -381,6 +431,7 @@ class MemoryStore:
 
     async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
         """The earliest pending wakeup (of a run of `workflow_names`), or None."""
+        arguments.check_next_wakeup(workflow_names=workflow_names)
         async with self._lock:
             self._check_open()
             found = self._wakeups(workflow_names)
@@ -392,6 +443,7 @@ class MemoryStore:
         self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
     ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` (see the protocol)."""
+        arguments.check_delete_runs(terminal_before=terminal_before, limit=limit, run_ids=run_ids)
         async with self._lock:
             self._check_open()
             ended = sorted(

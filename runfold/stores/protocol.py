@@ -20,6 +20,7 @@ from runfold.kernel import (
     Envelope,
     Event,
     HookHolder,
+    InvalidArgument,
     Page,
     RunIndex,
     RunStatus,
@@ -52,8 +53,11 @@ class EventStore(Protocol):
     """An async store of run histories and their index rows; stores are async context managers.
 
     Every method of a closed store raises `StoreClosed`; a store that cannot be reached raises
-    `StoreUnavailable` (transient: safe to retry). `runfold.conformance.StoreConformance` checks
-    a store against this contract.
+    `StoreUnavailable` (transient: safe to retry). Every method refuses an argument the contract
+    does not allow (a type, a range, a naive time, text UTF-8 cannot encode) with
+    `InvalidArgument`, a `ValueError`, before any I/O and before `StoreClosed`: the checks of
+    `runfold.stores.arguments`, one per method, called first thing. `runfold.conformance.
+    StoreConformance` checks a store against this contract.
     """
 
     async def append_if_sequence(
@@ -91,7 +95,7 @@ class EventStore(Protocol):
             SequenceConflict: The head is not `expected_sequence` (`actual` says what it is),
                 or its event's position is not `expected_position`.
             TokenConflict: A token in `index` is held by another run's live or retained hook.
-            ValueError: `events` is empty, or `index` is another run's.
+            InvalidArgument: `events` is empty, or `index` is another run's.
         """
         ...
 
@@ -138,7 +142,7 @@ class EventStore(Protocol):
         Filters combine. A page never repeats or skips a run, even while runs are created.
 
         Raises:
-            ValueError: `cursor` is not one this store made.
+            InvalidArgument: `cursor` is not one this store made.
         """
         ...
 
@@ -165,7 +169,7 @@ class EventStore(Protocol):
         """Live and still-retained hooks (at `now`), by `(run_id, hook_id)`, a page at a time.
 
         Raises:
-            ValueError: `cursor` is not one this store made.
+            InvalidArgument: `cursor` is not one this store made.
         """
         ...
 
@@ -238,7 +242,7 @@ class IndexRewriter(Protocol):
                 (`index.summary.last_sequence`; 0, no events, for None).
             TokenConflict: Another run's live or retained hook holds a token of `index` at
                 `now`.
-            ValueError: `index` is another run's.
+            InvalidArgument: `index` is another run's.
         """
         ...
 
@@ -253,36 +257,41 @@ def decode_cursor(cursor: str, count: int) -> list[str]:
     """The `count` parts of a cursor made by `encode_cursor`.
 
     Raises:
-        ValueError: `cursor` is not one `encode_cursor` made with `count` parts.
+        InvalidArgument: `cursor` is not one `encode_cursor` made with `count` parts (a
+            `ValueError`; the message does not quote it).
     """
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (ValueError, UnicodeDecodeError):
-        raise ValueError(f"malformed cursor {cursor!r}") from None
+        raise _malformed() from None
     parts = text.split("\x1f")
     if len(parts) != count:
-        raise ValueError(f"malformed cursor {cursor!r}")
+        raise _malformed()
     return parts
+
+
+def _malformed() -> InvalidArgument:
+    return InvalidArgument("cursor", "is malformed: not a cursor this store made")
 
 
 def run_cursor_key(cursor: str) -> tuple[int, str]:
     """The `(time_key(created_at), run_id)` a `runs_page` cursor continues after.
 
     Raises:
-        ValueError: `cursor` is not one `runs_page` made.
+        InvalidArgument: `cursor` is not one `runs_page` made.
     """
     micros, run_id = decode_cursor(cursor, 2)
     try:
         return int(micros), run_id
     except ValueError:
-        raise ValueError(f"malformed cursor {cursor!r}") from None
+        raise _malformed() from None
 
 
 def hook_cursor_key(cursor: str) -> tuple[str, str]:
     """The `(run_id, hook_id)` a `hooks_page` cursor continues after.
 
     Raises:
-        ValueError: `cursor` is not one `hooks_page` made.
+        InvalidArgument: `cursor` is not one `hooks_page` made.
     """
     run_id, hook_id = decode_cursor(cursor, 2)
     return run_id, hook_id
@@ -349,10 +358,10 @@ def check_append(run_id: str, events: Sequence[Event], index: RunIndex) -> None:
     """Check the arguments of `append_if_sequence` the way every store must.
 
     Raises:
-        ValueError: `events` is empty, or `index` was computed for another run.
+        InvalidArgument: `events` is empty, or `index` was computed for another run.
     """
     if not events:
-        raise ValueError("append_if_sequence needs at least one event")
+        raise InvalidArgument("events", "must hold at least one event")
     check_index(run_id, index)
 
 
@@ -360,7 +369,7 @@ def check_index(run_id: str, index: RunIndex | None) -> None:
     """Check that `index` (if any) is `run_id`'s, as every write of index rows must.
 
     Raises:
-        ValueError: `index` was computed for another run.
+        InvalidArgument: `index` was computed for another run.
     """
     if index is not None and index.summary.run_id != run_id:
-        raise ValueError(f"index is for run {index.summary.run_id!r}, not {run_id!r}")
+        raise InvalidArgument("index", f"is for run {index.summary.run_id!r}, not {run_id!r}")

@@ -13,6 +13,9 @@ It is small on purpose:
   inside it (no await between the checks and the write, so an append is all or nothing).
 - **Feed positions** only grow: opening the file resumes after the highest position any line ever
   used, deleted runs included, so a position is never handed out twice.
+- **Arguments** are checked first thing in every method by runfold's shared checks
+  (`runfold.stores.arguments`), so this store refuses exactly what every store refuses; its own
+  cursors are refused with `InvalidArgument` when they are not ones it made.
 
 The proof that it honours the contract is `JsonlStoreConformance` at the bottom: five lines of
 `StoreConformance` (plus the two optional hooks a file store can offer). Run it with pytest, or:
@@ -43,6 +46,7 @@ from runfold import (
     EventStore,
     HookClaim,
     HookHolder,
+    InvalidArgument,
     Page,
     RunIndex,
     RunSummary,
@@ -56,6 +60,7 @@ from runfold import (
 )
 from runfold.conformance import Capabilities, StoreConformance
 from runfold.kernel import TERMINAL_RUN_STATUSES, RunStatus
+from runfold.stores import arguments
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -84,9 +89,9 @@ def _uncursor(cursor: str) -> list[Any]:
     try:
         parts = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except ValueError:
-        raise ValueError(f"malformed cursor {cursor!r}") from None
-    if not isinstance(parts, list):
-        raise ValueError(f"malformed cursor {cursor!r}")
+        parts = None
+    if not isinstance(parts, list) or len(parts) != 2:
+        raise InvalidArgument("cursor", "is malformed: not a cursor this store made")
     return parts
 
 
@@ -269,8 +274,14 @@ class JsonlStore:
     ) -> list[Envelope]:
         """Check the head (its sequence and, if given, its event's position) and the claimed
         tokens, write one line, then apply it."""
-        if not events:
-            raise ValueError("append_if_sequence needs at least one event")
+        arguments.check_append_if_sequence(
+            run_id,
+            expected_sequence,
+            events,
+            index=index,
+            recorded_at=recorded_at,
+            expected_position=expected_position,
+        )
         encoded = [(*encode_event(event), correlation_id(event)) for event in events]
         async with self._lock:
             self._open_file()
@@ -339,12 +350,14 @@ class JsonlStore:
         self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
     ) -> list[Envelope]:
         """The run's envelopes after `after` (before it, descending), at most `limit`."""
+        arguments.check_read(run_id, after=after, limit=limit, descending=descending)
         async with self._lock:
             self._open_file()
             return self._range(self._runs.get(run_id, []), after, limit, descending)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence, 0 if unknown."""
+        arguments.check_head(run_id)
         async with self._lock:
             self._open_file()
             return len(self._runs.get(run_id, ()))
@@ -359,6 +372,9 @@ class JsonlStore:
         descending: bool = False,
     ) -> list[Envelope]:
         """The run's events with that correlation id, ranged as in `read`."""
+        arguments.check_read_by_correlation(
+            run_id, correlation_id, after=after, limit=limit, descending=descending
+        )
         async with self._lock:
             self._open_file()
             rows = [r for r in self._runs.get(run_id, []) if r.correlation == correlation_id]
@@ -366,6 +382,7 @@ class JsonlStore:
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         """The feed after `after_position`, in position order."""
+        arguments.check_read_all(after_position=after_position, limit=limit)
         async with self._lock:
             self._open_file()
             start = bisect.bisect_right(self._feed, after_position, key=lambda r: r.position)
@@ -384,6 +401,14 @@ class JsonlStore:
         limit: int = 20,
     ) -> Page[RunSummary]:
         """Summaries newest first (created_at, then run id), filtered, one page."""
+        arguments.check_list_runs(
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+            limit=limit,
+        )
         bound = tuple(_uncursor(cursor)) if cursor is not None else None
         async with self._lock:
             self._open_file()
@@ -409,12 +434,14 @@ class JsonlStore:
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown runs."""
+        arguments.check_get_runs(run_ids)
         async with self._lock:
             self._open_file()
             return [self._indexes[r].summary if r in self._indexes else None for r in run_ids]
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
         """The live holder of `token` at `now`, if any."""
+        arguments.check_find_hook(token, now=now)
         async with self._lock:
             self._open_file()
             held = self._holders.get(token)
@@ -433,6 +460,7 @@ class JsonlStore:
         now: datetime,
     ) -> Page[HookHolder]:
         """Live and still-retained hooks by (run id, hook id), one page."""
+        arguments.check_list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
         bound = tuple(_uncursor(cursor)) if cursor is not None else None
         async with self._lock:
             self._open_file()
@@ -465,12 +493,14 @@ class JsonlStore:
         self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
     ) -> list[Wakeup]:
         """Wakeups due at or before `now` (of runs of `workflow_names`), oldest first."""
+        arguments.check_due_wakeups(now, limit=limit, workflow_names=workflow_names)
         async with self._lock:
             self._open_file()
             return [w for w in self._wakeups(workflow_names) if w.due_at <= now][: max(limit, 0)]
 
     async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
         """The earliest wakeup (of a run of `workflow_names`), if any."""
+        arguments.check_next_wakeup(workflow_names=workflow_names)
         async with self._lock:
             self._open_file()
             found = self._wakeups(workflow_names)
@@ -483,6 +513,7 @@ class JsonlStore:
     ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` and retain no token
         past it; one line records which."""
+        arguments.check_delete_runs(terminal_before=terminal_before, limit=limit, run_ids=run_ids)
         async with self._lock:
             self._open_file()
             ended = sorted(

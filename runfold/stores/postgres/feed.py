@@ -23,6 +23,9 @@ from runfold.stores.postgres.schema import quote
 
 __all__ = ["EVENT_COLUMNS", "NOTIFY_INTERVAL", "POSITIONS_PER_TRANSACTION", "Feed", "channel"]
 
+_LARGEST_LIMIT = 2**31 - 1
+"""The largest limit `read_feed` takes (an `integer`); a larger one returns the same rows."""
+
 POSITIONS_PER_TRANSACTION = 1_000_000
 """Feed positions are `transaction id × POSITIONS_PER_TRANSACTION + ordinal`."""
 NOTIFY_INTERVAL = 0.025
@@ -55,7 +58,8 @@ class Feed:
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
         rows = await self._connections.fetch(
-            self._read_sql, (after_position, max(limit, 0), round(self._feed_wait * 1000))
+            self._read_sql,
+            (after_position, min(max(limit, 0), _LARGEST_LIMIT), round(self._feed_wait * 1000)),
         )
         return envelopes_from_rows(rows)
 

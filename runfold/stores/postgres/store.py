@@ -16,6 +16,7 @@ from runfold.kernel import (
     Envelope,
     Event,
     HookHolder,
+    InvalidArgument,
     Page,
     RunIndex,
     RunStatus,
@@ -25,15 +26,15 @@ from runfold.kernel import (
     Wakeup,
     make_envelope,
 )
-from runfold.stores import _conninfo
+from runfold.stores import _conninfo, arguments
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     WakeupReads,
     envelopes_from_rows,
+    holder_from_row,
     hook_page,
     list_hooks_query,
     list_runs_query,
-    optional_time,
     summary_from_row,
     summary_page,
     token_holder_query,
@@ -46,7 +47,7 @@ from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.retention import DELETE_RUNS, DROP_UNBORN_RUN
 from runfold.stores.postgres.schema import prepare_schema, quote, request_types
 from runfold.stores.postgres.writer import Writer
-from runfold.stores.protocol import check_append, check_index, time_key
+from runfold.stores.protocol import time_key
 
 __all__ = ["PostgresStore"]
 
@@ -215,9 +216,17 @@ class PostgresStore(WakeupReads):
         connection is free; appends made while every one is writing are written together, each
         with its own outcome.
         """
-        check_append(run_id, events, index)
+        arguments.check_append_if_sequence(
+            run_id,
+            expected_sequence,
+            events,
+            index=index,
+            recorded_at=recorded_at,
+            expected_position=expected_position,
+        )
         if len(events) >= POSITIONS_PER_TRANSACTION:
-            raise ValueError(f"at most {POSITIONS_PER_TRANSACTION - 1:,} events per append")
+            limit = f"{POSITIONS_PER_TRANSACTION - 1:,}"
+            raise InvalidArgument("events", f"holds more than this store takes at once ({limit})")
         request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
         self._check_open()
         base = await self._writer.append(request)
@@ -233,6 +242,7 @@ class PostgresStore(WakeupReads):
         self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
     ) -> list[Envelope]:
         """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
+        arguments.check_read(run_id, after=after, limit=limit, descending=descending)
         return await self._read(run_id, None, after, limit, descending)
 
     async def read_by_correlation(
@@ -245,6 +255,9 @@ class PostgresStore(WakeupReads):
         descending: bool = False,
     ) -> list[Envelope]:
         """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
+        arguments.check_read_by_correlation(
+            run_id, correlation_id, after=after, limit=limit, descending=descending
+        )
         return await self._read(run_id, correlation_id, after, limit, descending)
 
     async def _read(
@@ -277,11 +290,13 @@ class PostgresStore(WakeupReads):
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""
+        arguments.check_head(run_id)
         rows = await self._fetch(f"SELECT head FROM {self._s}.runs WHERE run_id = %s", (run_id,))
         return int(rows[0][0]) if rows else 0
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
+        arguments.check_read_all(after_position=after_position, limit=limit)
         return await self._feed.read_all(after_position=after_position, limit=limit)
 
     def subscribe(
@@ -311,6 +326,14 @@ class PostgresStore(WakeupReads):
         limit: int = 20,
     ) -> Page[RunSummary]:
         """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
+        arguments.check_list_runs(
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+            limit=limit,
+        )
         query, params = list_runs_query(
             "%s",
             f"{self._s}.runs",
@@ -325,6 +348,7 @@ class PostgresStore(WakeupReads):
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown ids."""
+        arguments.check_get_runs(run_ids)
         if not run_ids:
             self._check_open()
             return []
@@ -337,13 +361,11 @@ class PostgresStore(WakeupReads):
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
         """The live holder of a hook token at `now`, or None."""
+        arguments.check_find_hook(token, now=now)
         rows = await self._fetch(
             token_holder_query("%s", f"{self._s}.tokens"), (token.encode(), time_key(now))
         )
-        if not rows:
-            return None
-        run_id, hook_id, retained = rows[0]
-        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=optional_time(retained))
+        return holder_from_row(rows[0]) if rows else None
 
     async def list_hooks(
         self,
@@ -354,6 +376,7 @@ class PostgresStore(WakeupReads):
         now: datetime,
     ) -> Page[HookHolder]:
         """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
+        arguments.check_list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
         query, params = list_hooks_query(
             "%s", f"{self._s}.hooks", run_id=run_id, cursor=cursor, limit=limit, now=now
         )
@@ -382,12 +405,12 @@ class PostgresStore(WakeupReads):
         another run's live hook holds at `now` raises `TokenConflict`. Nothing is written when
         either is raised.
         """
+        arguments.check_rewrite_index(run_id, index, now=now)
         if index is None:
             [(head,)] = await self._fetch(DROP_UNBORN_RUN.format(s=self._s), {"run_id": run_id})
             if head:
                 raise SequenceConflict(run_id, 0, head)
             return
-        check_index(run_id, index)
         # An append of no events is exactly this: the head check, then the index rows.
         self._check_open()
         await self._writer.append_one(Append(run_id, index.summary.last_sequence, (), index, now))
@@ -396,6 +419,7 @@ class PostgresStore(WakeupReads):
         self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
     ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
+        arguments.check_delete_runs(terminal_before=terminal_before, limit=limit, run_ids=run_ids)
         [(count,)] = await self._fetch(
             DELETE_RUNS.format(s=self._s),
             {

@@ -13,6 +13,49 @@ from runfold.stores.sqlite.thread import result_code
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_read_only", "prepare"]
 
+_COLUMN_TYPES = {
+    "events": (
+        "typeof(NEW.run_id) = 'text' AND typeof(NEW.sequence) = 'integer' "
+        "AND typeof(NEW.type) = 'text' AND typeof(NEW.schema_version) = 'integer' "
+        "AND typeof(NEW.correlation_id) IN ('text', 'null') AND typeof(NEW.payload) = 'blob' "
+        "AND typeof(NEW.recorded_at) = 'integer' AND typeof(NEW.position) = 'integer'"
+    ),
+    "runs": (
+        "typeof(NEW.run_id) = 'text' AND typeof(NEW.workflow_name) = 'text' "
+        "AND typeof(NEW.status) = 'text' AND typeof(NEW.parent_run_id) IN ('text', 'null') "
+        "AND typeof(NEW.created_at) = 'integer' AND typeof(NEW.updated_at) = 'integer' "
+        "AND typeof(NEW.completed_at) IN ('integer', 'null') "
+        "AND typeof(NEW.last_sequence) = 'integer' AND typeof(NEW.attributes) = 'text' "
+        "AND json_valid(NEW.attributes) AND json_type(NEW.attributes) = 'object'"
+    ),
+    "hooks": (
+        "typeof(NEW.token) = 'text' AND typeof(NEW.run_id) = 'text' "
+        "AND typeof(NEW.hook_id) = 'text' AND typeof(NEW.retained_until) IN ('integer', 'null')"
+    ),
+    "wakeups": (
+        "typeof(NEW.run_id) = 'text' AND typeof(NEW.kind) = 'text' "
+        "AND typeof(NEW.subject_id) = 'text' AND typeof(NEW.due_at) = 'integer'"
+    ),
+}
+"""Migration 3's rule for each table: the type SQLite must store in every column (never edit)."""
+
+
+def _typed_tables() -> str:
+    """Migration 3: triggers refusing a row with a value of the wrong type in any column.
+
+    SQLite's column types are only affinities: a text `due_at` or a REAL `recorded_at` would be
+    stored as given. Triggers, unlike `STRICT` tables (SQLite 3.37) or added CHECK constraints
+    (a copy of every table), need no rebuild of an existing file and no recent SQLite.
+    """
+    return "".join(
+        f"CREATE TRIGGER {table}_types_{when} BEFORE {when.upper()} ON {table} "
+        f"WHEN NOT ({rule}) BEGIN SELECT RAISE(ABORT, "
+        f"'runfold: a value of the wrong type in {table}'); END;"
+        for table, rule in _COLUMN_TYPES.items()
+        for when in ("insert", "update")
+    )
+
+
 # Forward-only: migration N takes a database at version N-1 to version N. Never edit one that
 # shipped; add the next.
 MIGRATIONS: tuple[str, ...] = (
@@ -70,10 +113,28 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE feed_high_water (position INTEGER NOT NULL);
     INSERT INTO feed_high_water (position) SELECT coalesce(max(position), 0) FROM events;
     """,
+    # Index rows and events of the wrong type cannot be stored (rows stored before are read as
+    # `CorruptIndex`/`CorruptEvent`; `runfold verify --rebuild-index` rewrites index rows).
+    _typed_tables(),
 )
 """The migrations, in order: the schema version is how many of them a database has had."""
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this runfold writes and reads."""
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of `script`, split at the semicolons that end one (not those inside a
+    trigger's body): `execute` takes one statement, and `executescript` would commit."""
+    found, pending = [], ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                found.append(pending)
+            pending = ""
+    if pending.strip(" \n;"):
+        raise ValueError(f"an incomplete statement in a migration: {pending.strip()[:60]}")
+    return found
 
 
 def _tables(conn: sqlite3.Connection, busy_ms: int) -> set[str]:
@@ -125,9 +186,8 @@ def prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> int | N
             )
         migrated_from = version if version < SCHEMA_VERSION else None
         for number in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in MIGRATIONS[number - 1].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            for statement in _statements(MIGRATIONS[number - 1]):
+                conn.execute(statement)
             conn.execute("INSERT INTO runfold_schema (version) VALUES (?)", (number,))
         # A read-only file opens and reads fine (even BEGIN IMMEDIATE succeeds): one real write
         # makes it fail here, with StoreOpenError, rather than at the first append.

@@ -22,24 +22,26 @@ from runfold.kernel import (
     RunStatus,
     RunSummary,
     StoreClosed,
+    StoreError,
     StoreOpenError,
     StoreUnavailable,
     Wakeup,
 )
+from runfold.stores import arguments
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     WakeupReads,
     envelopes_from_rows,
+    holder_from_row,
     hook_page,
     list_hooks_query,
     list_runs_query,
-    optional_time,
     summary_from_row,
     summary_page,
     wakeup_from_row,
     wakeups_query,
 )
-from runfold.stores.protocol import check_append, check_index, time_key
+from runfold.stores.protocol import time_key
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
 from runfold.stores.sqlite.reads import fetch, read_head, read_rows
@@ -51,6 +53,8 @@ from runfold.stores.sqlite.writer import Append, append_batch, settle
 __all__ = ["SQLiteStore", "Synchronous"]
 
 T = TypeVar("T")
+_CLOSED = frozenset({"no active connection", "Connection closed"})
+"""What aiosqlite's `ValueError` says of a connection that is closed."""
 Synchronous = Literal["FULL", "NORMAL"]
 """The `synchronous` settings `SQLiteStore.open` accepts."""
 
@@ -176,8 +180,11 @@ class SQLiteStore(WakeupReads):
             return await on_thread(self._db, fn, *args)
         except sqlite3.OperationalError as exc:
             raise StoreUnavailable(f"SQLite store {self._path!r}: {exc}") from None
-        except ValueError as exc:  # aiosqlite: "Connection closed"
-            raise StoreClosed(f"the SQLite store {self._path!r} is closed: {exc}") from None
+        except ValueError as exc:
+            if str(exc) in _CLOSED:
+                raise StoreClosed(f"the SQLite store {self._path!r} is closed: {exc}") from None
+            # Not a closed store (a text the driver cannot bind, say): never taken for one.
+            raise StoreError(f"SQLite store {self._path!r}: {exc!r}") from exc
 
     # --- append (group commit) ----------------------------------------------------------------
 
@@ -196,7 +203,14 @@ class SQLiteStore(WakeupReads):
         `EventStore.append_if_sequence`, with its errors. Appends made while a transaction is
         in flight are written together in the next one, each with its own outcome.
         """
-        check_append(run_id, events, index)
+        arguments.check_append_if_sequence(
+            run_id,
+            expected_sequence,
+            events,
+            index=index,
+            recorded_at=recorded_at,
+            expected_position=expected_position,
+        )
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
@@ -260,6 +274,7 @@ class SQLiteStore(WakeupReads):
         self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
     ) -> list[Envelope]:
         """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
+        arguments.check_read(run_id, after=after, limit=limit, descending=descending)
         rows = await self._run(read_rows, run_id, None, after, limit, descending)
         return envelopes_from_rows(rows, run_id)
 
@@ -273,15 +288,20 @@ class SQLiteStore(WakeupReads):
         descending: bool = False,
     ) -> list[Envelope]:
         """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
+        arguments.check_read_by_correlation(
+            run_id, correlation_id, after=after, limit=limit, descending=descending
+        )
         rows = await self._run(read_rows, run_id, correlation_id, after, limit, descending)
         return envelopes_from_rows(rows, run_id)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""
+        arguments.check_head(run_id)
         return await self._run(read_head, run_id)
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
         """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
+        arguments.check_read_all(after_position=after_position, limit=limit)
         rows = await self._run(
             fetch,
             "SELECT run_id, sequence, type, schema_version, payload, recorded_at, position "
@@ -303,6 +323,14 @@ class SQLiteStore(WakeupReads):
         limit: int = 20,
     ) -> Page[RunSummary]:
         """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
+        arguments.check_list_runs(
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+            limit=limit,
+        )
         query, params = list_runs_query(
             "?",
             "runs",
@@ -317,6 +345,7 @@ class SQLiteStore(WakeupReads):
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown ids."""
+        arguments.check_get_runs(run_ids)
         wanted = list(dict.fromkeys(run_ids))
         if not wanted:
             if self._closed:
@@ -332,11 +361,9 @@ class SQLiteStore(WakeupReads):
 
     async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
         """The live holder of a hook token at `now`, or None."""
+        arguments.check_find_hook(token, now=now)
         rows = await self._run(fetch, TOKEN_HOLDER, (token, time_key(now)))
-        if not rows:
-            return None
-        run_id, hook_id, retained = rows[0]
-        return HookHolder(run_id=run_id, hook_id=hook_id, retained_until=optional_time(retained))
+        return holder_from_row(rows[0]) if rows else None
 
     async def list_hooks(
         self,
@@ -347,6 +374,7 @@ class SQLiteStore(WakeupReads):
         now: datetime,
     ) -> Page[HookHolder]:
         """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
+        arguments.check_list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
         query, params = list_hooks_query(
             "?", "hooks", run_id=run_id, cursor=cursor, limit=limit, now=now
         )
@@ -374,7 +402,7 @@ class SQLiteStore(WakeupReads):
         another run's live hook holds at `now` raises `TokenConflict`. Nothing is written when
         either is raised.
         """
-        check_index(run_id, index)
+        arguments.check_rewrite_index(run_id, index, now=now)
         await self._run(rewrite_run_index, run_id, index, now)
 
     # --- retention ----------------------------------------------------------------------------
@@ -383,6 +411,7 @@ class SQLiteStore(WakeupReads):
         self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
     ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
+        arguments.check_delete_runs(terminal_before=terminal_before, limit=limit, run_ids=run_ids)
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         chosen = None if run_ids is None else json.dumps(sorted(run_ids))
