@@ -63,7 +63,7 @@ from runfold.conformance._support import (
 from runfold.stores import PostgresStore
 from runfold.stores.postgres import POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
 from runfold.stores.postgres.schema import MIGRATIONS as _MIGRATIONS
-from runfold.stores.protocol import encode_cursor, time_key
+from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
 from tests.conftest import T0, Clock
 from tests.postgres_support import DSN, admin, schema_name
 
@@ -174,7 +174,10 @@ async def test_open_migrates_once_and_every_table_but_tokens_leads_with_run_id(
     async with opened(schema) as store:
         await write(store, "r", created(), RunStarted())
     async with opened(schema) as store, opened(schema, migrate=False) as reader:
+        assert isinstance(store, SchemaMigrator) and isinstance(store, FeedSubscriber)
+        assert (store.schema_version, store.migrated_from) == (SCHEMA_VERSION, None)
         await store.migrate()  # idempotent
+        assert store.migrated_from is None
         assert await reader.head("r") == 2
     assert rows(f'SELECT version FROM "{schema}".schema_version ORDER BY 1') == APPLIED
     leading = dict(

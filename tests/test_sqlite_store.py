@@ -63,7 +63,7 @@ from runfold import (
     run_index,
 )
 from runfold.stores import SQLiteStore
-from runfold.stores.protocol import encode_cursor, time_key
+from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
 from runfold.stores.sqlite import SCHEMA_VERSION
 from tests.conftest import T0, Clock
 from tests.sqlite_worker import (
@@ -210,6 +210,35 @@ async def test_an_older_file_is_migrated_forward_at_open(tmp_path: Path) -> None
     assert positions == [1, 2, 3, 4]
     assert plain_query(path, "SELECT position FROM feed_high_water") == [(2,)]
     assert plain_query(path, "SELECT max(version) FROM runfold_schema") == [(SCHEMA_VERSION,)]
+
+
+async def test_migrate_brings_a_file_put_back_to_an_older_version_forward(tmp_path: Path) -> None:
+    path = tmp_path / "runfold.db"
+    async with await SQLiteStore.open(path) as store:
+        assert isinstance(store, SchemaMigrator) and not isinstance(store, FeedSubscriber)
+        assert (store.schema_version, store.migrated_from) == (SCHEMA_VERSION, 0)
+        await write(store, "r", *started())
+        await store.migrate()  # current: nothing to do
+        assert store.migrated_from == 0
+        plain_execute(path, "DROP TABLE feed_high_water")  # as a version-1 runfold left it
+        plain_execute(path, "DELETE FROM runfold_schema WHERE version > 1")
+        await store.migrate()
+        assert store.migrated_from == 1
+        await write(store, "s", *started())
+    assert plain_query(path, "SELECT position FROM feed_high_water") == [(2,)]
+    assert plain_query(path, "SELECT max(version) FROM runfold_schema") == [(SCHEMA_VERSION,)]
+
+
+async def test_a_store_opened_read_only_refuses_to_migrate(tmp_path: Path) -> None:
+    path = tmp_path / "runfold.db"
+    async with await SQLiteStore.open(path):
+        pass
+    async with await SQLiteStore.open(path, read_only=True) as store:
+        assert store.migrated_from is None
+        with pytest.raises(StoreOpenError, match="read-only"):
+            await store.migrate()
+    with pytest.raises(StoreClosed):
+        await store.migrate()
 
 
 async def test_open_store_url_opens_a_sqlite_file(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ a live hook token is held by one hook only.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Protocol, Self, TypeVar, runtime_checkable
@@ -29,7 +29,9 @@ from runfold.kernel import (
 
 __all__ = [
     "EventStore",
+    "FeedSubscriber",
     "IndexRewriter",
+    "SchemaMigrator",
     "check_append",
     "check_index",
     "decode_cursor",
@@ -239,6 +241,56 @@ class IndexRewriter(Protocol):
             TokenConflict: Another run's live or retained hook holds a token of `index` at
                 `now`.
             ValueError: `index` is another run's.
+        """
+        ...
+
+
+@runtime_checkable
+class SchemaMigrator(Protocol):
+    """The optional store capability `runfold migrate` needs: a versioned schema.
+
+    A store that keeps its data in a schema of its own creates or migrates it when opened for
+    writing, and says from which version. `SQLiteStore` and `PostgresStore` offer it.
+    """
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version this runfold writes and reads."""
+        ...
+
+    @property
+    def migrated_from(self) -> int | None:
+        """The version the store last migrated from (0: it created the schema), or None.
+
+        None while it has migrated nothing: the schema was already at `schema_version`.
+        """
+        ...
+
+    async def migrate(self) -> None:
+        """Create or upgrade the schema to `schema_version`; idempotent.
+
+        Raises:
+            StoreOpenError: The schema was written by a newer runfold, or is not runfold's, or
+                the store cannot write it (opened read-only).
+        """
+        ...
+
+
+@runtime_checkable
+class FeedSubscriber(Protocol):
+    """The optional store capability of pushing the global feed: `subscribe`.
+
+    `PostgresStore` offers it (`LISTEN`/`NOTIFY`); on other stores a tail polls `read_all`.
+    """
+
+    def subscribe(
+        self, after_position: int = 0, *, poll_interval: float = 1.0, batch: int = 1000
+    ) -> AsyncIterator[Envelope]:
+        """Every envelope of the feed after `after_position`, in feed order, as it commits.
+
+        An endless async iterator: end it with `aclose()`, e.g. via `contextlib.aclosing`. It
+        reads at least every `poll_interval` seconds, `batch` envelopes at a time, and raises
+        what `read_all` raises.
         """
         ...
 

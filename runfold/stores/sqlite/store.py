@@ -43,7 +43,7 @@ from runfold.stores.protocol import check_append, check_index, time_key
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.reads import fetch, read_head, read_rows
 from runfold.stores.sqlite.retention import delete_ended_runs
-from runfold.stores.sqlite.schema import check_read_only, prepare
+from runfold.stores.sqlite.schema import SCHEMA_VERSION, check_read_only, prepare
 from runfold.stores.sqlite.thread import connect, on_thread, ready, result_code
 from runfold.stores.sqlite.writer import Append, append_batch, settle
 
@@ -65,6 +65,7 @@ class SQLiteStore(WakeupReads):
         self.migrated_from: int | None = None
         """The schema version `open` found and migrated from (0: it created the schema), or None
         when the file was already at this runfold's version."""
+        self._schema_work: tuple[int, Synchronous] | None = None  # `prepare`'s; None: read-only
         # Group commit: while a transaction of appends is in flight (not `_idle`), appends wait in
         # `_queue`, and the `_writer` task writes them together in the next one.
         self._idle = asyncio.Event()
@@ -125,7 +126,31 @@ class SQLiteStore(WakeupReads):
                 found = await ready(db, location, check_read_only, busy_ms)
         store = cls(db, location)
         store.migrated_from = found
+        store._schema_work = None if read_only else (busy_ms, synchronous)
         return store
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version this runfold writes and reads (`SchemaMigrator`)."""
+        return SCHEMA_VERSION
+
+    async def migrate(self) -> None:
+        """Create or upgrade the file's schema to `SCHEMA_VERSION`; idempotent.
+
+        `open` has done it already, unless another process has since put an older runfold's
+        schema in its place. Raises `StoreOpenError` for a file written by a newer runfold, or
+        a store opened read-only.
+        """
+        if self._closed:
+            raise StoreClosed(f"the SQLite store {self._path!r} is closed")
+        if self._schema_work is None:
+            raise StoreOpenError(
+                f"the SQLite store {self._path!r} is open read-only: open it for writing to "
+                "migrate it"
+            )
+        found = await self._run(prepare, *self._schema_work)
+        if found is not None:
+            self.migrated_from = found
 
     async def __aenter__(self) -> Self:
         return self
