@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +24,7 @@ from runfold.kernel import (
     RunStatus,
     RunSummary,
     StoreClosed,
+    StoreError,
     StoreOpenError,
     StoreUnavailable,
     Wakeup,
@@ -43,7 +46,13 @@ from runfold.stores.protocol import check_append, check_index, time_key
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.reads import fetch, read_head, read_rows
 from runfold.stores.sqlite.retention import delete_ended_runs
-from runfold.stores.sqlite.schema import SCHEMA_VERSION, check_read_only, prepare
+from runfold.stores.sqlite.schema import (
+    OPTIMIZE_INTERVAL,
+    SCHEMA_VERSION,
+    check_read_only,
+    optimize,
+    prepare,
+)
 from runfold.stores.sqlite.thread import connect, on_thread, ready, result_code
 from runfold.stores.sqlite.writer import Append, append_batch, settle
 
@@ -66,6 +75,7 @@ class SQLiteStore(WakeupReads):
         """The schema version `open` found and migrated from (0: it created the schema), or None
         when the file was already at this runfold's version."""
         self._schema_work: tuple[int, Synchronous] | None = None  # `prepare`'s; None: read-only
+        self._optimize_at = time.monotonic() + OPTIMIZE_INTERVAL  # see `delete_runs`
         # Group commit: while a transaction of appends is in flight (not `_idle`), appends wait in
         # `_queue`, and the `_writer` task writes them together in the next one.
         self._idle = asyncio.Event()
@@ -169,6 +179,9 @@ class SQLiteStore(WakeupReads):
             return
         self._closed = True
         await self._idle.wait()  # appends already accepted are written
+        if self._schema_work is not None:  # opened for writing: leave the statistics fresh
+            with contextlib.suppress(StoreError, sqlite3.Error):  # best effort
+                await self._call(optimize)
         await self._db.close()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -386,5 +399,11 @@ class SQLiteStore(WakeupReads):
         """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
-        chosen = None if run_ids is None else json.dumps(sorted(run_ids))
-        return await self._run(delete_ended_runs, time_key(terminal_before), max(limit, 0), chosen)
+        chosen = None if run_ids is None else json.dumps(sorted(set(run_ids)))
+        deleted = await self._run(
+            delete_ended_runs, time_key(terminal_before), max(limit, 0), chosen
+        )
+        if time.monotonic() >= self._optimize_at:  # retention is the store's periodic upkeep
+            self._optimize_at = time.monotonic() + OPTIMIZE_INTERVAL
+            await self._run(optimize)
+        return deleted
