@@ -20,6 +20,7 @@ __all__ = [
     "POSTGRES_8_WRITERS_VS_RAW",
     "POSTGRES_APPEND_VS_EVENTSOURCING",
     "POSTGRES_APPEND_VS_RAW",
+    "SCALE_FLAT",
     "SNAPSHOT_BYTES_PER_EVENT_BEFORE",
     "SNAPSHOT_MEMORY",
     "SQLITE_64_TASKS_VS_ONE",
@@ -59,6 +60,11 @@ POSTGRES_APPEND_VS_EVENTSOURCING = Target(
 POSTGRES_APPEND_VS_RAW = Target(goal="Postgres sequential append ≥ 0.8× raw psycopg", bound=0.8)
 POSTGRES_8_WRITERS_VS_RAW = Target(
     goal="Postgres 8 writers on distinct runs ≥ 0.8× raw psycopg with 8 connections", bound=0.8
+)
+SCALE_FLAT = Target(
+    goal="retention, run listings and due wakeups at 100,000 runs ≥ 0.5× their rate at 1,000 "
+    "(SQLite and PostgreSQL)",
+    bound=0.5,
 )
 COMMAND_COST_FLAT = Target(
     goal="command cost independent of history length: execute on a 20,000-event run "
@@ -102,6 +108,7 @@ ALL_TARGETS = (
     POSTGRES_APPEND_VS_EVENTSOURCING,
     POSTGRES_APPEND_VS_RAW,
     POSTGRES_8_WRITERS_VS_RAW,
+    SCALE_FLAT,
     COMMAND_COST_FLAT,
     ENGINE_SEQUENTIAL_VS_DBOS,
     ENGINE_CONCURRENT_VS_DBOS,
