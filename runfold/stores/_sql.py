@@ -87,7 +87,7 @@ def _envelopes(rows: list[Sequence[Any]], run_id: str | None) -> list[Envelope]:
             run_ids, sequences, types, versions, payloads, keys, positions = zip(*rows, strict=True)
         else:
             # A run's own reads leave the run id out of the rows: fetching it again for every
-            # row cost about a sixth of a SQLite row's fetch.
+            # row is a noticeable part of a SQLite row's fetch.
             sequences, types, versions, payloads, keys, positions = zip(*rows, strict=True)
             run_ids = repeat(run_id)
         events = decode_events(types, versions, payloads)
@@ -102,7 +102,7 @@ def times_from_keys(keys: Sequence[int]) -> list[datetime]:
     """The UTC times stored as `keys` (see `from_key`); equal keys share one `datetime`.
 
     Rows of one append share their time, so each distinct key is converted once, and from the
-    one before it: adding a small `timedelta` costs about half of building one from a large
+    one before it: adding a small `timedelta` is cheaper than building one from a large
     count of microseconds.
     """
     distinct = list(dict.fromkeys(keys))

@@ -38,7 +38,8 @@ notifications) and `retention`.
 
 from __future__ import annotations
 
-from runfold.stores.postgres.feed import NOTIFY_INTERVAL, POSITIONS_PER_TRANSACTION
+from runfold.stores.postgres.feed import NOTIFY_INTERVAL
+from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.schema import SCHEMA_VERSION
 from runfold.stores.postgres.store import PostgresStore
 

@@ -41,7 +41,8 @@ from runfold.stores._sql import (
     wakeups_query,
 )
 from runfold.stores.postgres.connections import Connection, Connections, Pool
-from runfold.stores.postgres.feed import EVENT_COLUMNS, POSITIONS_PER_TRANSACTION, Feed
+from runfold.stores.postgres.feed import EVENT_COLUMNS, Feed
+from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.retention import DELETE_RUNS, DROP_UNBORN_RUN
 from runfold.stores.postgres.schema import (
