@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
-from itertools import accumulate, repeat
-from operator import add, mul, sub
+from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 from runfold.kernel import (
@@ -28,43 +27,35 @@ from runfold.kernel import (
 )
 from runfold.kernel._gc import in_bulk
 from runfold.stores.protocol import (
+    from_key,
     hook_cursor_key,
     hooks_page,
     run_cursor_key,
     runs_page,
     time_key,
+    times_from_keys,
 )
 
 __all__ = [
     "SUMMARY_COLUMNS",
     "WakeupReads",
     "envelopes_from_rows",
-    "from_key",
     "hook_page",
     "list_hooks_query",
     "list_runs_query",
     "optional_time",
     "summary_from_row",
     "summary_page",
-    "times_from_keys",
     "token_holder_query",
     "wakeup_from_row",
     "wakeups_query",
 ]
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 
 SUMMARY_COLUMNS = (
     "run_id, workflow_name, status, parent_run_id, created_at, updated_at, completed_at, "
     "last_sequence, attributes"
 )
 """The `runs` columns a `RunSummary` is read from, in `summary_from_row` order."""
-
-
-def from_key(micros: int) -> datetime:
-    """The UTC time stored as `micros` (see `time_key`)."""
-    return _EPOCH + timedelta(0, 0, micros)
 
 
 def envelopes_from_rows(rows: Iterable[Sequence[Any]], run_id: str | None = None) -> list[Envelope]:
@@ -96,21 +87,6 @@ def _envelopes(rows: list[Sequence[Any]], run_id: str | None) -> list[Envelope]:
         _check_rows(rows, run_id)  # raises CorruptEvent for the first row that is wrong
         raise
     return make_envelopes(len(rows), run_ids, sequences, events, times, positions)
-
-
-def times_from_keys(keys: Sequence[int]) -> list[datetime]:
-    """The UTC times stored as `keys` (see `from_key`); equal keys share one `datetime`.
-
-    Rows of one append share their time, so each distinct key is converted once, and from the
-    one before it: adding a small `timedelta` is cheaper than building one from a large
-    count of microseconds.
-    """
-    distinct = list(dict.fromkeys(keys))
-    if set(map(type, distinct)) != {int}:
-        return list(map(from_key, keys))  # the loose values SQLite may hold, one by one
-    gaps = map(mul, repeat(_MICROSECOND), map(sub, distinct[1:], distinct))
-    found = dict(zip(distinct, accumulate(gaps, add, initial=from_key(distinct[0])), strict=True))
-    return list(map(found.__getitem__, keys))
 
 
 def _check_rows(rows: Iterable[Sequence[Any]], run_id: str | None) -> None:

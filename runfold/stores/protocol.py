@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import accumulate, repeat
+from operator import add, mul, sub
 from types import TracebackType
 from typing import Protocol, Self, TypeVar, runtime_checkable
 
@@ -36,12 +38,14 @@ __all__ = [
     "check_index",
     "decode_cursor",
     "encode_cursor",
+    "from_key",
     "hook_cursor_key",
     "hooks_page",
     "index_in_utc",
     "run_cursor_key",
     "runs_page",
     "time_key",
+    "times_from_keys",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -395,6 +399,26 @@ def _optional_utc(moment: datetime | None) -> datetime | None:
 def time_key(value: datetime) -> int:
     """Microseconds since the Unix epoch: the exact, sortable form stores keep times in."""
     return (value - _EPOCH) // _MICROSECOND
+
+
+def from_key(micros: int) -> datetime:
+    """The UTC time stored as `micros` (the inverse of `time_key`)."""
+    return _EPOCH + timedelta(0, 0, micros)
+
+
+def times_from_keys(keys: Sequence[int]) -> list[datetime]:
+    """The UTC times stored as `keys` (see `from_key`); equal keys share one `datetime`.
+
+    Rows of one append share their time, so each distinct key is converted once, and from the
+    one before it: adding a small `timedelta` is cheaper than building one from a large
+    count of microseconds.
+    """
+    distinct = list(dict.fromkeys(keys))
+    if set(map(type, distinct)) != {int}:
+        return list(map(from_key, keys))  # the loose values SQLite may hold, one by one
+    gaps = map(mul, repeat(_MICROSECOND), map(sub, distinct[1:], distinct))
+    found = dict(zip(distinct, accumulate(gaps, add, initial=from_key(distinct[0])), strict=True))
+    return list(map(found.__getitem__, keys))
 
 
 def check_append(run_id: str, events: Sequence[Event], index: RunIndex) -> None:
