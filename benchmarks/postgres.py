@@ -43,7 +43,8 @@ class PostgresBackend:
     name = "PostgreSQL"
     floor = "raw psycopg"
     parallel_writers = True
-    append_vs_raw = POSTGRES_APPEND_VS_RAW
+    append_vs_raw: Target | None = POSTGRES_APPEND_VS_RAW
+    append_vs_hop: Target | None = None  # psycopg runs on the event loop: no hop
     append_vs_eventsourcing = POSTGRES_APPEND_VS_EVENTSOURCING
     distinct_vs_one: Mapping[int, Target] = {}
     distinct_vs_raw: Mapping[int, Target] = {8: POSTGRES_8_WRITERS_VS_RAW}

@@ -25,7 +25,7 @@ __all__ = [
     "SNAPSHOT_MEMORY",
     "SQLITE_64_TASKS_VS_ONE",
     "SQLITE_APPEND_VS_EVENTSOURCING",
-    "SQLITE_APPEND_VS_RAW",
+    "SQLITE_APPEND_VS_ONE_HOP",
     "SQLITE_REPLAY_VS_EVENTSOURCING",
 ]
 
@@ -42,8 +42,10 @@ SNAPSHOT_MEMORY = Target(
     bound=1.0,
     at_most=True,
 )
-SQLITE_APPEND_VS_RAW = Target(
-    goal="SQLite sequential append ≥ 0.8× raw sqlite3 (synchronous=FULL)", bound=0.8
+SQLITE_APPEND_VS_ONE_HOP = Target(
+    goal="SQLite sequential append ≥ 0.9× the asyncio one-hop ceiling (raw sqlite3's "
+    "transaction as one call on the driver's thread, synchronous=FULL)",
+    bound=0.9,
 )
 SQLITE_APPEND_VS_EVENTSOURCING = Target(
     goal="SQLite sequential append ≥ 1× eventsourcing SQLite recorder", bound=1.0
@@ -101,7 +103,7 @@ ALL_TARGETS = (
     FOLD_RATE,
     DECODE_FOLD_VS_EVENTSOURCING,
     SNAPSHOT_MEMORY,
-    SQLITE_APPEND_VS_RAW,
+    SQLITE_APPEND_VS_ONE_HOP,
     SQLITE_APPEND_VS_EVENTSOURCING,
     SQLITE_64_TASKS_VS_ONE,
     SQLITE_REPLAY_VS_EVENTSOURCING,
