@@ -258,7 +258,9 @@ def bench_workflows(quick: bool) -> list[Result | Remark]:
             f"(its default pool); runfold's run on one event loop, with {CONNECTIONS} "
             "PostgreSQL connections (SQLite: its one connection, shared by group commits). "
             "A ceiling is a raw driver's single-row commits/s divided by runfold's appends per "
-            "workflow.",
+            "workflow. On SQLite, a workflow run one at a time commits on the event loop's "
+            "thread (no append is in flight beside it), so raw sqlite3 is its ceiling; the "
+            "concurrent ones share group commits on the driver's thread.",
         )
     )
     return found

@@ -22,6 +22,7 @@ import attrs
 from runfold.kernel import (
     BatchDecision,
     Command,
+    CreateRun,
     Envelope,
     HookHolder,
     HookNotFound,
@@ -31,6 +32,7 @@ from runfold.kernel import (
     RunNotFound,
     SequenceConflict,
     Snapshot,
+    StartRun,
     TokenConflict,
     apply,
     decide_many,
@@ -204,7 +206,7 @@ class CommandHandler:
         token_holder: HookHolder | None = None
         conflict: SequenceConflict | None = None
         attempts = token_conflicts = 0
-        cached, fresh = await self._load(run_id)
+        cached, fresh = await self._load(run_id, commands)
         while attempts < self._max_attempts:
             before = cached.snapshot
             at = now if now is not None else self.clock()
@@ -326,11 +328,18 @@ class CommandHandler:
 
     # --- cache --------------------------------------------------------------------------------
 
-    async def _load(self, run_id: str) -> tuple[_Cached, bool]:
+    async def _load(self, run_id: str, commands: Sequence[Command]) -> tuple[_Cached, bool]:
         """The run as cached when the next append is fenced by it, else as the store has it;
-        and whether it was read from the store just now."""
+        and whether it was read from the store just now.
+
+        A run not cached that `commands` begin by creating is taken to be new without a read:
+        the append at sequence 0 holds only if it is, and if it is not, the conflict makes the
+        handler read it and decide again, as for any run that moved.
+        """
         cached = self._cache.get(run_id)
         if cached is None:
+            if _creates_run(commands[0]) if commands else False:
+                return _ABSENT, False
             return await self._read(run_id), True
         if not cached.fenced:
             return await self._catch_up(run_id, cached), True
@@ -402,6 +411,13 @@ class CommandHandler:
                 run_id, after=known_sequence, limit=before.last_sequence - known_sequence
             )
         )
+
+
+def _creates_run(command: Command) -> bool:
+    """Whether `command` creates its run (so the run is usually new)."""
+    return isinstance(command, CreateRun) or (
+        isinstance(command, StartRun) and command.create is not None
+    )
 
 
 # --- run ids ------------------------------------------------------------------------------------

@@ -92,6 +92,19 @@ async def test_a_sequential_workflow_commits_once_per_step(store: EventStore, cl
     assert {e.recorded_at for e in history[:4]} == {T0}
 
 
+async def test_a_run_started_under_a_new_id_is_not_read_first(
+    store: EventStore, clock: Clock
+) -> None:
+    counting = Appends(store)
+    engine = Engine(CommandHandler(counting, clock=clock), Scripted(sequential, {"add": add}))
+
+    run = await engine.start("wf", b"")
+
+    assert run.status == "completed"
+    assert counting.appends == counting.calls == STEPS + 1  # no read: the id is new
+    assert_one_outcome_each(await store.read(run.run_id))
+
+
 async def test_each_step_start_is_durable_before_its_body_runs(
     store: EventStore, clock: Clock
 ) -> None:

@@ -88,6 +88,34 @@ async def test_cost_per_step_is_flat(store: EventStore) -> None:
     assert again.output == sum(range(60)) and entered == 1  # ended: nothing to replay
 
 
+class CountingStore(DelegatingStore):
+    """Counts appends and every other call."""
+
+    def __init__(self, inner: EventStore) -> None:
+        super().__init__(inner)
+        self.calls = 0
+        self.appends = 0
+
+    async def pause(self) -> None:
+        self.calls += 1
+
+    async def append_if_sequence(self, *args: Any, **kwargs: Any) -> Any:
+        self.appends += 1
+        return await super().append_if_sequence(*args, **kwargs)
+
+
+async def test_a_new_run_costs_one_append_per_step_and_no_read(store: EventStore) -> None:
+    counting = CountingStore(store)
+    flow = Flow(counting, [chain])
+
+    done = await flow.start(chain, 5)
+
+    assert done.output == sum(range(5))
+    # The creation with the first step's start, each outcome with the next start, the last
+    # outcome with the end; nothing read: the run is new and its coroutine lives on.
+    assert counting.calls == counting.appends == 6
+
+
 async def test_replay_feeds_recorded_results_without_running_steps(store: EventStore) -> None:
     ran: list[int] = []
 

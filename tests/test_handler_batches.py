@@ -23,7 +23,16 @@ from runfold import (
     run_index,
 )
 from tests.conftest import Clock
-from tests.test_handler import START, DelegatingStore, RacingStore, fresh, lazy, log, sequences
+from tests.test_handler import (
+    CREATE,
+    START,
+    DelegatingStore,
+    RacingStore,
+    fresh,
+    lazy,
+    log,
+    sequences,
+)
 
 
 class CountingStore(DelegatingStore):
@@ -46,7 +55,7 @@ async def test_a_batch_is_decided_in_order_and_appended_at_once(
 
     outcome = await handler.execute_many("r", commands)
 
-    assert counting.calls == 2  # the read that found no run, and one append
+    assert counting.calls == 1  # a run the batch creates is not read first: one append
     assert [e.event.event_type for e in outcome.appended] == [
         "run_created",
         "run_started",
@@ -60,6 +69,28 @@ async def test_a_batch_is_decided_in_order_and_appended_at_once(
     assert outcome.snapshot == await fresh(store, "r")
     assert outcome.snapshot.steps["s"].output == b"1"
     assert len({e.recorded_at for e in outcome.appended}) == 1
+
+
+async def test_creating_a_run_that_exists_reads_it_and_decides_again(
+    store: EventStore, clock: Clock
+) -> None:
+    await CommandHandler(store, clock=clock).execute_many("r", [START, log("first")])
+    before = await store.read("r")
+    counting = CountingStore(store)
+    handler = CommandHandler(counting, clock=clock)
+
+    # Taken to be new, it is not: the append at sequence 0 is refused, the run read, and the
+    # commands decided on it (the run is running: starting it again is a no-op).
+    outcome = await handler.execute_many("r", [START, log("second")])
+
+    assert [e.event.event_type for e in outcome.appended] == ["log_recorded"]
+    assert counting.calls == 3  # the refused append, the read, the append
+    assert await store.read("r") == [*before, *outcome.appended]
+    with pytest.raises(EntityConflict):  # creating it outright is refused, writing nothing
+        await handler.execute_many("r", [CREATE])
+    with pytest.raises(EntityConflict):
+        await CommandHandler(store, clock=clock).execute_many("r", [CREATE, log("never")])
+    assert await store.read("r") == [*before, *outcome.appended]
 
 
 async def test_a_refused_command_mid_batch_writes_nothing_and_is_named(

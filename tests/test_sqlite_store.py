@@ -509,6 +509,78 @@ async def test_concurrent_appends_share_one_transaction_and_keep_their_own_outco
         assert feed[len(base) :] == written
 
 
+async def test_a_lone_append_commits_on_the_calling_thread_unless_the_lock_is_taken(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runfold.db"
+    async with await SQLiteStore.open(path, busy_timeout=5) as store:
+        await write(store, "r", *started())
+        on_driver: list[str] = []
+
+        def trace(conn: sqlite3.Connection) -> None:
+            conn.set_trace_callback(on_driver.append)
+
+        await store._run(trace)
+        await write(store, "r", log("inline"))
+        # Committed without the driver's connection, and durable for any other reader.
+        assert not [s for s in on_driver if s.upper().startswith("BEGIN")], on_driver
+        assert plain_query(path, "SELECT count(*) FROM events WHERE run_id = 'r'") == [(3,)]
+
+        # Another writer holds the file's lock: the append must not wait for it on the event
+        # loop's thread, but on the driver's, and go in once the lock is free.
+        history = await store.read("r")
+        index = index_after(history, envelopes_for("r", 3, [log("queued")], T0))
+        locker = sqlite3.connect(path, isolation_level=None)
+        locker.execute("BEGIN IMMEDIATE")
+        append = asyncio.ensure_future(
+            store.append_if_sequence("r", 3, [log("queued")], index=index, recorded_at=T0)
+        )
+        ticks = 0
+        while ticks < 20:  # the loop keeps running while the append waits
+            await asyncio.sleep(0.005)
+            ticks += 1
+        assert not append.done()
+        locker.execute("ROLLBACK")
+        locker.close()
+        assert [e.sequence for e in await append] == [4]
+        assert [s for s in on_driver if s.upper().startswith("BEGIN")], on_driver
+
+
+async def test_a_caller_cancelled_while_its_append_waits_leaves_the_append_in(
+    tmp_path: Path,
+) -> None:
+    async with await SQLiteStore.open(tmp_path / "runfold.db") as store:
+        appends = []
+        for n in range(3):
+            events = started()
+            index = index_after([], envelopes_for(f"r{n}", 0, events, T0))
+            appends.append(
+                asyncio.ensure_future(
+                    store.append_if_sequence(f"r{n}", 0, events, index=index, recorded_at=T0)
+                )
+            )
+        await asyncio.sleep(0)  # all three queued: the first writes them together
+        appends[1].cancel()
+        outcomes = await asyncio.gather(*appends, return_exceptions=True)
+        assert isinstance(outcomes[1], asyncio.CancelledError)
+        assert all(isinstance(outcomes[n], list) for n in (0, 2)), outcomes
+        # The cancelled caller left; its append did not: the batch went in whole.
+        assert [await store.head(f"r{n}") for n in range(3)] == [2, 2, 2]
+        assert await write(store, "after", *started())  # and the store writes on
+
+
+async def test_commit_inline_off_hands_every_append_to_the_driver(tmp_path: Path) -> None:
+    async with await SQLiteStore.open(tmp_path / "runfold.db", commit_inline=False) as store:
+        on_driver: list[str] = []
+
+        def trace(conn: sqlite3.Connection) -> None:
+            conn.set_trace_callback(on_driver.append)
+
+        await store._run(trace)
+        await write(store, "r", *started())
+        assert [s for s in on_driver if s.upper().startswith("BEGIN")], on_driver
+
+
 async def test_a_write_lock_held_past_the_timeout_is_unavailable_and_writes_nothing(
     tmp_path: Path,
 ) -> None:
@@ -631,7 +703,10 @@ async def test_retention_walks_the_index_of_ended_runs_whatever_the_statistics(
 
 async def test_closing_leaves_the_planner_statistics_fresh(tmp_path: Path) -> None:
     path = tmp_path / "runfold.db"
-    await ended_runs(path, 4)  # its queries use the runs indexes; closing analyzes them
+    await ended_runs(path, 4)
+    async with await SQLiteStore.open(path) as store:  # queries on the runs indexes
+        assert len((await store.list_runs(status="completed")).items) == 2
+        assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=1) == 1
     assert ("runs",) in plain_query(path, "SELECT DISTINCT tbl FROM sqlite_stat1")
 
 

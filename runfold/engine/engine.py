@@ -180,6 +180,7 @@ class Engine:
             InvalidCommand: The definition is malformed (ids, sizes, attributes, deadline).
             RunfoldError: Whatever `drive` raises.
         """
+        generated = run_id is None
         run_id = run_id if run_id is not None else new_run_id()
         create = CreateRun(
             workflow_name=workflow_name,
@@ -195,7 +196,8 @@ class Engine:
         intended = decide(
             None, create, now=self.handler.clock(), limits=self.handler.limits, run_id=run_id
         ).events[0]
-        current = await self.handler.lookup(run_id)
+        # A new id names no run yet: nothing to look up (the append at sequence 0 checks it).
+        current = None if generated else await self.handler.lookup(run_id)
         if current is None:
             self._check_served(run_id, workflow_name)
             return await Drive(self, run_id, None, (StartRun(create=create),)).run()

@@ -179,7 +179,7 @@ class Flow:
         """The interpreter's decision; a replay first reads the stored run to trust it."""
         snapshot = invocation.snapshot
         durable = None
-        if self.interpreter.needs_replay(snapshot):
+        if self.interpreter.needs_replay(snapshot) and _has_results(snapshot):
             durable = await self.handler.lookup(snapshot.run_id)
         return self.interpreter.decide(snapshot, durable)
 
@@ -201,3 +201,10 @@ class Flow:
     async def on_event(self, envelope: Envelope) -> None:
         """Confirm what the engine appended to the live sessions."""
         self.interpreter.observe(envelope)
+
+
+def _has_results(snapshot: Snapshot) -> bool:
+    """Whether a replay of `snapshot` could feed the coroutine anything recorded (a step's or a
+    wait's outcome, a hook's payload); a run with none, just created, needs no stored copy to
+    confirm them against."""
+    return bool(len(snapshot.steps) or len(snapshot.waits) or len(snapshot.hooks))

@@ -44,6 +44,7 @@ from runfold.stores._sql import (
 )
 from runfold.stores.protocol import check_append, check_index, time_key
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
+from runfold.stores.sqlite.inline import append_inline, inline_connection
 from runfold.stores.sqlite.reads import fetch, read_head, read_rows
 from runfold.stores.sqlite.retention import delete_ended_runs
 from runfold.stores.sqlite.schema import (
@@ -66,9 +67,12 @@ Synchronous = Literal["FULL", "NORMAL"]
 class SQLiteStore(WakeupReads):
     """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`."""
 
-    def __init__(self, db: aiosqlite.Connection, path: str) -> None:
-        """Use `SQLiteStore.open`; this wraps a connection it has already prepared."""
+    def __init__(
+        self, db: aiosqlite.Connection, path: str, inline: sqlite3.Connection | None = None
+    ) -> None:
+        """Use `SQLiteStore.open`; this wraps the connections it has already prepared."""
         self._db = db
+        self._inline = inline  # for appends that find no other in flight (`commit_inline`)
         self._path = path
         self._closed = False
         self.migrated_from: int | None = None
@@ -91,6 +95,7 @@ class SQLiteStore(WakeupReads):
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 5.0,
         read_only: bool = False,
+        commit_inline: bool = True,
     ) -> SQLiteStore:
         """Open (creating or migrating) the store at `path`, or `":memory:"`.
 
@@ -104,6 +109,14 @@ class SQLiteStore(WakeupReads):
         `"NORMAL"` is faster in WAL mode and survives a crash of the process, but the last
         transactions before a power loss may be lost. `busy_timeout` is how long an append waits
         for another process's write lock before `StoreUnavailable`.
+
+        With `commit_inline` (the default; a file only), an append that finds no other in flight
+        is committed on the calling thread, the event loop's, through a second connection,
+        instead of being handed to the driver's thread and back: that hand-off costs about as
+        much as the commit itself. The event loop waits for the commit (its `fsync`, with
+        `FULL`) meanwhile. Appends that arrive while one is being written are grouped on the
+        driver's thread as before, and an append that finds the file's write lock taken waits
+        for it there, never on the event loop's thread.
 
         Raises `StoreOpenError` for a file that is not a runfold database, was written by a newer
         runfold, or cannot be written; `StoreUnavailable` if another connection holds the write
@@ -134,7 +147,10 @@ class SQLiteStore(WakeupReads):
                 # either, and SQLite may read it as immutable.
                 db = await connect(location, uri + "&immutable=1")
                 found = await ready(db, location, check_read_only, busy_ms)
-        store = cls(db, location)
+        inline = None
+        if commit_inline and not read_only:
+            inline = await asyncio.to_thread(inline_connection, location, synchronous)
+        store = cls(db, location, inline)
         store.migrated_from = found
         store._schema_work = None if read_only else (busy_ms, synchronous)
         return store
@@ -182,6 +198,8 @@ class SQLiteStore(WakeupReads):
         if self._schema_work is not None:  # opened for writing: leave the statistics fresh
             with contextlib.suppress(StoreError, sqlite3.Error):  # best effort
                 await self._call(optimize)
+        if self._inline is not None:
+            self._inline.close()
         await self._db.close()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -235,15 +253,21 @@ class SQLiteStore(WakeupReads):
                 # and runs whatever comes next only after it.
                 self._queue = []
                 try:
-                    (outcome,) = await self._call(append_batch, [request])
+                    written = None
+                    if self._inline is not None:
+                        written = append_inline(self._inline, request, self._path)
+                    if written is None:  # no inline connection, or the write lock is taken
+                        written = await self._call(append_batch, [request])
+                    (outcome,) = written
                 finally:
                     self._write_queue_or_rest()
                 if isinstance(outcome, BaseException):
                     raise outcome
                 return outcome
             self._write_queue_or_rest()
-        # Shielded: a caller that is cancelled leaves; its append stays in the batch.
-        return await asyncio.shield(request.future)
+        # A caller that is cancelled leaves (cancelling the future, which `settle` then skips);
+        # its append stays in the batch, as if shielded, without a shield's extra future.
+        return await request.future
 
     def _write_queue_or_rest(self) -> None:
         """Start the writer task for the queued appends, or, with none, mark the store idle."""
