@@ -20,6 +20,7 @@ from benchmarks.kernel import bench_apply, bench_fold, bench_memory
 from benchmarks.postgres import POSTGRES
 from benchmarks.replay import bench_replay
 from benchmarks.report import format_value, render
+from benchmarks.scale import bench_scale
 from benchmarks.sqlite import SQLITE
 from benchmarks.workflows import bench_workflows
 from benchmarks.writes import bench_append, bench_contention
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, Callable[[bool], Sequence[Result | Remark]]] = {
     "postgres-append": partial(bench_append, POSTGRES),
     "sqlite-contention": partial(bench_contention, SQLITE),
     "postgres-contention": partial(bench_contention, POSTGRES),
+    "scale": bench_scale,
     "commands": bench_commands,
     "workflows": bench_workflows,
     "engine-cost": bench_engine_cost,

@@ -23,7 +23,9 @@ class Backend(Protocol):
     parallel_writers: bool
     """Whether the database runs writers in parallel, so that a raw floor with several
     connections means something (SQLite has one writer at a time)."""
-    append_vs_raw: Target
+    append_vs_raw: Target | None
+    append_vs_hop: Target | None
+    """The target of a sequential append against the one-hop ceiling (`raw_through_driver`)."""
     append_vs_eventsourcing: Target
     distinct_vs_one: Mapping[int, Target]
     """Targets of N writers on distinct runs against one writer, by N."""

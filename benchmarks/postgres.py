@@ -30,10 +30,10 @@ from benchmarks.workloads import LOG_EVENT
 from runfold import EventStore, encode_event
 from runfold.stores import PostgresStore
 
-__all__ = ["POSTGRES", "PostgresBackend"]
+__all__ = ["POSTGRES", "PostgresBackend", "dsn", "fresh_schema"]
 
 
-def _dsn() -> str:
+def dsn() -> str:
     return os.environ.get(
         "RUNFOLD_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
     )
@@ -43,7 +43,8 @@ class PostgresBackend:
     name = "PostgreSQL"
     floor = "raw psycopg"
     parallel_writers = True
-    append_vs_raw = POSTGRES_APPEND_VS_RAW
+    append_vs_raw: Target | None = POSTGRES_APPEND_VS_RAW
+    append_vs_hop: Target | None = None  # psycopg runs on the event loop: no hop
     append_vs_eventsourcing = POSTGRES_APPEND_VS_EVENTSOURCING
     distinct_vs_one: Mapping[int, Target] = {}
     distinct_vs_raw: Mapping[int, Target] = {8: POSTGRES_8_WRITERS_VS_RAW}
@@ -56,13 +57,13 @@ class PostgresBackend:
     def version(self) -> str | None:
         if self._version is None and not self._reported:
             try:
-                with psycopg.connect(_dsn(), connect_timeout=3) as conn:
+                with psycopg.connect(dsn(), connect_timeout=3) as conn:
                     row = conn.execute("SHOW server_version").fetchone()
                 assert row is not None
                 self._version = str(row[0]).split(" ")[0]
             except psycopg.Error as exc:
                 self._reported = True
-                print(f"  no PostgreSQL server at {_dsn()} ({exc}); skipped", file=sys.stderr)
+                print(f"  no PostgreSQL server at {dsn()} ({exc}); skipped", file=sys.stderr)
         return self._version
 
     def describe(self) -> str:
@@ -75,24 +76,12 @@ class PostgresBackend:
         yield None  # psycopg's async connection runs on the event loop itself
 
     @contextlib.contextmanager
-    def _schema(self) -> Iterator[str]:
-        """A fresh schema on the server, dropped afterwards."""
-        name = f"runfold_bench_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(_dsn(), autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{name}"')
-        try:
-            yield name
-        finally:
-            with psycopg.connect(_dsn(), autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA "{name}" CASCADE')
-
-    @contextlib.contextmanager
     def store(
         self, loop: asyncio.AbstractEventLoop, *, connections: int = 1
     ) -> Iterator[EventStore]:
-        with self._schema() as schema:
+        with fresh_schema() as schema:
             opening = PostgresStore.open(
-                _dsn(), schema=schema, pool_min=connections, pool_max=connections
+                dsn(), schema=schema, pool_min=connections, pool_max=connections
             )
             with opened(loop, opening) as store:
                 yield store
@@ -102,9 +91,9 @@ class PostgresBackend:
         self, loop: asyncio.AbstractEventLoop, *, writers: int, count: int, batch: int
     ) -> Iterator[Callable[[], None]]:
         _, _, payload = encode_event(LOG_EVENT)
-        with self._schema() as schema:
+        with fresh_schema() as schema:
             conns = [
-                loop.run_until_complete(psycopg.AsyncConnection.connect(_dsn(), autocommit=True))
+                loop.run_until_complete(psycopg.AsyncConnection.connect(dsn(), autocommit=True))
                 for _ in range(writers)
             ]
             loop.run_until_complete(
@@ -139,8 +128,8 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def eventsourcing_env(self) -> Iterator[dict[str, str]]:
-        params = conninfo_to_dict(_dsn())
-        with self._schema() as schema:
+        params = conninfo_to_dict(dsn())
+        with fresh_schema() as schema:
             yield {
                 "PERSISTENCE_MODULE": "eventsourcing.postgres",
                 "POSTGRES_DBNAME": str(params.get("dbname", "postgres")),
@@ -153,13 +142,26 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def dbos_config(self) -> Iterator[dict[str, str]]:
-        with self._schema() as schema:
-            yield {"system_database_url": _dsn(), "dbos_system_schema": schema}
+        with fresh_schema() as schema:
+            yield {"system_database_url": dsn(), "dbos_system_schema": schema}
+
+
+@contextlib.contextmanager
+def fresh_schema() -> Iterator[str]:
+    """A fresh schema on the server, dropped afterwards."""
+    name = f"runfold_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(dsn(), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    try:
+        yield name
+    finally:
+        with psycopg.connect(dsn(), autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
 
 
 def _where() -> str:
     """The server's host and port, without credentials."""
-    params = conninfo_to_dict(_dsn())
+    params = conninfo_to_dict(dsn())
     return f"{params.get('host', 'localhost')}:{params.get('port', 5432)}"
 
 

@@ -20,11 +20,12 @@ __all__ = [
     "POSTGRES_8_WRITERS_VS_RAW",
     "POSTGRES_APPEND_VS_EVENTSOURCING",
     "POSTGRES_APPEND_VS_RAW",
+    "SCALE_FLAT",
     "SNAPSHOT_BYTES_PER_EVENT_BEFORE",
     "SNAPSHOT_MEMORY",
     "SQLITE_64_TASKS_VS_ONE",
     "SQLITE_APPEND_VS_EVENTSOURCING",
-    "SQLITE_APPEND_VS_RAW",
+    "SQLITE_APPEND_VS_ONE_HOP",
     "SQLITE_REPLAY_VS_EVENTSOURCING",
 ]
 
@@ -41,8 +42,10 @@ SNAPSHOT_MEMORY = Target(
     bound=1.0,
     at_most=True,
 )
-SQLITE_APPEND_VS_RAW = Target(
-    goal="SQLite sequential append ≥ 0.8× raw sqlite3 (synchronous=FULL)", bound=0.8
+SQLITE_APPEND_VS_ONE_HOP = Target(
+    goal="SQLite sequential append ≥ 0.9× the asyncio one-hop ceiling (raw sqlite3's "
+    "transaction as one call on the driver's thread, synchronous=FULL)",
+    bound=0.9,
 )
 SQLITE_APPEND_VS_EVENTSOURCING = Target(
     goal="SQLite sequential append ≥ 1× eventsourcing SQLite recorder", bound=1.0
@@ -59,6 +62,11 @@ POSTGRES_APPEND_VS_EVENTSOURCING = Target(
 POSTGRES_APPEND_VS_RAW = Target(goal="Postgres sequential append ≥ 0.8× raw psycopg", bound=0.8)
 POSTGRES_8_WRITERS_VS_RAW = Target(
     goal="Postgres 8 writers on distinct runs ≥ 0.8× raw psycopg with 8 connections", bound=0.8
+)
+SCALE_FLAT = Target(
+    goal="retention, run listings and due wakeups at 100,000 runs ≥ 0.5× their rate at 1,000 "
+    "(SQLite and PostgreSQL)",
+    bound=0.5,
 )
 COMMAND_COST_FLAT = Target(
     goal="command cost independent of history length: execute on a 20,000-event run "
@@ -95,13 +103,14 @@ ALL_TARGETS = (
     FOLD_RATE,
     DECODE_FOLD_VS_EVENTSOURCING,
     SNAPSHOT_MEMORY,
-    SQLITE_APPEND_VS_RAW,
+    SQLITE_APPEND_VS_ONE_HOP,
     SQLITE_APPEND_VS_EVENTSOURCING,
     SQLITE_64_TASKS_VS_ONE,
     SQLITE_REPLAY_VS_EVENTSOURCING,
     POSTGRES_APPEND_VS_EVENTSOURCING,
     POSTGRES_APPEND_VS_RAW,
     POSTGRES_8_WRITERS_VS_RAW,
+    SCALE_FLAT,
     COMMAND_COST_FLAT,
     ENGINE_SEQUENTIAL_VS_DBOS,
     ENGINE_CONCURRENT_VS_DBOS,

@@ -176,7 +176,7 @@ def _append_rows(
     )
     floor = backend.floor
     driver = rates.get("driver")
-    through_driver = f"{floor} through the driver's thread"
+    through_driver = f"asyncio one-hop ceiling ({floor} through the driver's thread)"
     rows = [
         Result(
             group=group,
@@ -192,7 +192,7 @@ def _append_rows(
             unit="events/s",
             value=ours,
             comparisons=compare(ours, floor, raw, backend.append_vs_raw if single else None)
-            + compare(ours, through_driver, driver)
+            + compare(ours, through_driver, driver, backend.append_vs_hop if single else None)
             + compare(
                 ours,
                 "eventsourcing recorder",
@@ -210,7 +210,8 @@ def _append_rows(
                 on=on,
                 unit="events/s",
                 value=driver,
-                comparisons=compare(driver, floor, raw),
+                comparisons=compare(driver, floor, raw)
+                + compare(driver, "eventsourcing recorder", peer),
                 note="the best a store on this driver could do: its transaction no costlier "
                 "than the raw one",
             )

@@ -13,6 +13,7 @@ from runfold import (
     open_store,
 )
 from runfold.kernel import CreateRun
+from runfold.stores import FeedSubscriber, IndexRewriter, SchemaMigrator
 from tests.conftest import Clock
 
 
@@ -26,6 +27,12 @@ async def test_memory_url_opens_a_working_store() -> None:
         assert [s.run_id for s in (await store.list_runs()).items] == ["r"]
     with pytest.raises(StoreClosed):
         await store.head("r")
+
+
+async def test_a_memory_store_keeps_no_schema_and_pushes_no_feed() -> None:
+    async with await open_store("memory://") as store:
+        assert isinstance(store, IndexRewriter)
+        assert not isinstance(store, SchemaMigrator | FeedSubscriber)
 
 
 async def test_each_memory_url_is_a_separate_store() -> None:

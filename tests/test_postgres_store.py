@@ -20,12 +20,13 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.composite import CompositeInfo, register_composite
 
 from runfold import (
     CommandHandler,
@@ -36,6 +37,8 @@ from runfold import (
     Envelope,
     Event,
     HookHolder,
+    LogRecorded,
+    MemoryStore,
     RecordLog,
     RunCompleted,
     RunIndex,
@@ -48,8 +51,10 @@ from runfold import (
     StoreOpenError,
     StoreUnavailable,
     TokenConflict,
+    correlation_id,
     open_store,
     project_run,
+    run_index,
 )
 from runfold.conformance._support import (
     created,
@@ -62,8 +67,10 @@ from runfold.conformance._support import (
 )
 from runfold.stores import PostgresStore
 from runfold.stores.postgres import POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
+from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.schema import MIGRATIONS as _MIGRATIONS
-from runfold.stores.protocol import encode_cursor, time_key
+from runfold.stores.postgres.wire import WireDumper
+from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
 from tests.conftest import T0, Clock
 from tests.postgres_support import DSN, admin, schema_name
 
@@ -174,7 +181,10 @@ async def test_open_migrates_once_and_every_table_but_tokens_leads_with_run_id(
     async with opened(schema) as store:
         await write(store, "r", created(), RunStarted())
     async with opened(schema) as store, opened(schema, migrate=False) as reader:
+        assert isinstance(store, SchemaMigrator) and isinstance(store, FeedSubscriber)
+        assert (store.schema_version, store.migrated_from) == (SCHEMA_VERSION, None)
         await store.migrate()  # idempotent
+        assert store.migrated_from is None
         assert await reader.head("r") == 2
     assert rows(f'SELECT version FROM "{schema}".schema_version ORDER BY 1') == APPLIED
     leading = dict(
@@ -705,6 +715,79 @@ async def test_a_corrupt_row_fails_its_run_only(schema: str) -> None:
 
 
 # --- text, group commit -------------------------------------------------------------------------
+
+
+def request_fields(request: Append) -> tuple[Any, ...]:
+    """The fields of `append_request` for `request`, as plain Python values."""
+    summary, index = request.index.summary, request.index
+
+    def key(moment: datetime | None) -> int | None:
+        return None if moment is None else time_key(moment)
+
+    claims = request.claims
+    return (
+        request.run_id,
+        request.expected,
+        [event_type for event_type, _, _ in request.encoded],
+        [version for _, version, _ in request.encoded],
+        [correlation_id(event) for event in request.events],
+        [payload for _, _, payload in request.encoded],
+        key(request.recorded_at),
+        summary.workflow_name,
+        summary.status,
+        summary.parent_run_id,
+        key(summary.created_at),
+        key(summary.updated_at),
+        key(summary.completed_at),
+        summary.last_sequence,
+        request.attributes,
+        [claim.token.encode() for claim in claims],
+        [claim.hook_id for claim in claims],
+        [key(claim.retained_until) for claim in claims],
+        [wakeup.kind for wakeup in index.wakeups],
+        [wakeup.subject_id for wakeup in index.wakeups],
+        [key(wakeup.due_at) for wakeup in index.wakeups],
+        request.expected_position,
+    )
+
+
+async def test_the_hand_encoded_request_is_what_psycopg_makes_of_the_composite(
+    schema: str,
+) -> None:
+    memory = MemoryStore()
+    handler = CommandHandler(memory, clock=Clock())
+    create = CreateRun(
+        workflow_name="wf-ü",
+        input=b"",
+        attributes={"k": "v"},
+        parent_run_id="parent",
+        deadline=T0 + timedelta(hours=1),
+    )
+    await handler.execute("r", StartRun(create=create))
+    await handler.execute("r", CreateHook(hook_id="h", token="tok-ü", retain_token_until=T0))
+    history = await memory.read("r")
+    rich = run_index(project_run(history))
+    plain = run_index(project_run(history[:2]))
+    logged = [e.event for e in history] + [LogRecorded(level="info", message="x" * 300)]
+    requests = [
+        Append("r", 3, [logged[-1]], rich, T0, 17),
+        Append("r", 0, logged, rich, T0),
+        Append("r", 2, [logged[-1]], plain, T0, None),
+        Append("r", 5, (), plain, T0 + timedelta(days=1), 2**40),
+    ]
+    async with opened(schema) as store, await psycopg.AsyncConnection.connect(DSN) as conn:
+        info = await CompositeInfo.fetch(conn, f'"{schema}".append_request')
+        assert info is not None and len(info.field_names) == len(request_fields(requests[0]))
+        register_composite(info, conn)
+        factory = info.python_type
+        assert factory is not None
+        request_type = store._connections.request
+        conn.adapters.register_dumper(request_type, WireDumper)
+        for request in requests:
+            ours, theirs = request_type(request.wire()), factory(*request_fields(request))
+            cursor = await conn.execute("SELECT %b::text, %b::text", (ours, theirs))
+            found = await cursor.fetchone()
+            assert found is not None and found[0] == found[1], request.events
 
 
 HOSTILE = [

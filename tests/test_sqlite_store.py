@@ -34,6 +34,7 @@ import pytest
 
 from runfold import (
     CommandHandler,
+    CompleteRun,
     CorruptEvent,
     CreateHook,
     CreateRun,
@@ -63,8 +64,9 @@ from runfold import (
     run_index,
 )
 from runfold.stores import SQLiteStore
-from runfold.stores.protocol import encode_cursor, time_key
+from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
 from runfold.stores.sqlite import SCHEMA_VERSION
+from runfold.stores.sqlite.retention import CHOSEN_ENDED_RUNS, ENDED_RUNS
 from tests.conftest import T0, Clock
 from tests.sqlite_worker import (
     CRASH_RUNS,
@@ -240,6 +242,35 @@ async def test_an_older_file_is_migrated_forward_at_open(tmp_path: Path) -> None
     assert positions == [1, 2, 3, 4]
     assert plain_query(path, "SELECT position FROM feed_high_water") == [(2,)]
     assert plain_query(path, "SELECT max(version) FROM runfold_schema") == [(SCHEMA_VERSION,)]
+
+
+async def test_migrate_brings_a_file_put_back_to_an_older_version_forward(tmp_path: Path) -> None:
+    path = tmp_path / "runfold.db"
+    async with await SQLiteStore.open(path) as store:
+        assert isinstance(store, SchemaMigrator) and not isinstance(store, FeedSubscriber)
+        assert (store.schema_version, store.migrated_from) == (SCHEMA_VERSION, 0)
+        await write(store, "r", *started())
+        await store.migrate()  # current: nothing to do
+        assert store.migrated_from == 0
+        plain_execute(path, "DROP TABLE feed_high_water")  # as a version-1 runfold left it
+        plain_execute(path, "DELETE FROM runfold_schema WHERE version > 1")
+        await store.migrate()
+        assert store.migrated_from == 1
+        await write(store, "s", *started())
+    assert plain_query(path, "SELECT position FROM feed_high_water") == [(2,)]
+    assert plain_query(path, "SELECT max(version) FROM runfold_schema") == [(SCHEMA_VERSION,)]
+
+
+async def test_a_store_opened_read_only_refuses_to_migrate(tmp_path: Path) -> None:
+    path = tmp_path / "runfold.db"
+    async with await SQLiteStore.open(path):
+        pass
+    async with await SQLiteStore.open(path, read_only=True) as store:
+        assert store.migrated_from is None
+        with pytest.raises(StoreOpenError, match="read-only"):
+            await store.migrate()
+    with pytest.raises(StoreClosed):
+        await store.migrate()
 
 
 async def test_open_store_url_opens_a_sqlite_file(tmp_path: Path) -> None:
@@ -651,6 +682,62 @@ async def test_sql_text_is_always_a_parameter(tmp_path: Path) -> None:
     assert plain_query(path, "SELECT count(*) FROM events") == [(8,)]
     stored = plain_query(path, "SELECT attributes FROM runs WHERE run_id = ?", (evil_run,))
     assert json.loads(stored[0][0]) == expected
+
+
+# --- retention and the planner's statistics ----------------------------------------------------
+
+
+async def ended_runs(path: Path, count: int) -> None:
+    """A store at `path` holding `count` runs, every other one completed."""
+    async with await SQLiteStore.open(path) as store:
+        handler = CommandHandler(store, clock=Clock())
+        for n in range(count):
+            create = CreateRun(workflow_name="wf", input=b"")
+            await handler.execute(f"r{n}", StartRun(create=create))
+            if n % 2:
+                await handler.execute(f"r{n}", CompleteRun(output=b""))
+
+
+def plan(path: Path, sql: str, params: Sequence[Any]) -> list[str]:
+    return [row[3] for row in plain_query(path, f"EXPLAIN QUERY PLAN {sql}", params)]
+
+
+@pytest.mark.parametrize("statistics", ["none", "misleading", "true"])
+async def test_retention_walks_the_index_of_ended_runs_whatever_the_statistics(
+    tmp_path: Path, statistics: str
+) -> None:
+    path = tmp_path / "runfold.db"
+    await ended_runs(path, 6)
+    plain_execute(path, "ANALYZE")
+    if statistics == "none":
+        plain_execute(path, "DELETE FROM sqlite_stat1")
+    elif statistics == "misleading":  # every end time shared by all runs, each status by one
+        plain_execute(path, "DELETE FROM sqlite_stat1")
+        plain_execute(
+            path, "INSERT INTO sqlite_stat1 VALUES ('runs', 'runs_ended', '100000 100000')"
+        )
+        plain_execute(
+            path, "INSERT INTO sqlite_stat1 VALUES ('runs', 'runs_status', '100000 1 1 1')"
+        )
+    plain_execute(path, "ANALYZE sqlite_schema")  # load them
+    cutoff = time_key(FAR_FUTURE)
+    walked = plan(path, ENDED_RUNS, (cutoff, 500))
+    assert "USING INDEX runs_ended" in walked[0] and not any("TEMP B-TREE" in s for s in walked)
+    chosen = plan(path, CHOSEN_ENDED_RUNS, (cutoff, 500, json.dumps(["r1", "r3"])))
+    assert "chosen" in chosen[0] and "USING PRIMARY KEY" in chosen[1]
+    async with await SQLiteStore.open(path) as store:
+        assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=2) == 2
+        assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=5, run_ids=["r5"] * 2) == 1
+        assert [s.run_id for s in (await store.list_runs(limit=10)).items] == ["r4", "r2", "r0"]
+
+
+async def test_closing_leaves_the_planner_statistics_fresh(tmp_path: Path) -> None:
+    path = tmp_path / "runfold.db"
+    await ended_runs(path, 4)
+    async with await SQLiteStore.open(path) as store:  # queries on the runs indexes
+        assert len((await store.list_runs(status="completed")).items) == 2
+        assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=1) == 1
+    assert ("runs",) in plain_query(path, "SELECT DISTINCT tbl FROM sqlite_stat1")
 
 
 # --- durability across close and reopen ---------------------------------------------------------

@@ -45,6 +45,7 @@ from runfold.kernel import (
     StoreError,
 )
 from runfold.stores import EventStore, _conninfo, open_store
+from runfold.stores.protocol import SchemaMigrator
 
 __all__ = [
     "DEFAULT_STORE",
@@ -478,13 +479,12 @@ def migrate(ctx: click.Context, command_store: str | None) -> int:
     url = _url(ctx, command_store)
 
     async def work(store: EventStore, terminal: Terminal) -> int:
-        if not hasattr(store, "migrated_from"):
+        if not isinstance(store, SchemaMigrator):
             terminal.line(f"{type(store).__name__} keeps no schema: nothing to migrate")
             return EXIT_OK
-        # Both schema-keeping stores migrate when opened for writing, and say from where.
-        package = type(store).__module__.rpartition(".")[0]  # the store's package
-        current = sys.modules[package].SCHEMA_VERSION
-        before: int | None = store.migrated_from
+        # Stores with a schema migrate when opened for writing, and say from where.
+        current = store.schema_version
+        before = store.migrated_from
         if before is None:
             terminal.line(f"{label(url)} is already at version {current}")
         else:

@@ -64,7 +64,7 @@ class VerifyReport:
 
 
 def can_rebuild(store: EventStore) -> bool:
-    """Whether `store` offers the optional `rewrite_index` repair (a `hasattr` check)."""
+    """Whether `store` offers the optional `rewrite_index` repair (an `isinstance` check)."""
     return isinstance(store, IndexRewriter)
 
 

@@ -10,13 +10,22 @@ from typing import TYPE_CHECKING, Any
 
 from runfold.stores import _conninfo
 from runfold.stores.memory import MemoryStore
-from runfold.stores.protocol import EventStore
+from runfold.stores.protocol import EventStore, FeedSubscriber, IndexRewriter, SchemaMigrator
 
 if TYPE_CHECKING:
     from runfold.stores.postgres import PostgresStore
     from runfold.stores.sqlite import SQLiteStore
 
-__all__ = ["EventStore", "MemoryStore", "PostgresStore", "SQLiteStore", "open_store"]
+__all__ = [
+    "EventStore",
+    "FeedSubscriber",
+    "IndexRewriter",
+    "MemoryStore",
+    "PostgresStore",
+    "SQLiteStore",
+    "SchemaMigrator",
+    "open_store",
+]
 
 
 def __getattr__(name: str) -> Any:

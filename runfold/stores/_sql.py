@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 import typing
 from collections.abc import Collection, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
-from itertools import accumulate, repeat
-from operator import add, mul, sub
+from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 from runfold.kernel import (
@@ -38,18 +37,19 @@ from runfold.kernel._gc import in_bulk
 from runfold.stores import arguments
 from runfold.stores.arguments import MAX_COUNT
 from runfold.stores.protocol import (
+    from_key,
     hook_cursor_key,
     hooks_page,
     run_cursor_key,
     runs_page,
     time_key,
+    times_from_keys,
 )
 
 __all__ = [
     "SUMMARY_COLUMNS",
     "WakeupReads",
     "envelopes_from_rows",
-    "from_key",
     "holder_from_row",
     "hook_page",
     "list_hooks_query",
@@ -57,14 +57,11 @@ __all__ = [
     "optional_time",
     "summary_from_row",
     "summary_page",
-    "times_from_keys",
     "token_holder_query",
     "wakeup_from_row",
     "wakeups_query",
 ]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 _RUN_STATUSES = frozenset(typing.get_args(RunStatus))
 _WAKEUP_KINDS = frozenset(typing.get_args(WakeupKind))
 
@@ -73,17 +70,6 @@ SUMMARY_COLUMNS = (
     "last_sequence, attributes"
 )
 """The `runs` columns a `RunSummary` is read from, in `summary_from_row` order."""
-
-
-def from_key(micros: int) -> datetime:
-    """The UTC time stored as `micros` (see `time_key`).
-
-    Raises:
-        TypeError: `micros` is not an `int` (a REAL or a text SQLite's loose typing let in).
-    """
-    if type(micros) is not int:
-        raise TypeError(f"a time must be integer microseconds, not {type(micros).__name__}")
-    return _EPOCH + timedelta(0, 0, micros)
 
 
 def envelopes_from_rows(rows: Iterable[Sequence[Any]], run_id: str | None = None) -> list[Envelope]:
@@ -106,7 +92,7 @@ def _envelopes(rows: list[Sequence[Any]], run_id: str | None) -> list[Envelope]:
             run_ids, sequences, types, versions, payloads, keys, positions = zip(*rows, strict=True)
         else:
             # A run's own reads leave the run id out of the rows: fetching it again for every
-            # row cost about a sixth of a SQLite row's fetch.
+            # row is a noticeable part of a SQLite row's fetch.
             sequences, types, versions, payloads, keys, positions = zip(*rows, strict=True)
             run_ids = repeat(run_id)
         events = decode_events(types, versions, payloads)
@@ -115,21 +101,6 @@ def _envelopes(rows: list[Sequence[Any]], run_id: str | None) -> list[Envelope]:
         _check_rows(rows, run_id)  # raises CorruptEvent for the first row that is wrong
         raise
     return make_envelopes(len(rows), run_ids, sequences, events, times, positions)
-
-
-def times_from_keys(keys: Sequence[int]) -> list[datetime]:
-    """The UTC times stored as `keys` (see `from_key`); equal keys share one `datetime`.
-
-    Rows of one append share their time, so each distinct key is converted once, and from the
-    one before it: adding a small `timedelta` costs about half of building one from a large
-    count of microseconds.
-    """
-    distinct = list(dict.fromkeys(keys))
-    if set(map(type, distinct)) != {int}:
-        return list(map(from_key, keys))  # the loose values SQLite may hold, one by one
-    gaps = map(mul, repeat(_MICROSECOND), map(sub, distinct[1:], distinct))
-    found = dict(zip(distinct, accumulate(gaps, add, initial=from_key(distinct[0])), strict=True))
-    return list(map(found.__getitem__, keys))
 
 
 def _check_rows(rows: Iterable[Sequence[Any]], run_id: str | None) -> None:

@@ -9,8 +9,10 @@ a live hook token is held by one hook only.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import accumulate, repeat
+from operator import add, mul, sub
 from types import TracebackType
 from typing import Protocol, Self, TypeVar, runtime_checkable
 
@@ -30,17 +32,21 @@ from runfold.kernel import (
 
 __all__ = [
     "EventStore",
+    "FeedSubscriber",
     "IndexRewriter",
+    "SchemaMigrator",
     "check_append",
     "check_index",
     "decode_cursor",
     "encode_cursor",
+    "from_key",
     "hook_cursor_key",
     "hooks_page",
     "index_in_utc",
     "run_cursor_key",
     "runs_page",
     "time_key",
+    "times_from_keys",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -247,6 +253,56 @@ class IndexRewriter(Protocol):
         ...
 
 
+@runtime_checkable
+class SchemaMigrator(Protocol):
+    """The optional store capability `runfold migrate` needs: a versioned schema.
+
+    A store that keeps its data in a schema of its own creates or migrates it when opened for
+    writing, and says from which version. `SQLiteStore` and `PostgresStore` offer it.
+    """
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version this runfold writes and reads."""
+        ...
+
+    @property
+    def migrated_from(self) -> int | None:
+        """The version the store last migrated from (0: it created the schema), or None.
+
+        None while it has migrated nothing: the schema was already at `schema_version`.
+        """
+        ...
+
+    async def migrate(self) -> None:
+        """Create or upgrade the schema to `schema_version`; idempotent.
+
+        Raises:
+            StoreOpenError: The schema was written by a newer runfold, or is not runfold's, or
+                the store cannot write it (opened read-only).
+        """
+        ...
+
+
+@runtime_checkable
+class FeedSubscriber(Protocol):
+    """The optional store capability of pushing the global feed: `subscribe`.
+
+    `PostgresStore` offers it (`LISTEN`/`NOTIFY`); on other stores a tail polls `read_all`.
+    """
+
+    def subscribe(
+        self, after_position: int = 0, *, poll_interval: float = 1.0, batch: int = 1000
+    ) -> AsyncIterator[Envelope]:
+        """Every envelope of the feed after `after_position`, in feed order, as it commits.
+
+        An endless async iterator: end it with `aclose()`, e.g. via `contextlib.aclosing`. It
+        reads at least every `poll_interval` seconds, `batch` envelopes at a time, and raises
+        what `read_all` raises.
+        """
+        ...
+
+
 def encode_cursor(*parts: str | int) -> str:
     """An opaque, URL-safe cursor from a sort key (stores share this so cursors look alike)."""
     text = "\x1f".join(str(p) for p in parts)
@@ -352,6 +408,32 @@ def _optional_utc(moment: datetime | None) -> datetime | None:
 def time_key(value: datetime) -> int:
     """Microseconds since the Unix epoch: the exact, sortable form stores keep times in."""
     return (value - _EPOCH) // _MICROSECOND
+
+
+def from_key(micros: int) -> datetime:
+    """The UTC time stored as `micros` (the inverse of `time_key`).
+
+    Raises:
+        TypeError: `micros` is not an `int` (a REAL or a text SQLite's loose typing let in).
+    """
+    if type(micros) is not int:
+        raise TypeError(f"a time must be integer microseconds, not {type(micros).__name__}")
+    return _EPOCH + timedelta(0, 0, micros)
+
+
+def times_from_keys(keys: Sequence[int]) -> list[datetime]:
+    """The UTC times stored as `keys` (see `from_key`); equal keys share one `datetime`.
+
+    Rows of one append share their time, so each distinct key is converted once, and from the
+    one before it: adding a small `timedelta` is cheaper than building one from a large
+    count of microseconds.
+    """
+    distinct = list(dict.fromkeys(keys))
+    if set(map(type, distinct)) != {int}:
+        return list(map(from_key, keys))  # the loose values SQLite may hold, one by one
+    gaps = map(mul, repeat(_MICROSECOND), map(sub, distinct[1:], distinct))
+    found = dict(zip(distinct, accumulate(gaps, add, initial=from_key(distinct[0])), strict=True))
+    return list(map(found.__getitem__, keys))
 
 
 def check_append(run_id: str, events: Sequence[Event], index: RunIndex) -> None:

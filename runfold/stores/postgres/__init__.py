@@ -7,23 +7,24 @@
   except `tokens`, the global unique index of hook tokens (see
   `docs/scaling.md`).
 - **Append**: one call of the server-side function `append_events` (or, for a single event onto a
-  run without hooks or wakeups, one statement that does its part: `_PLAIN_APPEND`): one transaction,
-  one round trip. It moves the run's head in `runs` (that row is the run's lock: concurrent appends
-  to one run queue on it and all but one find the head moved), inserts the batch, and keeps the
-  run's hook and wakeup rows; the `(run_id, sequence)` primary key is the backstop. Refusals come
-  back as SQLSTATEs of runfold's own: `RF001` (sequence conflict), `RF002` (token conflict). The
-  request travels as one value of the composite type `append_request`, encoded here in PostgreSQL's
-  binary format (cheaper than 21 parameters adapted one by one).
+  run without hooks or wakeups, one statement that does its part, `plain_append`): one
+  transaction, one round trip. It moves the run's head in `runs` (that row is the run's lock:
+  concurrent appends to one run queue on it and all but one find the head moved), inserts the
+  batch, and keeps the run's hook and wakeup rows; the `(run_id, sequence)` primary key is the
+  backstop. Refusals come back as SQLSTATEs of runfold's own (`SEQUENCE_CONFLICT`,
+  `TOKEN_CONFLICT`). The request travels as one value of the composite type `append_request`,
+  in PostgreSQL's binary format (`wire`).
 - **Group commit**: an append takes a free write slot (`MAX_WRITES` of them); while every slot
   is taken, further appends wait and go together in one transaction, one append per run and
   one write per run in flight, sorted by run id so that batches lock runs in one order. Plain
   appends go through `append_plain_batch`, the others through `append_batch`, each in a
   subtransaction of its own, so each keeps its own all-or-nothing outcome. A write that finds
-  a run's head settles the appends queued for that run which expect another head (`_prune`).
-- **Feed**: an event's position is its transaction's id × 1,000,000 + its ordinal in that
-  transaction, and `read_all` serves only transactions older than the oldest one still running
-  (`pg_snapshot_xmin`). Any transaction that can still commit has a higher id, hence higher
-  positions, so nothing can appear below a position already served, and writers share no lock.
+  a run's head settles the appends queued for that run which expect another head.
+- **Feed**: an event's position is its transaction's id × `POSITIONS_PER_TRANSACTION` + its
+  ordinal in that transaction, and `read_all` serves only transactions older than the oldest one
+  still running (`pg_snapshot_xmin`). Any transaction that can still commit has a higher id,
+  hence higher positions, so nothing can appear below a position already served, and writers
+  share no lock.
 - **Notifications**: after appends commit the store sends `NOTIFY` from a separate, write-free
   transaction, at most one per `NOTIFY_INTERVAL`; `subscribe` listens, and polls as a fallback.
 - **Times** are integer microseconds since the Unix epoch, exact and compared as numbers.
@@ -38,7 +39,8 @@ notifications) and `retention`.
 
 from __future__ import annotations
 
-from runfold.stores.postgres.feed import NOTIFY_INTERVAL, POSITIONS_PER_TRANSACTION
+from runfold.stores.postgres.feed import NOTIFY_INTERVAL
+from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.schema import SCHEMA_VERSION
 from runfold.stores.postgres.store import PostgresStore
 

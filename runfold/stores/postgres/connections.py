@@ -39,7 +39,7 @@ class Connections:
         self.owns_pool = owns_pool
         self.closed = False
         # Each pooled connection that has sent appends, with the cursor its appends reuse (a new
-        # cursor per statement cost about a sixth of an append's client time).
+        # cursor per statement is a noticeable part of an append's client time).
         self.cursors: dict[Connection, Cursor] = {}
         self._held: list[Connection] = []  # see `putconn`
         self._tasks: set[asyncio.Task[None]] = set()  # see `background`
@@ -85,8 +85,7 @@ class Connections:
         """Give back a connection from `getconn`.
 
         The store keeps it until the event loop's next round for a call that comes straight
-        after (a writer's next append, say): a trip through the pool costs about a tenth of a
-        single append's own client time.
+        after (a writer's next append, say), sparing it a trip through the pool.
         """
         if not self.closed and not conn.broken:
             self._held.append(conn)

@@ -21,13 +21,11 @@ from runfold.stores._sql import envelopes_from_rows
 from runfold.stores.postgres.connections import Connection, Connections
 from runfold.stores.postgres.schema import quote
 
-__all__ = ["EVENT_COLUMNS", "NOTIFY_INTERVAL", "POSITIONS_PER_TRANSACTION", "Feed", "channel"]
+__all__ = ["EVENT_COLUMNS", "NOTIFY_INTERVAL", "Feed", "channel"]
 
 _LARGEST_LIMIT = 2**31 - 1
 """The largest limit `read_feed` takes (an `integer`); a larger one returns the same rows."""
 
-POSITIONS_PER_TRANSACTION = 1_000_000
-"""Feed positions are `transaction id × POSITIONS_PER_TRANSACTION + ordinal`."""
 NOTIFY_INTERVAL = 0.025
 """Seconds between two `NOTIFY`s of one store: appends in between share the next one."""
 EVENT_COLUMNS = "sequence, type, schema_version, payload, recorded_at, position"
@@ -126,7 +124,7 @@ class Feed:
 
         Not inside `append_events`: a notifying transaction holds a database-wide lock from
         before its commit until its commit is flushed, so concurrent writers would flush one by
-        one (measured: 8 writers fell to a quarter of the raw insert rate). Here it is a
+        one, at a fraction of the raw insert rate. Here it is a
         transaction without writes, at most one per `NOTIFY_INTERVAL` per store.
         """
         self._unannounced = True

@@ -1,25 +1,153 @@
 """The SQL the PostgreSQL store runs on the server: its functions, and the one-statement append.
 
-`{s}` in each is the quoted schema name.
+An append is one idea written once, here: check that the run's head is where the caller left it
+and move it (`_move_head`), then insert the events (`_insert_events`). Three variants compose
+those parts, each for the appends it is the cheapest way to write:
+
+- `append_events`, the plpgsql function every append can go through: it also creates runs and
+  keeps their hook claims and wakeups, and says why it refused (`SEQUENCE_CONFLICT`,
+  `TOKEN_CONFLICT`, serialization_failure);
+- `append_plain_batch`, a group commit of appends onto runs without hook claims or wakeups: no
+  upkeep, and no subtransaction per append, since none can raise once written;
+- `plain_append(s)`, one such append of one event as one statement with scalar parameters,
+  sparing the function call and the composite value.
+
+`append_batch` is a group commit of any appends, each through `append_events` in a
+subtransaction of its own. `s` is the quoted schema name throughout.
 """
 
 from __future__ import annotations
 
-__all__ = ["FUNCTIONS", "PLAIN_APPEND"]
+from collections.abc import Callable
 
-FUNCTIONS = """
+__all__ = [
+    "POSITIONS_PER_TRANSACTION",
+    "SEQUENCE_CONFLICT",
+    "TOKEN_CONFLICT",
+    "functions",
+    "plain_append",
+]
+
+POSITIONS_PER_TRANSACTION = 1_000_000
+"""Feed positions are `transaction id × POSITIONS_PER_TRANSACTION + ordinal`."""
+
+SEQUENCE_CONFLICT = "RF001"
+"""The SQLSTATE `append_events` refuses with when the head is not the one expected.
+
+Its detail is the true head.
+"""
+TOKEN_CONFLICT = "RF002"
+"""The SQLSTATE `append_events` refuses with when another run holds a claimed token.
+
+Its detail is JSON naming the claim's ordinal and its holder, never the token.
+"""
+
+_P = POSITIONS_PER_TRANSACTION
+_XACT = "pg_current_xact_id()::text::bigint"
+"""The id of the writing transaction: its events' positions are `id × P + ordinal`."""
+_CHANGING = ("status", "updated_at", "completed_at", "last_sequence", "attributes")
+"""The summary columns an append may change; the others are fixed when the run is created."""
+_FIXED = ("workflow_name", "parent_run_id", "created_at")
+
+Fields = Callable[[str], str]
+"""Where a variant finds a field of the append: `r.status` in a function, `%(status)s` in a
+statement."""
+
+
+def _function_field(name: str) -> str:
+    return f"r.{name}"
+
+
+def _move_head(
+    s: str,
+    field: Fields,
+    *,
+    count: str,
+    position: str,
+    xact: str,
+    row: str = "",
+    plain: bool = False,
+    every_column: bool = False,
+    also: str = "",
+    old: bool = False,
+) -> str:
+    """The `UPDATE` of the run's row that moves its head by `count` events, to `position`.
+
+    It matches nothing unless the head is `field("expected")`, its event at
+    `field("expected_position")` (when given), and written by a transaction older than `xact`
+    (an unmultiplied id): a run's events come in the feed in the order they were appended.
+    `row` names the row updated (an alias, with its dot); `plain` also requires a run without
+    hook claims or wakeups; `every_column` sets the fixed summary columns too (a repair may
+    change them); `also` adds to the `SET` list; `old` joins the row as the statement found
+    it, as `old`. The caller adds a `RETURNING` as it needs.
+    """
+    columns = (*_FIXED, *_CHANGING) if every_column else _CHANGING
+    sets = [f"{column} = {field(column)}" for column in columns]
+    sets += [f"head = {field('expected')} + {count}", f"head_position = {position}"]
+    if also:
+        sets.append(also)
+    checks = [
+        f"{row}run_id = {field('run_id')}",
+        f"{row}head = {field('expected')}",
+        f"{row}head_position = coalesce({field('expected_position')}, {row}head_position)",
+        f"{row}head_position < ({xact} + 1) * {_P}",
+    ]
+    if plain:
+        checks += [f"NOT {row}has_hooks", f"NOT {row}has_wakeups"]
+    alias = f" {row[:-1]}" if row else ""
+    joined = ""
+    if old:
+        joined = f" FROM {s}.runs old"
+        checks.append(f"old.run_id = {field('run_id')}")
+    return f"UPDATE {s}.runs{alias} SET {', '.join(sets)}{joined} WHERE {' AND '.join(checks)}"
+
+
+_EVENTS = (
+    "unnest(r.types, r.versions, r.correlation_ids, r.payloads) "
+    "WITH ORDINALITY AS e(type, version, correlation_id, payload, n)"
+)
+"""The events of `append_request` `r`, numbered from 1."""
+
+
+def _insert_events(s: str, field: Fields, *, base: str, events: str = _EVENTS) -> str:
+    """The `INSERT` of the events, the `n`-th at sequence expected + n and position base + n.
+
+    `events` yields `e(type, version, correlation_id, payload, n)`.
+    """
+    return (
+        f"INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id, "
+        f"payload, recorded_at, position) SELECT {field('run_id')}, {field('expected')} + e.n, "
+        f"e.type, e.version, e.correlation_id, e.payload, {field('recorded_at')}, {base} + e.n "
+        f"FROM {events}"
+    )
+
+
+def _append_events(s: str) -> str:
+    move = _move_head(
+        s,
+        _function_field,
+        count="v_count",
+        position="coalesce(v_position, u.head_position)",
+        xact="v_xact",
+        row="u.",
+        every_column=True,
+        also="has_hooks = cardinality(r.tokens) > 0, has_wakeups = cardinality(r.wakeup_kinds) > 0",
+        old=True,
+    )
+    return f"""
     -- Writes one append; returns the position before its first event (its events follow at
-    -- ordinals p_offset + 1, … of this transaction). Raises RF001 (detail: the true head) when
-    -- the head is not r.expected; RF002 (detail: JSON naming the claim's ordinal and its
-    -- holder, never the token) when another run holds a claimed token; serialization_failure
-    -- when the run's previous append committed with a younger transaction id than this one
-    -- (possible only when appending at a head read before that commit): its events would come
-    -- first in the feed, and a new transaction, being younger, passes.
+    -- ordinals p_offset + 1, … of this transaction). Raises {SEQUENCE_CONFLICT} (detail: the
+    -- true head) when the head is not r.expected; {TOKEN_CONFLICT} (detail: JSON naming the
+    -- claim's ordinal and its holder, never the token) when another run holds a claimed
+    -- token; serialization_failure when the run's previous append committed with a younger
+    -- transaction id than this one (possible only when appending at a head read before that
+    -- commit): its events would come first in the feed, and a new transaction, being younger,
+    -- passes.
     CREATE OR REPLACE FUNCTION {s}.append_events(r {s}.append_request, p_offset integer DEFAULT 0)
     RETURNS bigint LANGUAGE plpgsql AS $fn$
     DECLARE
-        v_xact bigint := pg_current_xact_id()::text::bigint * 1000000;
-        v_base bigint := v_xact + p_offset;
+        v_xact bigint := {_XACT};
+        v_base bigint := v_xact * {_P} + p_offset;
         v_count integer := cardinality(r.types);
         -- No events (a repair of the index rows alone): the run's last position stays.
         v_position bigint := CASE WHEN v_count > 0 THEN v_base + v_count END;
@@ -31,16 +159,7 @@ FUNCTIONS = """
     BEGIN
         -- `old` is the row as this statement found it: a commit since then would have moved
         -- the head, and the head check would have failed.
-        UPDATE {s}.runs u SET workflow_name = r.workflow_name, status = r.status,
-            parent_run_id = r.parent_run_id, created_at = r.created_at,
-            updated_at = r.updated_at, completed_at = r.completed_at,
-            last_sequence = r.last_sequence, attributes = r.attributes,
-            head = r.expected + v_count, head_position = coalesce(v_position, u.head_position),
-            has_hooks = cardinality(r.tokens) > 0, has_wakeups = cardinality(r.wakeup_kinds) > 0
-        FROM {s}.runs old
-        WHERE u.run_id = r.run_id AND old.run_id = r.run_id AND u.head = r.expected
-            AND u.head_position = coalesce(r.expected_position, u.head_position)
-            AND u.head_position < v_xact + 1000000
+        {move}
         RETURNING old.has_hooks, old.has_wakeups INTO v_had_hooks, v_had_wakeups;
         IF NOT FOUND AND r.expected = 0 THEN
             INSERT INTO {s}.runs (run_id, workflow_name, status, parent_run_id, created_at,
@@ -62,16 +181,11 @@ FUNCTIONS = """
                 RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
                     MESSAGE = 'runfold: the run moved on in a younger transaction; retry';
             END IF;
-            RAISE EXCEPTION USING ERRCODE = 'RF001', MESSAGE = 'runfold: sequence conflict',
-                DETAIL = coalesce(v_head, 0)::text;
+            RAISE EXCEPTION USING ERRCODE = '{SEQUENCE_CONFLICT}',
+                MESSAGE = 'runfold: sequence conflict', DETAIL = coalesce(v_head, 0)::text;
         END IF;
 
-        INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id,
-            payload, recorded_at, position)
-        SELECT r.run_id, r.expected + e.n, e.type, e.version, e.correlation_id, e.payload,
-            r.recorded_at, v_base + e.n
-        FROM unnest(r.types, r.versions, r.correlation_ids, r.payloads)
-            WITH ORDINALITY AS e(type, version, correlation_id, payload, n);
+        {_insert_events(s, _function_field, base="v_base")};
 
         -- Hook claims. The run's rows in `hooks` are replaced; in `tokens` only the claims
         -- that changed are touched, so a run keeping its hooks writes nothing there.
@@ -105,7 +219,8 @@ FUNCTIONS = """
             INTO v_holder FROM {s}.tokens t
             WHERE t.token = ANY(r.tokens) AND t.run_id <> r.run_id LIMIT 1;
             IF FOUND THEN
-                RAISE EXCEPTION USING ERRCODE = 'RF002', MESSAGE = 'runfold: token conflict',
+                RAISE EXCEPTION USING ERRCODE = '{TOKEN_CONFLICT}',
+                    MESSAGE = 'runfold: token conflict',
                     DETAIL = json_build_object('claim', v_holder.claim,
                         'run_id', v_holder.run_id, 'hook_id', v_holder.hook_id)::text;
             END IF;
@@ -126,7 +241,11 @@ FUNCTIONS = """
         RETURN v_base;
     END
     $fn$;
+"""
 
+
+def _append_batch(s: str) -> str:
+    return f"""
     -- Several appends in one transaction, each in a subtransaction of its own: one row per
     -- append, in order, with its base position or the SQLSTATE and detail that refused it.
     CREATE OR REPLACE FUNCTION {s}.append_batch(p_requests {s}.append_request[])
@@ -141,8 +260,8 @@ FUNCTIONS = """
             BEGIN
                 base := {s}.append_events(r, v_offset);
                 v_offset := v_offset + cardinality(r.types);
-            EXCEPTION WHEN SQLSTATE 'RF001' OR SQLSTATE 'RF002' OR unique_violation
-                    OR serialization_failure THEN
+            EXCEPTION WHEN SQLSTATE '{SEQUENCE_CONFLICT}' OR SQLSTATE '{TOKEN_CONFLICT}'
+                    OR unique_violation OR serialization_failure THEN
                 GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, detail = PG_EXCEPTION_DETAIL;
                 base := NULL;
             END;
@@ -150,7 +269,53 @@ FUNCTIONS = """
         END LOOP;
     END
     $fn$;
+"""
 
+
+def _append_plain_batch(s: str) -> str:
+    move = _move_head(
+        s,
+        _function_field,
+        count="v_count",
+        position=f"v_xact * {_P} + v_ordinal + v_count",
+        xact="v_xact",
+        plain=True,
+    )
+    insert = _insert_events(s, _function_field, base=f"v_xact * {_P} + v_ordinal")
+    return f"""
+    -- A group commit of appends onto runs that keep no hook claims and no wakeups, each to
+    -- another run: what `append_events` does for them, without the upkeep of hooks and
+    -- wakeups, or a subtransaction per append (none raises here). One row per
+    -- append, in order: its base position or, where it wrote nothing, -1 - the run's head
+    -- (0 for no run), as the single statement of one such append returns it.
+    CREATE OR REPLACE FUNCTION {s}.append_plain_batch(p_requests {s}.append_request[])
+    RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
+    DECLARE
+        v_xact bigint := {_XACT};
+        v_ordinal integer := 0;  -- ordinals taken by the appends written so far
+        v_count integer;
+        v_head integer;
+        r {s}.append_request;
+    BEGIN
+        FOREACH r IN ARRAY p_requests LOOP
+            v_count := cardinality(r.types);
+            {move};
+            IF FOUND THEN
+                {insert};
+                RETURN NEXT v_xact * {_P} + v_ordinal;
+                v_ordinal := v_ordinal + v_count;
+            ELSE
+                SELECT head INTO v_head FROM {s}.runs WHERE run_id = r.run_id;
+                RETURN NEXT -1 - coalesce(v_head, 0);
+            END IF;
+        END LOOP;
+    END
+    $fn$;
+"""
+
+
+def _read_feed(s: str) -> str:
+    return f"""
     -- The global feed after p_after: only transactions older than the oldest one still
     -- running, since any that can still commit has a higher id, hence higher positions. It
     -- first waits (up to p_wait_ms) for the transactions running when it was called, so that
@@ -166,88 +331,56 @@ FUNCTIONS = """
             PERFORM pg_sleep(0.001);
         END LOOP;
         RETURN QUERY SELECT * FROM {s}.events e WHERE e.position > p_after
-            AND e.position < pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 1000000
+            AND e.position < pg_snapshot_xmin(pg_current_snapshot())::text::bigint * {_P}
             ORDER BY e.position LIMIT p_limit;
     END
     $fn$;
-
-    -- A group commit of appends onto runs that keep no hook claims and no wakeups, each to
-    -- another run: what `append_events` does for them, without the upkeep of hooks and
-    -- wakeups, or a subtransaction per append (none raises here). One row per
-    -- append, in order: its base position or, where it wrote nothing, -1 - the run's head
-    -- (0 for no run), as the single statement of one such append returns it.
-    CREATE OR REPLACE FUNCTION {s}.append_plain_batch(p_requests {s}.append_request[])
-    RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
-    DECLARE
-        v_xact bigint := pg_current_xact_id()::text::bigint * 1000000;
-        v_ordinal integer := 0;  -- ordinals taken by the appends written so far
-        v_count integer;
-        v_head integer;
-        r {s}.append_request;
-    BEGIN
-        FOREACH r IN ARRAY p_requests LOOP
-            v_count := cardinality(r.types);
-            UPDATE {s}.runs SET status = r.status, updated_at = r.updated_at,
-                completed_at = r.completed_at, last_sequence = r.last_sequence,
-                attributes = r.attributes, head = r.expected + v_count,
-                head_position = v_xact + v_ordinal + v_count
-            WHERE run_id = r.run_id AND head = r.expected AND NOT has_hooks
-                AND NOT has_wakeups AND head_position < v_xact + 1000000
-                AND head_position = coalesce(r.expected_position, head_position);
-            IF FOUND THEN
-                INSERT INTO {s}.events (run_id, sequence, type, schema_version,
-                    correlation_id, payload, recorded_at, position)
-                SELECT r.run_id, r.expected + e.n, e.type, e.version, e.correlation_id,
-                    e.payload, r.recorded_at, v_xact + v_ordinal + e.n
-                FROM unnest(r.types, r.versions, r.correlation_ids, r.payloads)
-                    WITH ORDINALITY AS e(type, version, correlation_id, payload, n);
-                RETURN NEXT v_xact + v_ordinal;
-                v_ordinal := v_ordinal + v_count;
-            ELSE
-                SELECT head INTO v_head FROM {s}.runs WHERE run_id = r.run_id;
-                RETURN NEXT -1 - coalesce(v_head, 0);
-            END IF;
-        END LOOP;
-    END
-    $fn$;
 """
-"""The server-side functions, as this runfold calls them.
 
-They are (re)created in the transaction of every migration, so that each is written once, here,
-and a schema at any version ends with the current definitions."""
 
-PLAIN_APPEND = """
-WITH moved AS (
-    UPDATE {s}.runs SET status = %(status)s, updated_at = %(updated_at)s,
-        completed_at = %(completed_at)s, last_sequence = %(last_sequence)s,
-        attributes = %(attributes)s, head = %(expected)s + 1,
-        head_position = pg_current_xact_id()::text::bigint * 1000000 + 1
-    WHERE run_id = %(run_id)s AND head = %(expected)s AND NOT has_hooks AND NOT has_wakeups
-        AND head_position < (pg_current_xact_id()::text::bigint + 1) * 1000000
-        AND head_position = coalesce(%(expected_position)s::bigint, head_position)
-    RETURNING run_id, head_position
-), written AS (
-    INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id, payload,
-        recorded_at, position)
-    SELECT run_id, %(expected)s::integer + 1, %(type)s, %(version)s, %(correlation_id)s,
-        %(payload)s, %(recorded_at)s, head_position
-    FROM moved
-)
--- The run's head (as the statement's snapshot saw it) is looked up only when nothing was written.
+def functions(s: str) -> str:
+    """The server-side functions of the store in schema `s`, as this runfold calls them.
+
+    They are (re)created in the transaction of every migration, so that each is written once,
+    here, and a schema at any version ends with the current definitions.
+    """
+    return _append_events(s) + _append_batch(s) + _read_feed(s) + _append_plain_batch(s)
+
+
+_STATEMENT_CASTS = {"expected": "::integer", "expected_position": "::bigint"}
+
+
+def _statement_field(name: str) -> str:
+    return f"%({name})s{_STATEMENT_CASTS.get(name, '')}"
+
+
+def plain_append(s: str) -> str:
+    """One plain append of one event (`Append.single`) in one statement, schema `s`.
+
+    Its parameters are named (`Append.plain_parameters`). It writes what `append_events` would,
+    with the same head and feed-order checks, on a run without hook claims or wakeups before and
+    after. It returns the base position (never negative) or, where it writes nothing,
+    `-1 - head` for the head its snapshot saw: another head is a `SequenceConflict`; the
+    expected one leaves `append_events` to say why (a commit since the snapshot, hook or wakeup
+    rows to clear, a feed-order retry).
+    """
+    move = _move_head(
+        s,
+        _statement_field,
+        count="1",
+        position=f"{_XACT} * {_P} + 1",
+        xact=_XACT,
+        plain=True,
+    )
+    event = (
+        "moved, (SELECT %(type)s::text, %(version)s::integer, %(correlation_id)s::text, "
+        "%(payload)s::bytea, 1) AS e(type, version, correlation_id, payload, n)"
+    )
+    insert = _insert_events(s, _statement_field, base="moved.head_position - 1", events=event)
+    # The run's head (as the statement's snapshot saw it) is looked up only when nothing was
+    # written.
+    return f"""
+WITH moved AS ({move} RETURNING head_position), written AS ({insert})
 SELECT coalesce((SELECT head_position - 1 FROM moved),
     -1 - coalesce((SELECT head FROM {s}.runs WHERE run_id = %(run_id)s), 0))
-"""
-"""A plain append of one event (`Append.single`) in one statement with scalar parameters.
-
-It writes what `append_events` would (the same head and feed-order checks, on a run that had no
-hooks and no wakeups either) without the plpgsql call, the arrays and the upkeep of hooks and
-wakeups: measured from Python with synchronous_commit off, an append took 115–120 µs this way
-and 140–150 µs through the function. It returns the base position (never negative) or, where it
-writes nothing, `-1 - head` for the head its snapshot saw: another head is a `SequenceConflict`;
-the expected one leaves `append_events` to say why (a commit since the snapshot, hook or wakeup
-rows to clear, a feed-order retry).
-
-`append_plain_batch` (migration 2) is the same write for a group commit. A lone append stays a
-statement: through the function it took 5–10% longer (measured with synchronous_commit on and
-off).
 """

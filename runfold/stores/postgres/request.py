@@ -100,14 +100,14 @@ class Append:
 
     @property
     def single(self) -> bool:
-        """Whether this is a plain append of one event, which `PLAIN_APPEND` may write alone.
+        """Whether this is a plain append of one event, which `plain_append` may write alone.
 
         Its parameters are `plain_parameters`.
         """
         return self.count == 1 and self.plain
 
     def plain_parameters(self) -> dict[str, Any]:
-        """The parameters of `PLAIN_APPEND`."""
+        """The parameters of `plain_append`."""
         summary = self.index.summary
         ((event_type, version, payload),) = self.encoded
         completed_at = summary.completed_at

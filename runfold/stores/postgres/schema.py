@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from runfold.kernel import StoreOpenError
 from runfold.stores.postgres.connections import Connection
-from runfold.stores.postgres.functions import FUNCTIONS
+from runfold.stores.postgres.functions import functions
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_schema", "quote", "request_types"]
 
 # Forward-only: migration N takes a schema at version N-1 to version N (tables, types, indexes).
 # Never change what one that shipped leaves behind; add the next. Functions are not migrated:
-# `FUNCTIONS` replaces them with this runfold's definitions whenever a migration runs. `{s}` is
+# `functions` replaces them with this runfold's definitions whenever a migration runs. `{s}` is
 # the quoted schema name.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -97,7 +97,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
 
     """,
-    # Migration 2 added the function append_plain_batch: functions live in `FUNCTIONS` now.
+    # Migration 2 added the function append_plain_batch: functions live in `functions` now.
     "SELECT 1",
     """
     ALTER TYPE {s}.append_request ADD ATTRIBUTE expected_position bigint;
@@ -173,7 +173,7 @@ async def _migrate_locked(conn: Connection, schema: str) -> int | None:
     for number in range(version + 1, SCHEMA_VERSION + 1):
         await conn.execute(MIGRATIONS[number - 1].format(s=s))
         await conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (number,))
-    await conn.execute(FUNCTIONS.format(s=s))
+    await conn.execute(functions(s))
     return version if version < SCHEMA_VERSION else None
 
 

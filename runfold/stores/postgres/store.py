@@ -42,10 +42,16 @@ from runfold.stores._sql import (
     wakeups_query,
 )
 from runfold.stores.postgres.connections import Connection, Connections, Pool
-from runfold.stores.postgres.feed import EVENT_COLUMNS, POSITIONS_PER_TRANSACTION, Feed
+from runfold.stores.postgres.feed import EVENT_COLUMNS, Feed
+from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.retention import DELETE_RUNS, DROP_UNBORN_RUN
-from runfold.stores.postgres.schema import prepare_schema, quote, request_types
+from runfold.stores.postgres.schema import (
+    SCHEMA_VERSION,
+    prepare_schema,
+    quote,
+    request_types,
+)
 from runfold.stores.postgres.writer import Writer
 from runfold.stores.protocol import time_key
 
@@ -172,6 +178,11 @@ class PostgresStore(WakeupReads):
 
     def _check_open(self) -> None:
         self._connections.check_open()
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version this runfold writes and reads (`SchemaMigrator`)."""
+        return SCHEMA_VERSION
 
     # --- schema -------------------------------------------------------------------------------
 

@@ -1,8 +1,13 @@
 """Values in PostgreSQL's binary format: the composite `append_request` and its arrays.
 
 The store sends each append as one value of its composite type, encoded here: cheaper than its
-21 fields adapted one by one. `Wire` is such a value, which `WireDumper` passes through as it is.
+22 fields adapted one by one. `Wire` is such a value, which `WireDumper` passes through as it is.
 """
+
+# Why by hand: psycopg's own adaptation of composites (`CompositeInfo.fetch`, then
+# `register_composite`, dumping in binary) makes the same bytes (a test compares them on the
+# server), but its generic per-field dumping takes nearly twice the client time of this encoder
+# for the common append of one event, and more for every append of a group commit.
 
 from __future__ import annotations
 

@@ -16,11 +16,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+from psycopg import errors
 
 from runfold.kernel import SequenceConflict, StoreUnavailable, TokenConflict
 from runfold.stores.postgres.connections import Connection, Connections
-from runfold.stores.postgres.feed import POSITIONS_PER_TRANSACTION
-from runfold.stores.postgres.functions import PLAIN_APPEND
+from runfold.stores.postgres.functions import (
+    POSITIONS_PER_TRANSACTION,
+    SEQUENCE_CONFLICT,
+    TOKEN_CONFLICT,
+    plain_append,
+)
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.schema import quote
 from runfold.stores.postgres.wire import array
@@ -30,10 +35,9 @@ __all__ = ["BATCH_LIMIT", "MAX_WRITES", "RETRIES", "Writer", "plain_outcome"]
 MAX_WRITES = 2
 """The append transactions a store keeps in flight (fewer if its pool is smaller).
 
-Appends beyond wait for a group commit. Measured against one slot per connection of a pool of
-8, in back-to-back runs on a 2-core machine: eight writers on distinct runs made 5–49% more
-appends per second with two slots (median 32%, over 5 pairs), 64 writers 63–66% more (2
-pairs): larger batches cost less client time and fewer commits per append."""
+Appends beyond wait for a group commit. Fewer slots than connections make larger batches,
+which cost less client time and fewer commits per append: with eight and more writers, two
+slots write more appends per second than one per connection."""
 BATCH_LIMIT = 64
 """Appends per group commit, each a subtransaction.
 
@@ -42,6 +46,10 @@ snapshots slow down.
 """
 RETRIES = 3
 """Attempts for an append refused with serialization_failure (it wrote nothing)."""
+
+
+_RETRY = errors.SerializationFailure.sqlstate
+"""The state of an append refused before it wrote anything, which a new transaction may write."""
 
 
 def plain_outcome(expected: int, outcome: int) -> tuple[str | None, int | None, str | None]:
@@ -53,7 +61,9 @@ def plain_outcome(expected: int, outcome: int) -> tuple[str | None, int | None, 
     if outcome >= 0:
         return None, outcome, None
     head = -1 - outcome
-    return ("RF001", None, str(head)) if head != expected else ("40001", None, None)
+    if head != expected:
+        return SEQUENCE_CONFLICT, None, str(head)
+    return _RETRY, None, None
 
 
 class Writer:
@@ -78,7 +88,7 @@ class Writer:
         self.idle.set()
         s = quote(schema)
         self._append_sql = f"SELECT {s}.append_events(%b)"
-        self._plain_sql = PLAIN_APPEND.format(s=s)
+        self._plain_sql = plain_append(s)
         self._batch_sql = f"SELECT state, base, detail FROM {s}.append_batch(%b)"
         self._plain_batch_sql = f"SELECT * FROM {s}.append_plain_batch(%b)"
         self._head_sql = f"SELECT head FROM {s}.runs WHERE run_id = %s"
@@ -217,7 +227,7 @@ class Writer:
                 assert row is not None
                 return int(row[0])
             except psycopg.Error as exc:
-                if exc.sqlstate == "40001" and attempt < RETRIES:
+                if isinstance(exc, errors.SerializationFailure) and attempt < RETRIES:
                     continue  # refused before writing anything: a younger transaction passes
                 refusal = await self._refusal(request, exc.sqlstate, exc.diag.message_detail)
                 if refusal is not None:
@@ -270,7 +280,7 @@ class Writer:
             if state is None:
                 request.settle(int(base))
                 heads[request.run_id] = request.expected + request.count
-            elif state == "40001":
+            elif state == _RETRY:
                 alone.append(request)
             else:
                 refusal = await self._refusal(request, state, detail)
@@ -309,13 +319,13 @@ class Writer:
         self, request: Append, sqlstate: str | None, detail: str | None
     ) -> Exception | None:
         """The runfold error for an append refused with `sqlstate`, or None if not a refusal."""
-        if sqlstate == "RF001":
+        if sqlstate == SEQUENCE_CONFLICT:
             return SequenceConflict(request.run_id, request.expected, int(detail or 0))
-        if sqlstate == "RF002":
+        if sqlstate == TOKEN_CONFLICT:
             holder = json.loads(detail or "{}")
             token = request.claims[holder["claim"] - 1].token
             return TokenConflict(token, holder["run_id"], holder["hook_id"])
-        if sqlstate == "23505":  # the primary key backstop
+        if sqlstate == errors.UniqueViolation.sqlstate:  # the primary key backstop
             return SequenceConflict(
                 request.run_id, request.expected, await self._head(request.run_id)
             )

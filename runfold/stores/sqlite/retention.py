@@ -6,29 +6,51 @@ import sqlite3
 
 from runfold.stores._sql import holds_at
 
-__all__ = ["TERMINAL", "delete_ended_runs"]
+__all__ = ["CHOSEN_ENDED_RUNS", "ENDED_RUNS", "TERMINAL", "delete_ended_runs"]
 
 TERMINAL = ("completed", "failed", "cancelled", "timed_out")
 """The statuses of runs that ended."""
 
 
+_ENDED = (
+    f"completed_at IS NOT NULL AND completed_at < ?1 AND status IN {TERMINAL!r} "
+    "AND NOT EXISTS (SELECT 1 FROM hooks WHERE hooks.run_id = runs.run_id "
+    f"AND {holds_at('?1')}) ORDER BY completed_at, runs.run_id LIMIT ?2"
+)
+
+ENDED_RUNS = f"SELECT run_id FROM runs INDEXED BY runs_ended WHERE {_ENDED}"
+"""The runs `delete_runs` deletes: up to `?2` that ended before `?1`, retaining no token past it.
+
+`INDEXED BY` holds the planner to the partial index of ended runs, in the order it wants them,
+whatever its statistics say: without them, it would walk every finished run by status and sort
+them, inside the write transaction every append on the file waits behind.
+"""
+
+CHOSEN_ENDED_RUNS = (
+    "SELECT runs.run_id FROM json_each(?3) AS chosen CROSS JOIN runs "
+    f"ON runs.run_id = chosen.value WHERE {_ENDED}"
+)
+"""`ENDED_RUNS` among the runs of the JSON array `?3` (distinct ids), each found by its key.
+
+`CROSS JOIN` makes SQLite read the chosen ids first, whatever its statistics.
+"""
+
+
 def delete_ended_runs(
     conn: sqlite3.Connection, terminal_before: int, limit: int, run_ids: str | None
 ) -> int:
-    """`run_ids`: a JSON array of the runs to choose from, or None for any."""
+    """Delete the runs `ENDED_RUNS` selects, with all their rows; how many.
+
+    `run_ids`: a JSON array of the distinct runs to choose from (`CHOSEN_ENDED_RUNS`), or None
+    for any.
+    """
     conn.execute("BEGIN IMMEDIATE")
     try:
-        doomed = [
-            row[0]
-            for row in conn.execute(
-                "SELECT run_id FROM runs WHERE completed_at IS NOT NULL AND completed_at < ? "
-                f"AND status IN {TERMINAL!r} AND NOT EXISTS (SELECT 1 FROM hooks "
-                f"WHERE hooks.run_id = runs.run_id AND {holds_at('?')}) "
-                "AND (? IS NULL OR run_id IN (SELECT value FROM json_each(?))) "
-                "ORDER BY completed_at, run_id LIMIT ?",
-                (terminal_before, terminal_before, run_ids, run_ids, limit),
-            )
-        ]
+        if run_ids is None:
+            found = conn.execute(ENDED_RUNS, (terminal_before, limit))
+        else:
+            found = conn.execute(CHOSEN_ENDED_RUNS, (terminal_before, limit, run_ids))
+        doomed = [row[0] for row in found]
         conn.execute(
             "UPDATE feed_high_water SET position = max(position, "
             "coalesce((SELECT max(position) FROM events), 0))"

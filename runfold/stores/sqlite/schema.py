@@ -11,7 +11,15 @@ import sqlite3
 from runfold.kernel import StoreOpenError
 from runfold.stores.sqlite.thread import result_code
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_read_only", "prepare"]
+__all__ = [
+    "ANALYSIS_LIMIT",
+    "MIGRATIONS",
+    "OPTIMIZE_INTERVAL",
+    "SCHEMA_VERSION",
+    "check_read_only",
+    "optimize",
+    "prepare",
+]
 
 _COLUMN_TYPES = {
     "events": (
@@ -197,3 +205,21 @@ def prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> int | N
         conn.execute("ROLLBACK")
         raise
     return migrated_from
+
+
+ANALYSIS_LIMIT = 1000
+"""Rows `optimize` lets ANALYZE look at per index: approximate statistics, at a bounded cost."""
+OPTIMIZE_INTERVAL = 3600.0
+"""Seconds between two `optimize` runs of a store's retention, besides the one at close."""
+
+
+def optimize(conn: sqlite3.Connection) -> None:
+    """Refresh the planner's statistics where they are missing or stale (`PRAGMA optimize`).
+
+    SQLite analyzes the tables whose indexes this connection's queries used and which have no
+    statistics, or have grown much since. Without statistics, its planner may walk the wrong
+    index: the queries whose plan matters at scale do not rely on them, but the others are
+    better planned with them.
+    """
+    conn.execute(f"PRAGMA analysis_limit = {ANALYSIS_LIMIT:d}")
+    conn.execute("PRAGMA optimize")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -46,7 +48,13 @@ from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
 from runfold.stores.sqlite.reads import fetch, read_head, read_rows
 from runfold.stores.sqlite.retention import delete_ended_runs
-from runfold.stores.sqlite.schema import check_read_only, prepare
+from runfold.stores.sqlite.schema import (
+    OPTIMIZE_INTERVAL,
+    SCHEMA_VERSION,
+    check_read_only,
+    optimize,
+    prepare,
+)
 from runfold.stores.sqlite.thread import connect, on_thread, ready, result_code
 from runfold.stores.sqlite.writer import Append, append_batch, settle
 
@@ -73,6 +81,8 @@ class SQLiteStore(WakeupReads):
         self.migrated_from: int | None = None
         """The schema version `open` found and migrated from (0: it created the schema), or None
         when the file was already at this runfold's version."""
+        self._schema_work: tuple[int, Synchronous] | None = None  # `prepare`'s; None: read-only
+        self._optimize_at = time.monotonic() + OPTIMIZE_INTERVAL  # see `delete_runs`
         # Group commit: while a transaction of appends is in flight (not `_idle`), appends wait in
         # `_queue`, and the `_writer` task writes them together in the next one.
         self._idle = asyncio.Event()
@@ -145,7 +155,31 @@ class SQLiteStore(WakeupReads):
             inline = await asyncio.to_thread(inline_connection, location, synchronous)
         store = cls(db, location, inline)
         store.migrated_from = found
+        store._schema_work = None if read_only else (busy_ms, synchronous)
         return store
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version this runfold writes and reads (`SchemaMigrator`)."""
+        return SCHEMA_VERSION
+
+    async def migrate(self) -> None:
+        """Create or upgrade the file's schema to `SCHEMA_VERSION`; idempotent.
+
+        `open` has done it already, unless another process has since put an older runfold's
+        schema in its place. Raises `StoreOpenError` for a file written by a newer runfold, or
+        a store opened read-only.
+        """
+        if self._closed:
+            raise StoreClosed(f"the SQLite store {self._path!r} is closed")
+        if self._schema_work is None:
+            raise StoreOpenError(
+                f"the SQLite store {self._path!r} is open read-only: open it for writing to "
+                "migrate it"
+            )
+        found = await self._run(prepare, *self._schema_work)
+        if found is not None:
+            self.migrated_from = found
 
     async def __aenter__(self) -> Self:
         return self
@@ -164,6 +198,9 @@ class SQLiteStore(WakeupReads):
             return
         self._closed = True
         await self._idle.wait()  # appends already accepted are written
+        if self._schema_work is not None:  # opened for writing: leave the statistics fresh
+            with contextlib.suppress(StoreError, sqlite3.Error):  # best effort
+                await self._call(optimize)
         if self._inline is not None:
             self._inline.close()
         await self._db.close()
@@ -414,5 +451,11 @@ class SQLiteStore(WakeupReads):
         arguments.check_delete_runs(terminal_before=terminal_before, limit=limit, run_ids=run_ids)
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
-        chosen = None if run_ids is None else json.dumps(sorted(run_ids))
-        return await self._run(delete_ended_runs, time_key(terminal_before), max(limit, 0), chosen)
+        chosen = None if run_ids is None else json.dumps(sorted(set(run_ids)))
+        deleted = await self._run(
+            delete_ended_runs, time_key(terminal_before), max(limit, 0), chosen
+        )
+        if time.monotonic() >= self._optimize_at:  # retention is the store's periodic upkeep
+            self._optimize_at = time.monotonic() + OPTIMIZE_INTERVAL
+            await self._run(optimize)
+        return deleted
