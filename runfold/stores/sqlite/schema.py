@@ -22,12 +22,6 @@ __all__ = [
 ]
 
 _COLUMN_TYPES = {
-    "events": (
-        "typeof(NEW.run_id) = 'text' AND typeof(NEW.sequence) = 'integer' "
-        "AND typeof(NEW.type) = 'text' AND typeof(NEW.schema_version) = 'integer' "
-        "AND typeof(NEW.correlation_id) IN ('text', 'null') AND typeof(NEW.payload) = 'blob' "
-        "AND typeof(NEW.recorded_at) = 'integer' AND typeof(NEW.position) = 'integer'"
-    ),
     "runs": (
         "typeof(NEW.run_id) = 'text' AND typeof(NEW.workflow_name) = 'text' "
         "AND typeof(NEW.status) = 'text' AND typeof(NEW.parent_run_id) IN ('text', 'null') "
@@ -45,13 +39,16 @@ _COLUMN_TYPES = {
         "AND typeof(NEW.subject_id) = 'text' AND typeof(NEW.due_at) = 'integer'"
     ),
 }
-"""Migration 3's rule for each table: the type SQLite must store in every column (never edit)."""
+"""Migration 3's rule for each index table: the type SQLite must store in every column (never
+edit). The events table has none: only the store writes its rows, from `encode_event`, and a
+row of the wrong type is `CorruptEvent` when read; a trigger there would cost every append a
+check per event."""
 
 
 def _typed_tables() -> str:
-    """Migration 3: triggers refusing a row with a value of the wrong type in any column.
+    """Migration 3: triggers refusing an index row with a value of the wrong type in any column.
 
-    SQLite's column types are only affinities: a text `due_at` or a REAL `recorded_at` would be
+    SQLite's column types are only affinities: a text `due_at` or a REAL `updated_at` would be
     stored as given. Triggers, unlike `STRICT` tables (SQLite 3.37) or added CHECK constraints
     (a copy of every table), need no rebuild of an existing file and no recent SQLite.
     """
@@ -121,8 +118,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE feed_high_water (position INTEGER NOT NULL);
     INSERT INTO feed_high_water (position) SELECT coalesce(max(position), 0) FROM events;
     """,
-    # Index rows and events of the wrong type cannot be stored (rows stored before are read as
-    # `CorruptIndex`/`CorruptEvent`; `runfold verify --rebuild-index` rewrites index rows).
+    # Index rows of the wrong type cannot be stored (rows stored before are read as
+    # `CorruptIndex`; `runfold verify --rebuild-index` rewrites them).
     _typed_tables(),
 )
 """The migrations, in order: the schema version is how many of them a database has had."""
