@@ -23,10 +23,9 @@ from runfold.kernel import (
     SequenceConflict,
     TokenConflict,
     Wakeup,
-    project_run,
     run_index,
 )
-from runfold.stores.protocol import EventStore, IndexRewriter
+from runfold.stores.protocol import EventStore, IndexRewriter, replay_run
 
 __all__ = ["IndexRewriter", "Problem", "VerifyReport", "can_rebuild", "verify_store"]
 
@@ -72,9 +71,10 @@ async def verify_store(
 ) -> VerifyReport:
     """Replay every run and compare its summary, hook and wakeup rows with `run_index`.
 
-    Runs are read page by page (`list_runs`, `read`, `project_run`); rows of runs without a
-    summary are found too. With `rebuild`, a run whose history replays gets its index rows
-    rewritten. `progress(done, total)` is called as runs are checked. Store errors propagate.
+    Runs are listed page by page (`list_runs`) and each is replayed (`replay_run`); rows of
+    runs without a summary are found too. With `rebuild`, a run whose history replays gets its
+    index rows rewritten. `progress(done, total)` is called as runs are checked. Store errors
+    propagate.
 
     Raises:
         ValueError: `rebuild` is asked of a store without `rewrite_index`.
@@ -131,8 +131,8 @@ async def _check_run(
     rebuild: bool,
 ) -> Problem | None:
     try:
-        history = await store.read(run_id)
-        expected: RunIndex | None = run_index(project_run(history)) if history else None
+        replayed = await replay_run(store, run_id)
+        expected: RunIndex | None = run_index(replayed.snapshot) if replayed else None
     except (CorruptEvent, HistoryError, RunNotSupported) as exc:
         return Problem(run_id=run_id, kind="history", detail=str(exc), repaired=False)
     differences = _differences(summary, hooks, wakeups, expected, now)

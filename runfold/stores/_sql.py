@@ -19,15 +19,18 @@ from runfold.kernel import (
     Envelope,
     EventDecodeError,
     HookHolder,
+    Limits,
     Page,
     RunSummary,
     Wakeup,
     decode_event,
     decode_events,
     make_envelopes,
+    project_rows,
 )
 from runfold.kernel._gc import in_bulk
 from runfold.stores.protocol import (
+    ReplayedRun,
     hook_cursor_key,
     hooks_page,
     run_cursor_key,
@@ -44,6 +47,7 @@ __all__ = [
     "list_hooks_query",
     "list_runs_query",
     "optional_time",
+    "replay_rows",
     "summary_from_row",
     "summary_page",
     "times_from_keys",
@@ -96,6 +100,24 @@ def _envelopes(rows: list[Sequence[Any]], run_id: str | None) -> list[Envelope]:
         _check_rows(rows, run_id)  # raises CorruptEvent for the first row that is wrong
         raise
     return make_envelopes(len(rows), run_ids, sequences, events, times, positions)
+
+
+def replay_rows(rows: Sequence[Sequence[Any]], run_id: str, limits: Limits) -> ReplayedRun | None:
+    """The `Replayer.replay` of `run_id`'s event rows, all of them, in sequence order.
+
+    A row is `(sequence, type, schema_version, payload, recorded_at key, position)`, as
+    `envelopes_from_rows` takes it; they are folded with `project_rows`. A row that does not
+    decode, or has a column of the wrong type, is `CorruptEvent` naming its sequence.
+    """
+    if not rows:
+        return None
+    try:
+        sequences, types, versions, payloads, keys, positions = zip(*rows, strict=True)
+        snapshot = project_rows(run_id, sequences, types, versions, payloads, keys, limits=limits)
+    except (EventDecodeError, TypeError, ValueError, OverflowError):
+        _check_rows(rows, run_id)  # raises CorruptEvent for the first row that is wrong
+        raise
+    return ReplayedRun(snapshot=snapshot, first_position=positions[0], last_position=positions[-1])
 
 
 def times_from_keys(keys: Sequence[int]) -> list[datetime]:

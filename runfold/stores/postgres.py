@@ -56,6 +56,7 @@ from runfold.kernel import (
     Event,
     HookClaim,
     HookHolder,
+    Limits,
     Page,
     RunIndex,
     RunStatus,
@@ -81,13 +82,14 @@ from runfold.stores._sql import (
     list_hooks_query,
     list_runs_query,
     optional_time,
+    replay_rows,
     summary_from_row,
     summary_page,
     token_holder_query,
     wakeup_from_row,
     wakeups_query,
 )
-from runfold.stores.protocol import check_append, check_index, time_key
+from runfold.stores.protocol import ReplayedRun, check_append, check_index, time_key
 
 __all__ = [
     "NOTIFY_INTERVAL",
@@ -418,6 +420,7 @@ _FUNCTIONS = """
 every migration, so that each is written once, here, and a schema at any version ends with the
 current definitions."""
 
+_DEFAULT_LIMITS = Limits()
 _EVENT_COLUMNS = "sequence, type, schema_version, payload, recorded_at, position"
 """An event row's columns (`envelopes_from_rows`); the feed's rows lead with the run id."""
 
@@ -1366,6 +1369,11 @@ class PostgresStore(WakeupReads):
         """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
         return await self._read(run_id, correlation_id, after, limit, descending)
 
+    async def replay(self, run_id: str, *, limits: Limits = _DEFAULT_LIMITS) -> ReplayedRun | None:
+        """The run's snapshot folded as its rows are read (`Replayer.replay`)."""
+        rows = await self._read_rows(run_id, None, 0, None, False)
+        return replay_rows(rows, run_id, limits)
+
     async def _read(
         self,
         run_id: str,
@@ -1374,6 +1382,17 @@ class PostgresStore(WakeupReads):
         limit: int | None,
         descending: bool,
     ) -> list[Envelope]:
+        rows = await self._read_rows(run_id, correlation, after, limit, descending)
+        return envelopes_from_rows(rows, run_id)
+
+    async def _read_rows(
+        self,
+        run_id: str,
+        correlation: str | None,
+        after: int,
+        limit: int | None,
+        descending: bool,
+    ) -> list[tuple[Any, ...]]:
         clauses = ["run_id = %s"]
         params: list[Any] = [run_id]
         if correlation is not None:
@@ -1387,12 +1406,11 @@ class PostgresStore(WakeupReads):
             clauses.append("sequence > %s")
             params.append(after)
         params.append(None if limit is None else max(limit, 0))
-        rows = await self._fetch(
+        return await self._fetch(
             f"SELECT {_EVENT_COLUMNS} FROM {self._s}.events WHERE {' AND '.join(clauses)} "
             f"ORDER BY sequence {'DESC' if descending else 'ASC'} LIMIT %s",
             params,
         )
-        return envelopes_from_rows(rows, run_id)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""

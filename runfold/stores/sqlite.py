@@ -33,6 +33,7 @@ from runfold.kernel import (
     Event,
     HookClaim,
     HookHolder,
+    Limits,
     Page,
     RunIndex,
     RunStatus,
@@ -58,13 +59,14 @@ from runfold.stores._sql import (
     list_hooks_query,
     list_runs_query,
     optional_time,
+    replay_rows,
     summary_from_row,
     summary_page,
     token_holder_query,
     wakeup_from_row,
     wakeups_query,
 )
-from runfold.stores.protocol import check_append, check_index, time_key
+from runfold.stores.protocol import ReplayedRun, check_append, check_index, time_key
 
 __all__ = ["SQLiteStore"]
 
@@ -72,6 +74,7 @@ T = TypeVar("T")
 Synchronous = Literal["FULL", "NORMAL"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DEFAULT_LIMITS = Limits()
 _TERMINAL = ("completed", "failed", "cancelled", "timed_out")
 
 # Forward-only: migration N takes a database at version N-1 to version N. Never edit one that
@@ -361,6 +364,11 @@ class SQLiteStore(WakeupReads):
         """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
         rows = await self._run(_read_rows, run_id, None, after, limit, descending)
         return envelopes_from_rows(rows, run_id)
+
+    async def replay(self, run_id: str, *, limits: Limits = _DEFAULT_LIMITS) -> ReplayedRun | None:
+        """The run's snapshot folded as its rows are read (`Replayer.replay`)."""
+        rows = await self._run(_read_rows, run_id, None, 0, None, False)
+        return replay_rows(rows, run_id, limits)
 
     async def read_by_correlation(
         self,
