@@ -18,6 +18,7 @@ from runfold.kernel import (
     Envelope,
     Event,
     HookHolder,
+    Limits,
     Page,
     RunIndex,
     RunStatus,
@@ -25,9 +26,12 @@ from runfold.kernel import (
     SequenceConflict,
     correlation_id,
     encode_event,
+    project_run,
 )
 from runfold.stores.memory import MemoryStore, _Row
-from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
+from runfold.stores.protocol import ReplayedRun, decode_cursor, encode_cursor, time_key
+
+_LIMITS = Limits()
 
 
 def _rows(
@@ -462,6 +466,30 @@ class RefusesNul(_Appending):
         if any("\x00" in key + value for key, value in index.summary.attributes.items()):
             raise ValueError("attribute text may not hold U+0000")
         super()._check_claims(run_id, index, now)
+
+
+def _replayed(history: Sequence[Envelope], limits: Limits) -> ReplayedRun | None:
+    if not history:
+        return None
+    return ReplayedRun(
+        snapshot=project_run(history, limits=limits),
+        first_position=history[0].position,
+        last_position=history[-1].position,
+    )
+
+
+class ReplaysAllButTheLast(_Appending):
+    """Offers `replay`, but folds the run's history without its last event."""
+
+    async def replay(self, run_id: str, *, limits: Limits = _LIMITS) -> ReplayedRun | None:
+        return _replayed((await self.read(run_id))[:-1], limits)
+
+
+class ReplaysWithoutLimits(_Appending):
+    """Offers `replay`, but folds with the default limits whatever it is given."""
+
+    async def replay(self, run_id: str, *, limits: Limits = _LIMITS) -> ReplayedRun | None:
+        return _replayed(await self.read(run_id), _LIMITS)
 
 
 CAUGHT_BY: dict[type[MemoryStore], str] = {
