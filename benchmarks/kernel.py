@@ -23,9 +23,9 @@ from benchmarks.targets import (
     SNAPSHOT_MEMORY,
 )
 from benchmarks.workloads import PAYLOAD_BYTES, T0, step_events, step_heavy_history
-from runfold import Envelope, Snapshot, apply, encode_event, project_run
+from runfold import Envelope, Limits, Snapshot, apply, encode_event, project_run
 from runfold.kernel import make_envelope
-from runfold.stores._sql import envelopes_from_rows
+from runfold.stores._sql import envelopes_from_rows, replay_rows
 from runfold.stores.protocol import time_key
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "bench_memory",
     "decode_and_fold",
     "decode_rows",
+    "decode_rows_and_fold",
     "encoded_rows",
 ]
 
@@ -65,7 +66,15 @@ def decode_rows(rows: list[EncodedRow]) -> list[Envelope]:
 
 
 def decode_and_fold(rows: list[EncodedRow]) -> Snapshot:
-    """`decode_rows`, then `project_run`."""
+    """What a SQL store's `replay` does once the rows are fetched (`replay_rows`): fold them
+    straight into the snapshot (`project_rows`)."""
+    replayed = replay_rows(rows, "run-bench", Limits())
+    assert replayed is not None
+    return replayed.snapshot
+
+
+def decode_rows_and_fold(rows: list[EncodedRow]) -> Snapshot:
+    """`decode_rows`, then `project_run`: a store's `read`, then the fold of its envelopes."""
     return project_run(decode_rows(rows))
 
 

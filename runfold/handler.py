@@ -38,11 +38,10 @@ from runfold.kernel import (
     TokenConflict,
     apply,
     decide_many,
-    project_run,
     run_index,
 )
 from runfold.stores.arguments import check_text
-from runfold.stores.protocol import EventStore
+from runfold.stores.protocol import EventStore, replay_run
 
 __all__ = ["CommandHandler", "Outcome", "new_run_id", "utc_now"]
 
@@ -356,14 +355,12 @@ class CommandHandler:
         return cached, False
 
     async def _read(self, run_id: str) -> _Cached:
-        """The run read whole from the store, and remembered."""
-        history = await self.store.read(run_id)
-        if not history:
+        """The run read whole from the store and folded (`replay_run`), and remembered."""
+        replayed = await replay_run(self.store, run_id, limits=self.limits)
+        if replayed is None:
             self._remember(run_id, _ABSENT)
             return _ABSENT
-        found = _Cached(
-            project_run(history, limits=self.limits), history[0].position, history[-1].position
-        )
+        found = _Cached(replayed.snapshot, replayed.first_position, replayed.last_position)
         self._remember(run_id, found)
         return found
 

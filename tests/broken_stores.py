@@ -18,6 +18,7 @@ from runfold.kernel import (
     Envelope,
     Event,
     HookHolder,
+    Limits,
     Page,
     RunIndex,
     RunStatus,
@@ -26,9 +27,12 @@ from runfold.kernel import (
     Wakeup,
     correlation_id,
     encode_event,
+    project_run,
 )
 from runfold.stores.memory import MemoryStore, _Row
-from runfold.stores.protocol import decode_cursor, encode_cursor, time_key
+from runfold.stores.protocol import ReplayedRun, decode_cursor, encode_cursor, time_key
+
+_LIMITS = Limits()
 
 
 def _rows(
@@ -500,6 +504,30 @@ class NegativeLimitUnbounded(MemoryStore):
         return await super().read(
             run_id, after=after, limit=None if unbounded else limit, descending=descending
         )
+
+
+def _replayed(history: Sequence[Envelope], limits: Limits) -> ReplayedRun | None:
+    if not history:
+        return None
+    return ReplayedRun(
+        snapshot=project_run(history, limits=limits),
+        first_position=history[0].position,
+        last_position=history[-1].position,
+    )
+
+
+class ReplaysAllButTheLast(_Appending):
+    """Offers `replay`, but folds the run's history without its last event."""
+
+    async def replay(self, run_id: str, *, limits: Limits = _LIMITS) -> ReplayedRun | None:
+        return _replayed((await self.read(run_id))[:-1], limits)
+
+
+class ReplaysWithoutLimits(_Appending):
+    """Offers `replay`, but folds with the default limits whatever it is given."""
+
+    async def replay(self, run_id: str, *, limits: Limits = _LIMITS) -> ReplayedRun | None:
+        return _replayed(await self.read(run_id), _LIMITS)
 
 
 CAUGHT_BY: dict[type[MemoryStore], str] = {

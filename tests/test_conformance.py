@@ -26,7 +26,12 @@ from runfold.conformance import (
 )
 from runfold.stores import MemoryStore, PostgresStore, SQLiteStore
 from runfold.stores.protocol import EventStore
-from tests.broken_stores import CAUGHT_BY, CorrelationByRecordedAt
+from tests.broken_stores import (
+    CAUGHT_BY,
+    CorrelationByRecordedAt,
+    ReplaysAllButTheLast,
+    ReplaysWithoutLimits,
+)
 from tests.postgres_support import DSN, admin, schema_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +53,9 @@ class TestMemoryStore(StoreConformance):
 
 
 class TestPostgresStore(StoreConformance):
-    capabilities = Capabilities(reopen=True, corruption=True, sharing=True, rewrite_index=True)
+    capabilities = Capabilities(
+        reopen=True, corruption=True, sharing=True, rewrite_index=True, replay=True
+    )
 
     async def make_store(self) -> EventStore:
         admin()  # skips (fails under CI=true) without a server
@@ -71,7 +78,9 @@ class TestPostgresStore(StoreConformance):
 
 
 class TestSQLiteFile(StoreConformance):
-    capabilities = Capabilities(reopen=True, corruption=True, sharing=True, rewrite_index=True)
+    capabilities = Capabilities(
+        reopen=True, corruption=True, sharing=True, rewrite_index=True, replay=True
+    )
 
     async def make_store(self) -> EventStore:
         return await SQLiteStore.open(self.tmp_dir / f"{self.unique_name()}.db")
@@ -95,7 +104,7 @@ class TestSQLiteFile(StoreConformance):
 
 
 class TestSQLiteInMemory(StoreConformance):
-    capabilities = Capabilities(rewrite_index=True)
+    capabilities = Capabilities(rewrite_index=True, replay=True)
 
     async def make_store(self) -> EventStore:
         return await SQLiteStore.open(":memory:")
@@ -124,6 +133,15 @@ def test_the_kit_fails_a_broken_store_by_name(broken: type[MemoryStore], check: 
     # The line named is the check's (or the store's), never the kit's assertion helper.
     assert "(raised at " in detail and "_support.py" not in detail, detail
     assert not report.ok
+
+
+@pytest.mark.parametrize("broken", [ReplaysAllButTheLast, ReplaysWithoutLimits])
+def test_the_kit_fails_a_wrong_replay(broken: type[MemoryStore]) -> None:
+    check = "test_replay_is_the_fold_of_read"
+    report = run_conformance(
+        broken, capabilities=Capabilities(replay=True), checks=[check], shrink=False
+    )
+    assert report.failed == (check,), report
 
 
 def test_a_failing_check_shows_the_values_it_compared() -> None:
@@ -255,7 +273,7 @@ def test_pytest_runs_the_kit_without_any_async_plugin(tmp_path: Path) -> None:
     assert finished.returncode == 0, finished.stdout + finished.stderr
     summary = finished.stdout.strip().splitlines()[-1]
     skipped = sum(bool(check.missing(Capabilities())) for check in CHECKS)
-    assert skipped == 6  # reopen, corruption, sharing (2) and rewrite_index (2) are off
+    assert skipped == 8  # reopen, corruption, sharing (2), rewrite_index (2), replay (2) are off
     assert f"{len(CHECK_NAMES) - skipped} passed, {skipped} skipped" in summary, summary
 
 
@@ -283,9 +301,9 @@ def test_the_command_line_runs_a_store_module_outside_the_package() -> None:
     assert out.rstrip().endswith("PASSED")
     assert "examples: 5, seed: 3" in out
     [total] = [line for line in out.splitlines() if line.startswith("all ")]
-    # The example offers neither `sharing` nor `rewrite_index`: two checks each.
-    offered = len(CHECK_NAMES) - 4
-    assert total.split()[1:5] == [str(len(CHECK_NAMES)), str(offered), "0", "4"]
+    # The example offers neither `sharing` nor `rewrite_index` nor `replay`: two checks each.
+    offered = len(CHECK_NAMES) - 6
+    assert total.split()[1:5] == [str(len(CHECK_NAMES)), str(offered), "0", "6"]
 
 
 def test_the_command_line_fails_a_broken_store(tmp_path: Path) -> None:

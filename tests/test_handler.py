@@ -31,18 +31,21 @@ from runfold import (
     Envelope,
     Event,
     EventStore,
+    HistoryError,
     HookConflict,
     HookCreated,
     HookHolder,
     HookNotFound,
     HookReceived,
     LazyStep,
+    Limits,
     RecordLog,
     RetryStep,
     RunExpired,
     RunIndex,
     RunNotFound,
     SequenceConflict,
+    SetAttributes,
     Snapshot,
     StartRun,
     StartStep,
@@ -53,6 +56,7 @@ from runfold import (
     project_run,
     testing,
 )
+from runfold.stores.protocol import ReplayedRun, Replayer
 from tests.conftest import T0, Clock
 
 MINUTE = timedelta(minutes=1)
@@ -60,6 +64,7 @@ HOUR = timedelta(hours=1)
 CREATE = CreateRun(workflow_name="wf", input=b"in")
 START = StartRun(create=CREATE)
 TOKEN = "s3cret-token-0123456789"
+LIMITS = Limits()
 
 
 def step(step_id: str) -> CreateStep:
@@ -183,6 +188,44 @@ async def test_a_second_handler_sees_the_first_ones_writes(
         snapshot = await each.snapshot("r")
         assert snapshot == await fresh(store, "r")
         assert snapshot.last_sequence == 5 and snapshot.steps["s1"].status == "completed"
+
+
+class _ReplayCounting(DelegatingStore):
+    """Counts the whole-run reads, and offers `replay` when the store under it does."""
+
+    def __init__(self, inner: EventStore) -> None:
+        super().__init__(inner)
+        self.calls: list[str] = []
+
+    async def read(
+        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    ) -> list[Envelope]:
+        self.calls.append(f"read after {after}")
+        return await super().read(run_id, after=after, limit=limit, descending=descending)
+
+
+class _Replaying(_ReplayCounting):
+    async def replay(self, run_id: str, *, limits: Limits = LIMITS) -> ReplayedRun | None:
+        self.calls.append(f"replay {limits.max_attributes}")
+        assert isinstance(self.inner, Replayer)
+        return await self.inner.replay(run_id, limits=limits)
+
+
+async def test_a_cold_load_replays_where_the_store_offers_it(
+    store: EventStore, clock: Clock
+) -> None:
+    await CommandHandler(store, clock=clock).execute("r", START)
+    await CommandHandler(store, clock=clock).execute("r", SetAttributes(changes={"k": "v"}))
+    expected = await fresh(store, "r")
+    offers = isinstance(store, Replayer)
+    counting = _Replaying(store) if offers else _ReplayCounting(store)
+    assert await CommandHandler(counting, clock=clock).snapshot("r") == expected
+    assert counting.calls == (["replay 64"] if offers else ["read after 0"])
+    if offers:  # the handler's limits are the fold's
+        tight = CommandHandler(counting, clock=clock, limits=Limits(max_attributes=0))
+        with pytest.raises(HistoryError, match="over the limit"):
+            await tight.snapshot("r")
+        assert counting.calls[-1] == "replay 0"
 
 
 # --- retries ------------------------------------------------------------------------------------

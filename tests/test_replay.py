@@ -34,6 +34,7 @@ from runfold import (
     correlation_id,
     decode_event,
     encode_event,
+    project_rows,
     project_run,
     run_index,
 )
@@ -42,7 +43,7 @@ from runfold.kernel import make_envelope
 from runfold.kernel.codec import _make_converter
 from runfold.stores import SQLiteStore
 from runfold.stores._sql import envelopes_from_rows
-from runfold.stores.protocol import time_key
+from runfold.stores.protocol import Replayer, replay_run, time_key
 from tests.postgres_support import SUITE_SCHEMA, admin, suite_store
 
 FIXTURE = Path(__file__).parent / "fixtures" / "histories_schema_v1.json"
@@ -120,6 +121,9 @@ async def reads_as_recorded(store: EventStore) -> None:
     """Each fixture run, read from `store` (which holds its rows), replays as recorded."""
     for run in RUNS:
         replays_as_recorded(run, await store.read(run["run_id"]))
+        replayed = await replay_run(store, run["run_id"])  # the store's own replay
+        assert replayed is not None
+        assert digest(replayed.snapshot) == run["snapshot_repr_sha256"]
         newest = await store.read(run["run_id"], descending=True, limit=3)
         assert [e.sequence for e in newest] == [len(run["rows"]) - n for n in range(len(newest))]
     feed = await store.read_all(limit=10_000)
@@ -177,6 +181,19 @@ def _new_path(history: list[Envelope]) -> list[Envelope]:
     return envelopes_from_rows(rows, history[0].run_id)
 
 
+def _project_rows(history: list[Envelope]) -> Snapshot:
+    """The history written as today's runfold writes it, and folded from its rows."""
+    encoded = [encode_event(e.event) for e in history]
+    return project_rows(
+        history[0].run_id,
+        [e.sequence for e in history],
+        [row[0] for row in encoded],
+        [row[1] for row in encoded],
+        [row[2] for row in encoded],
+        [time_key(e.recorded_at) for e in history],
+    )
+
+
 def _appends(history: list[Envelope]) -> list[tuple[datetime, list[Envelope]]]:
     """The history as the appends that wrote it: one per `recorded_at`."""
     appends: list[tuple[datetime, list[Envelope]]] = []
@@ -188,8 +205,9 @@ def _appends(history: list[Envelope]) -> list[tuple[datetime, list[Envelope]]]:
     return appends
 
 
-async def _through(store: EventStore, history: list[Envelope]) -> Snapshot:
-    """Append `history` to `store` as a runtime would, read it back, and fold what was read."""
+async def _through(store: EventStore, history: list[Envelope]) -> list[Snapshot]:
+    """Append `history` to `store` as a runtime would, read it back and fold what was read, and
+    replay it (`replay_run`: a SQL store folds its rows straight, `project_rows`)."""
     snapshot: Snapshot | None = None
     for at, batch in _appends(history):
         expected = snapshot.last_sequence if snapshot is not None else 0
@@ -201,17 +219,22 @@ async def _through(store: EventStore, history: list[Envelope]) -> Snapshot:
             index=run_index(snapshot),
             recorded_at=at,
         )
-    return project_run(await store.read(history[0].run_id))
+    run_id = history[0].run_id
+    replayed = await replay_run(store, run_id)
+    assert replayed is not None
+    return [project_run(await store.read(run_id)), replayed.snapshot]
 
 
 async def _through_stores(history: list[Envelope]) -> list[Snapshot]:
     folded = []
     with tempfile.TemporaryDirectory(prefix="runfold-test-") as directory:
         async with await SQLiteStore.open(Path(directory) / "runfold.db") as sqlite:
-            folded.append(await _through(sqlite, history))
+            assert isinstance(sqlite, Replayer)
+            folded += await _through(sqlite, history)
     postgres = await suite_store()
     try:
-        folded.append(await _through(postgres, history))
+        assert isinstance(postgres, Replayer)
+        folded += await _through(postgres, history)
     finally:
         await postgres.close()
     return folded
@@ -226,7 +249,11 @@ def test_project_run_is_the_same_on_the_old_and_new_paths(history: list[Envelope
     # in UTC whatever zone they were written in, shown alike by every path that decoded them.
     assert old == expected
     assert run_index(old) == run_index(expected)
-    folded = [project_run(_new_path(history)), *asyncio.run(_through_stores(history))]
+    folded = [
+        project_run(_new_path(history)),
+        _project_rows(history),
+        *asyncio.run(_through_stores(history)),
+    ]
     for new in folded:
         assert new == expected
         assert repr(new) == repr(old)
@@ -240,4 +267,5 @@ def test_a_long_history_is_the_same_on_the_old_and_new_paths() -> None:
     assert len(history) >= 1_000
     assert project_run(_old_path(history)) == expected
     assert project_run(_new_path(history)) == expected
+    assert _project_rows(history) == expected
     assert all(folded == expected for folded in asyncio.run(_through_stores(history)))

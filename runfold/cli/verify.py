@@ -28,10 +28,9 @@ from runfold.kernel import (
     SequenceConflict,
     TokenConflict,
     Wakeup,
-    project_run,
     run_index,
 )
-from runfold.stores.protocol import EventStore, IndexRewriter
+from runfold.stores.protocol import EventStore, IndexRewriter, replay_run
 
 __all__ = ["IndexRewriter", "Problem", "VerifyReport", "can_rebuild", "verify_store"]
 
@@ -77,12 +76,12 @@ async def verify_store(
 ) -> VerifyReport:
     """Replay every run and compare its summary, hook and wakeup rows with `run_index`.
 
-    Runs are read page by page (`list_runs`, `read`, `project_run`); rows of runs without a
-    summary are found too. With `rebuild`, a run whose history replays gets its index rows
-    rewritten. A listing that meets rows that do not decode (`CorruptIndex`) reports their run;
-    with `rebuild` it rewrites them from the run's events and lists again, without it the check
-    ends there (it cannot list past them). `progress(done, total)` is called as runs are
-    checked. Other store errors propagate.
+    Runs are listed page by page (`list_runs`) and each is replayed (`replay_run`); rows of
+    runs without a summary are found too. With `rebuild`, a run whose history replays gets its
+    index rows rewritten. A listing that meets rows that do not decode (`CorruptIndex`) reports
+    their run; with `rebuild` it rewrites them from the run's events and lists again, without it
+    the check ends there (it cannot list past them). `progress(done, total)` is called as runs
+    are checked. Other store errors propagate.
 
     Raises:
         ValueError: `rebuild` is asked of a store without `rewrite_index`.
@@ -129,8 +128,8 @@ async def _rebuild_from_log(store: EventStore, run_id: str, now: datetime) -> bo
     """Rewrite the run's index rows from its events; whether that was done."""
     assert isinstance(store, IndexRewriter)
     try:
-        history = await store.read(run_id)
-        expected = run_index(project_run(history)) if history else None
+        replayed = await replay_run(store, run_id)
+        expected = run_index(replayed.snapshot) if replayed is not None else None
         await store.rewrite_index(run_id, expected, now=now)
     except (CorruptEvent, HistoryError, RunNotSupported, SequenceConflict, TokenConflict):
         return False
@@ -175,8 +174,8 @@ async def _check_run(
     rebuild: bool,
 ) -> Problem | None:
     try:
-        history = await store.read(run_id)
-        expected: RunIndex | None = run_index(project_run(history)) if history else None
+        replayed = await replay_run(store, run_id)
+        expected: RunIndex | None = run_index(replayed.snapshot) if replayed else None
     except (CorruptEvent, HistoryError, RunNotSupported) as exc:
         return Problem(run_id=run_id, kind="history", detail=str(exc), repaired=False)
     differences = _differences(summary, hooks, wakeups, expected, now)

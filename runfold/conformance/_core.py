@@ -66,6 +66,8 @@ class Capabilities:
       open (another process's view of one database); needs `StoreConformance.share_store`.
     - `rewrite_index`: the store offers the optional repair `rewrite_index(run_id, index, *,
       now)` (`runfold verify --rebuild-index`).
+    - `replay`: the store offers the optional `replay(run_id, *, limits)` (`Replayer`), a run's
+      snapshot folded as its history is read.
     """
 
     global_feed: bool = True
@@ -75,6 +77,7 @@ class Capabilities:
     corruption: bool = False
     sharing: bool = False
     rewrite_index: bool = False
+    replay: bool = False
 
     def offers(self, name: str) -> bool:
         """Whether the capability called `name` is offered."""
@@ -265,6 +268,7 @@ GROUPS: tuple[str, ...] = (
     "reopen",
     "sharing",
     "rewrite_index",
+    "replay",
     "corruption",
     "lifecycle",
     "arguments",
@@ -285,6 +289,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "_feed",
     "_indexes",
     "_reads",
+    "_replay",
     "_rules",
     "_served",
     "_sharing",

@@ -126,6 +126,7 @@ from runfold.kernel.limits import (
     SPEC_VERSION,
     Limits,
 )
+from runfold.kernel.replay import project_rows
 from runfold.kernel.snapshot import (
     LIVE_RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -269,6 +270,7 @@ __all__ = [
     "errors",
     "make_envelope",
     "make_envelopes",
+    "project_rows",
     "project_run",
     "run_index",
 ]

@@ -1,4 +1,4 @@
-"""Fast construction of frozen attrs instances on the decode hot path.
+"""Fast construction of frozen attrs instances on the decode hot path, and reading without them.
 
 attrs' frozen `__init__` sets each field through `object.__setattr__`, about 0.1 µs a field;
 decoding builds two frozen objects per stored event (the event and its `Envelope`), so that cost
@@ -6,10 +6,15 @@ dominated replay. Here a class gets a constructor that allocates with `object.__
 the slots through their member descriptors, which is about twice as fast. It is only offered for
 classes whose fields have no converter and no validator, so nothing `__init__` would do is
 skipped; the decoders check every field's type themselves before building.
+
+A replay need not build the events at all: `compile_unpacker` reads a positional payload's
+fields straight into a call (the fold's handler), with the decoder's checks, and
+`compile_event_call` makes the same call from a built event, so one handler serves both.
 """
 
 from __future__ import annotations
 
+import inspect
 import typing
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -20,7 +25,13 @@ from typing import Any, TypeVar
 
 import attrs
 
-__all__ = ["compile_decoder", "frozen_columns", "frozen_factory"]
+__all__ = [
+    "compile_decoder",
+    "compile_event_call",
+    "compile_unpacker",
+    "frozen_columns",
+    "frozen_factory",
+]
 
 T = TypeVar("T")
 _PRIMITIVES = (str, bytes, int, bool)
@@ -201,3 +212,100 @@ def compile_decoder(
     label = f"<runfold {'positional ' if positional else ''}decoder {cls.__name__}>"
     exec(compile(source, label, "exec"), namespace)
     return namespace["decode"]  # type: ignore[no-any-return]
+
+
+def _named_fields(cls: Any, call: Callable[..., Any]) -> list[str]:
+    """The names of `call`'s parameters after the first two (state, time): fields of `cls`."""
+    names = list(inspect.signature(call).parameters)[2:]
+    fields = {f.name for f in attrs.fields(cls)}
+    unknown = [name for name in names if name not in fields]
+    if unknown:
+        raise TypeError(f"{call.__name__} takes {unknown}, not fields of {cls.__name__}")
+    return names
+
+
+def compile_event_call(cls: type[T], call: Callable[..., Any]) -> Callable[[Any, T, Any], Any]:
+    """`handle(state, event, at)` for an instance of `cls`: `call(state, at, *fields)`.
+
+    `call`'s parameters after the first two are named after fields of `cls`; each gets the
+    event's value of that field.
+    """
+    arguments = "".join(f", event.{name}" for name in _named_fields(cls, call))
+    source = f"def handle(state, event, at):\n    return call(state, at{arguments})\n"
+    namespace: dict[str, Any] = {"call": call}
+    exec(compile(source, f"<runfold event call {cls.__name__}>", "exec"), namespace)
+    return namespace["handle"]  # type: ignore[no-any-return]
+
+
+def _literal_strings(kind: Any) -> frozenset[str] | None:
+    """The values of a `Literal` of strings, or None for any other type."""
+    values = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else ()
+    if values and all(type(value) is str for value in values):
+        return frozenset(values)
+    return None
+
+
+def compile_unpacker(
+    cls: type[T], call: Callable[..., Any], fallback: Callable[[Any, Any, Any], Any]
+) -> Callable[[Any, Any, Any], Any]:
+    """`unpack(state, payload, at)`: `call` with the fields of `cls`'s positional payload.
+
+    It calls `call(state, at, *fields)` straight from the payload, without building an instance
+    of `cls`, or `fallback(state, payload, at)` when the payload is not one it reads. `call`
+    names the fields it takes after its first two parameters (as `compile_event_call`). The
+    payload is read only when it is what `compile_decoder(cls, …, positional=True)` turns
+    into an instance with the same field values: a list of a length the class allows, every
+    field of `str`, `bytes`, `int`, `bool`, a time (integer microseconds) or a `Literal` of
+    strings holding a value of its type, None where the field allows it, and a field of any
+    other type holding None; anything else goes to `fallback`, which should structure the
+    payload and raise where the decoder does. A time out of range raises `OverflowError`.
+    """
+    fields = _plain_fields(cls)
+    hints = typing.get_type_hints(cls)
+    named = _named_fields(cls, call)
+    lowest, count = _minimum_length(fields), len(fields)
+    namespace: dict[str, Any] = {"call": call, "fallback": fallback}
+    namespace.update(EPOCH=_EPOCH, delta=timedelta)
+    lines = ["def unpack(state, o, at):", "    if type(o) is list:", "        n = len(o)"]
+    for length in range(count, lowest - 1, -1):
+        lines.append(f"        {'if' if length == count else 'elif'} n == {length}:")
+        if length:
+            lines.append(f"            {''.join(f'v{n}, ' for n in range(length))}= o")
+        for n in range(length, count):
+            default = fields[n].default
+            if default is not None and type(default) not in _PRIMITIVES:
+                raise TypeError(f"{cls.__name__}.{fields[n].name}: a default it cannot unpack")
+            namespace[f"default_{n}"] = default
+            lines.append(f"            v{n} = default_{n}")
+        if not count:
+            lines.append("            pass")
+    lines += ["        else:", "            return fallback(state, o, at)"]
+    checks: list[str] = []
+    times: list[tuple[int, bool]] = []
+    for n, field in enumerate(fields):
+        kind, optional = _split_optional(hints[field.name])
+        none_ok = f"v{n} is None or " if optional or field.default is None else ""
+        literal = _literal_strings(kind)
+        if kind in _PRIMITIVES or kind is datetime:
+            namespace[f"kind_{n}"] = int if kind is datetime else kind
+            checks.append(f"({none_ok}type(v{n}) is kind_{n})")
+            if kind is datetime:
+                times.append((n, bool(none_ok)))
+        elif literal is not None:
+            namespace[f"values_{n}"] = literal
+            checks.append(f"({none_ok}type(v{n}) is str and v{n} in values_{n})")
+        elif none_ok:
+            checks.append(f"v{n} is None")
+        else:
+            raise TypeError(f"{cls.__name__}.{field.name}: a field it cannot unpack")
+    lines.append(f"        if {' and '.join(checks) or 'True'}:")
+    for n, none_ok_time in times:  # used or not: one out of range fails as it does decoding
+        guard = f"None if v{n} is None else " if none_ok_time else ""
+        lines.append(f"            v{n} = {guard}EPOCH + delta(0, 0, v{n})")
+    index = {field.name: n for n, field in enumerate(fields)}
+    arguments = "".join(f", v{index[name]}" for name in named)
+    lines.append(f"            return call(state, at{arguments})")
+    lines.append("    return fallback(state, o, at)")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<runfold unpacker {cls.__name__}>", "exec"), namespace)
+    return namespace["unpack"]  # type: ignore[no-any-return]

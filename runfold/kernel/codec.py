@@ -231,6 +231,20 @@ def _lifted(chain: Sequence[Upcaster], layout: _Layout) -> Callable[[Any], Event
     return decode
 
 
+def load_payloads(payloads: Sequence[bytes]) -> list[Any]:
+    """The CBOR items of `payloads`, read in one call of the CBOR decoder: each payload's
+    unstructured form, not yet upcast or structured.
+
+    Raises `ValueError` when a payload is not exactly one CBOR item, and what the CBOR decoder
+    raises for bytes that are not CBOR or a map naming a key twice.
+    """
+    count = len(payloads)
+    items = _one_item(b"\x9f", _SEPARATOR.join(payloads), _SEPARATOR + b"\xff")  # strictly
+    if len(items) != 2 * count or items[1::2].count(_UNDEFINED) != count:
+        raise ValueError("the payloads did not split where the rows do")
+    return items[0::2]  # type: ignore[no-any-return]
+
+
 class EventCodec:
     """Encodes and decodes events; holds the upcaster registry.
 
@@ -345,15 +359,13 @@ class EventCodec:
         if not count:
             return []
         try:
-            items = _one_item(b"\x9f", _SEPARATOR.join(payloads), _SEPARATOR + b"\xff")
-            if len(items) != 2 * count or items[1::2].count(_UNDEFINED) != count:
-                raise ValueError("the payloads did not split where the rows do")
+            items = load_payloads(payloads)
             decoders: Iterable[Callable[[Any], Event] | None]
             if tuple(map(self._versions.get, types)) == tuple(versions):  # all current
                 decoders = map(self._current.__getitem__, types)
             else:
                 decoders = map(self._fast.get, zip(types, versions, strict=True))
-            return list(map(call, decoders, items[0::2]))  # type: ignore[arg-type]  # None: a miss
+            return list(map(call, decoders, items))  # type: ignore[arg-type]  # None: a miss
         except Exception:
             # A row the fast path refuses (or a payload that is not exactly one CBOR item):
             # each row alone, which raises for the first that does not decode.

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from runfold.kernel._fast import compile_event_call
 from runfold.kernel._gc import in_bulk
 from runfold.kernel._pmap import PView
 from runfold.kernel.errors import HistoryError, RunNotSupported
@@ -218,12 +219,14 @@ class _Step(_Record):
     completed_at: datetime | None
     updated_at: datetime
 
-    def __init__(self, ev: StepCreated, at: datetime) -> None:
-        self.step_id = ev.step_id
-        self.step_name = intern(ev.step_name)  # a run repeats a few names thousands of times
+    def __init__(
+        self, step_id: str, step_name: str, input: bytes, retry: RetryPolicy | None, at: datetime
+    ) -> None:
+        self.step_id = step_id
+        self.step_name = intern(step_name)  # a run repeats a few names thousands of times
         self.status = "pending"
-        self.input = ev.input
-        self.retry = ev.retry
+        self.input = input
+        self.retry = retry
         self.attempt = 0
         self.output = None
         self.error = None
@@ -240,10 +243,10 @@ class _Wait(_Record):
     status: WaitStatus
     completed_at: datetime | None
 
-    def __init__(self, ev: WaitCreated, at: datetime) -> None:
-        self.wait_id = ev.wait_id
+    def __init__(self, wait_id: str, resume_at: datetime, at: datetime) -> None:
+        self.wait_id = wait_id
         self.status = "waiting"
-        self.resume_at = ev.resume_at
+        self.resume_at = resume_at
         self.created_at = at
         self.completed_at = None
 
@@ -815,44 +818,57 @@ def _on_child_linked(b: _Builder, ev: ChildLinked, at: datetime) -> None:
     b.children_new[ev.reference_id] = ev
 
 
-def _on_log_recorded(b: _Builder, ev: LogRecorded, at: datetime) -> None:
+def _on_log_recorded(b: _Builder, at: datetime) -> None:
     b.require_live("log_recorded")
     b.log_count += 1
 
 
-def _on_step_created(b: _Builder, ev: StepCreated, at: datetime) -> None:
+def _on_step_created(
+    b: _Builder,
+    at: datetime,
+    step_id: str,
+    step_name: str,
+    input: bytes,
+    retry: RetryPolicy | None,
+) -> None:
     if b.status not in LIVE_RUN_STATUSES:
         raise b.fail(f"step_created after the run ended ({b.status})")
-    step_id = ev.step_id
     if step_id in b.steps_new or b.steps.raw(step_id) is not None:
         raise b.fail(f"step {step_id!r} created twice")
-    b.steps_new[step_id] = _Step(ev, at)
+    b.steps_new[step_id] = _Step(step_id, step_name, input, retry, at)
     b.live_steps.add(step_id)
 
 
-def _on_step_started(b: _Builder, ev: StepStarted, at: datetime) -> None:
+def _on_step_started(
+    b: _Builder,
+    at: datetime,
+    step_id: str,
+    attempt: int,
+    after_interruption: bool,
+    retry: RetryPolicy | None,
+) -> None:
     if b.status not in LIVE_RUN_STATUSES:
         raise b.fail(f"step_started after the run ended ({b.status})")
-    step = b.steps_new.get(ev.step_id) or b.step(ev.step_id)
+    step = b.steps_new.get(step_id) or b.step(step_id)
     if step.status not in _LIVE_STEP:
-        raise b.fail(f"step_started on step {ev.step_id!r} in state {step.status}")
-    if ev.attempt != step.attempt + 1:
+        raise b.fail(f"step_started on step {step_id!r} in state {step.status}")
+    if attempt != step.attempt + 1:
         raise b.fail(
-            f"step {ev.step_id!r} started with attempt {ev.attempt}, expected {step.attempt + 1}"
+            f"step {step_id!r} started with attempt {attempt}, expected {step.attempt + 1}"
         )
     # Histories written before the marker leave it out after an interruption too: only a
     # marker on a step that was not running is a lie.
-    if ev.after_interruption and step.status != "running":
-        raise b.fail(f"step {ev.step_id!r} started after an interruption, but it was pending")
-    if ev.retry is not None:
-        step.retry = ev.retry  # the policy from this attempt on
+    if after_interruption and step.status != "running":
+        raise b.fail(f"step {step_id!r} started after an interruption, but it was pending")
+    if retry is not None:
+        step.retry = retry  # the policy from this attempt on
     step.status = "running"
-    step.attempt = ev.attempt
+    step.attempt = attempt
     if step.started_at is None:
         step.started_at = at
     if step.retry_after is not None:
         step.retry_after = None
-        b.retrying.discard(ev.step_id)
+        b.retrying.discard(step_id)
     step.updated_at = at
 
 
@@ -870,55 +886,57 @@ def _finish_step(b: _Builder, step_id: str, kind: str, at: datetime) -> _Step:
     return step
 
 
-def _on_step_completed(b: _Builder, ev: StepCompleted, at: datetime) -> None:
-    step = _finish_step(b, ev.step_id, "step_completed", at)
+def _on_step_completed(b: _Builder, at: datetime, step_id: str, output: bytes) -> None:
+    step = _finish_step(b, step_id, "step_completed", at)
     step.status = "completed"
-    step.output = ev.output
+    step.output = output
 
 
-def _on_step_failed(b: _Builder, ev: StepFailed, at: datetime) -> None:
-    step = _finish_step(b, ev.step_id, "step_failed", at)
+def _on_step_failed(b: _Builder, at: datetime, step_id: str, error: bytes) -> None:
+    step = _finish_step(b, step_id, "step_failed", at)
     step.status = "failed"
-    step.error = ev.error
+    step.error = error
 
 
-def _on_step_cancelled(b: _Builder, ev: StepCancelled, at: datetime) -> None:
+def _on_step_cancelled(b: _Builder, at: datetime, step_id: str) -> None:
     b.require_live("step_cancelled")
-    step = _finish_step(b, ev.step_id, "step_cancelled", at)
+    step = _finish_step(b, step_id, "step_cancelled", at)
     step.status = "cancelled"
 
 
-def _on_step_retrying(b: _Builder, ev: StepRetrying, at: datetime) -> None:
+def _on_step_retrying(
+    b: _Builder, at: datetime, step_id: str, error: bytes, retry_after: datetime | None
+) -> None:
     b.require_live("step_retrying")
-    step = b.step(ev.step_id)
+    step = b.step(step_id)
     if step.status != "running":
-        raise b.fail(f"step_retrying on step {ev.step_id!r} in state {step.status}")
+        raise b.fail(f"step_retrying on step {step_id!r} in state {step.status}")
     if step.retry is not None and step.attempt >= step.retry.max_attempts:
-        raise b.fail(f"step_retrying on step {ev.step_id!r} past its retry budget")
+        raise b.fail(f"step_retrying on step {step_id!r} past its retry budget")
     step.status = "pending"
-    step.error = ev.error
-    step.retry_after = ev.retry_after
+    step.error = error
+    step.retry_after = retry_after
     step.updated_at = at
-    if ev.retry_after is not None:
-        b.retrying.add(ev.step_id)
+    if retry_after is not None:
+        b.retrying.add(step_id)
 
 
-def _on_wait_created(b: _Builder, ev: WaitCreated, at: datetime) -> None:
+def _on_wait_created(b: _Builder, at: datetime, wait_id: str, resume_at: datetime) -> None:
     b.require_live("wait_created")
-    if ev.wait_id in b.waits_new or b.waits.raw(ev.wait_id) is not None:
-        raise b.fail(f"wait {ev.wait_id!r} created twice")
-    b.waits_new[ev.wait_id] = _Wait(ev, at)
-    b.waiting.add(ev.wait_id)
+    if wait_id in b.waits_new or b.waits.raw(wait_id) is not None:
+        raise b.fail(f"wait {wait_id!r} created twice")
+    b.waits_new[wait_id] = _Wait(wait_id, resume_at, at)
+    b.waiting.add(wait_id)
 
 
-def _on_wait_completed(b: _Builder, ev: WaitCompleted, at: datetime) -> None:
+def _on_wait_completed(b: _Builder, at: datetime, wait_id: str) -> None:
     b.require_live("wait_completed")
-    wait = b.wait(ev.wait_id)
+    wait = b.wait(wait_id)
     if wait.status != "waiting":
-        raise b.fail(f"wait_completed on wait {ev.wait_id!r} in state {wait.status}")
+        raise b.fail(f"wait_completed on wait {wait_id!r} in state {wait.status}")
     wait.status = "completed"
     wait.completed_at = at
-    b.waiting.discard(ev.wait_id)
+    b.waiting.discard(wait_id)
 
 
 def _hook_record(b: _Builder, hook_id: str) -> _Hook:
@@ -938,13 +956,15 @@ def _on_hook_created(b: _Builder, ev: HookCreated, at: datetime) -> None:
     b.active_hooks.add(ev.hook_id)
 
 
-def _on_hook_received(b: _Builder, ev: HookReceived, at: datetime) -> None:
+def _on_hook_received(
+    b: _Builder, at: datetime, hook_id: str, payload: bytes, delivery_id: str | None
+) -> None:
     b.require_live("hook_received")
-    hook = b.hook(ev.hook_id)
+    hook = b.hook(hook_id)
     if hook.status != "active":
-        raise b.fail(f"hook_received on hook {ev.hook_id!r} in state {hook.status}")
+        raise b.fail(f"hook_received on hook {hook_id!r} in state {hook.status}")
     hook.deliveries.append(
-        Delivery(sequence=b.seq, delivery_id=ev.delivery_id, payload=ev.payload, received_at=at)
+        Delivery(sequence=b.seq, delivery_id=delivery_id, payload=payload, received_at=at)
     )
 
 
@@ -965,6 +985,22 @@ def _on_hook_conflict(b: _Builder, ev: HookConflict, at: datetime) -> None:
     b.hook_conflicts_new[ev.hook_id] = ev
 
 
+_FIELD_HANDLERS: dict[type[Event], Any] = {
+    LogRecorded: _on_log_recorded,
+    StepCreated: _on_step_created,
+    StepStarted: _on_step_started,
+    StepCompleted: _on_step_completed,
+    StepFailed: _on_step_failed,
+    StepRetrying: _on_step_retrying,
+    StepCancelled: _on_step_cancelled,
+    WaitCreated: _on_wait_created,
+    WaitCompleted: _on_wait_completed,
+    HookReceived: _on_hook_received,
+}
+"""The handlers of the events a run repeats, by event class: each takes `(builder, at)` and the
+fields it reads, by name, so that a replay of stored rows (`kernel.replay`) folds them straight
+from their payloads; the fold of events calls them through `compile_event_call`."""
+
 _HANDLERS: dict[type[Event], Any] = {
     RunCreated: _on_run_created,
     RunStarted: _on_run_started,
@@ -976,17 +1012,9 @@ _HANDLERS: dict[type[Event], Any] = {
     AttributesSet: _on_attributes_set,
     ProgressRecorded: _on_progress_recorded,
     ChildLinked: _on_child_linked,
-    LogRecorded: _on_log_recorded,
-    StepCreated: _on_step_created,
-    StepStarted: _on_step_started,
-    StepCompleted: _on_step_completed,
-    StepFailed: _on_step_failed,
-    StepRetrying: _on_step_retrying,
-    StepCancelled: _on_step_cancelled,
-    WaitCreated: _on_wait_created,
-    WaitCompleted: _on_wait_completed,
     HookCreated: _on_hook_created,
-    HookReceived: _on_hook_received,
     HookDisposed: _on_hook_disposed,
     HookConflict: _on_hook_conflict,
+    **{cls: compile_event_call(cls, handler) for cls, handler in _FIELD_HANDLERS.items()},
 }
+"""The handler of each event class: `(builder, event, at)`."""

@@ -24,6 +24,7 @@ from runfold.kernel import (
     Envelope,
     EventDecodeError,
     HookHolder,
+    Limits,
     Page,
     RunStatus,
     RunSummary,
@@ -32,11 +33,13 @@ from runfold.kernel import (
     decode_event,
     decode_events,
     make_envelopes,
+    project_rows,
 )
 from runfold.kernel._gc import in_bulk
 from runfold.stores import arguments
 from runfold.stores.arguments import MAX_COUNT
 from runfold.stores.protocol import (
+    ReplayedRun,
     from_key,
     hook_cursor_key,
     hooks_page,
@@ -55,6 +58,7 @@ __all__ = [
     "list_hooks_query",
     "list_runs_query",
     "optional_time",
+    "replay_rows",
     "summary_from_row",
     "summary_page",
     "token_holder_query",
@@ -101,6 +105,26 @@ def _envelopes(rows: list[Sequence[Any]], run_id: str | None) -> list[Envelope]:
         _check_rows(rows, run_id)  # raises CorruptEvent for the first row that is wrong
         raise
     return make_envelopes(len(rows), run_ids, sequences, events, times, positions)
+
+
+def replay_rows(rows: Sequence[Sequence[Any]], run_id: str, limits: Limits) -> ReplayedRun | None:
+    """The `Replayer.replay` of `run_id`'s event rows, all of them, in sequence order.
+
+    A row is `(sequence, type, schema_version, payload, recorded_at key, position)`, as
+    `envelopes_from_rows` takes it; they are folded with `project_rows`. A row that does not
+    decode, or has a column of the wrong type, is `CorruptEvent` naming its sequence.
+    """
+    if not rows:
+        return None
+    try:
+        sequences, types, versions, payloads, keys, positions = zip(*rows, strict=True)
+        if set(map(type, keys)) != {int}:  # a time SQLite's loose typing let in
+            raise TypeError("a time that is not integer microseconds")
+        snapshot = project_rows(run_id, sequences, types, versions, payloads, keys, limits=limits)
+    except (EventDecodeError, TypeError, ValueError, OverflowError):
+        _check_rows(rows, run_id)  # raises CorruptEvent for the first row that is wrong
+        raise
+    return ReplayedRun(snapshot=snapshot, first_position=positions[0], last_position=positions[-1])
 
 
 def _check_rows(rows: Iterable[Sequence[Any]], run_id: str | None) -> None:

@@ -23,17 +23,22 @@ from runfold.kernel import (
     Event,
     HookHolder,
     InvalidArgument,
+    Limits,
     Page,
     RunIndex,
     RunStatus,
     RunSummary,
+    Snapshot,
     Wakeup,
+    project_run,
 )
 
 __all__ = [
     "EventStore",
     "FeedSubscriber",
     "IndexRewriter",
+    "ReplayedRun",
+    "Replayer",
     "SchemaMigrator",
     "check_append",
     "check_index",
@@ -43,6 +48,7 @@ __all__ = [
     "hook_cursor_key",
     "hooks_page",
     "index_in_utc",
+    "replay_run",
     "run_cursor_key",
     "runs_page",
     "time_key",
@@ -51,6 +57,7 @@ __all__ = [
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_DEFAULT_LIMITS = Limits()
 T = TypeVar("T")
 
 
@@ -301,6 +308,67 @@ class FeedSubscriber(Protocol):
         what `read_all` raises.
         """
         ...
+
+
+@attrs.frozen(kw_only=True)
+class ReplayedRun:
+    """A run's snapshot, folded from its whole history, and where that history lies in the feed."""
+
+    snapshot: Snapshot
+    first_position: int | None
+    """The feed position of the run's first event (None from a store without positions)."""
+    last_position: int | None
+    """The feed position of the run's last event (None from a store without positions)."""
+
+
+@runtime_checkable
+class Replayer(Protocol):
+    """The optional store capability of folding a run's whole history as it is read.
+
+    `replay` answers what `read` and `project_run` answer together, faster: a store that
+    fetches a run's rows in bulk folds them with `project_rows`, which builds no events and no
+    envelopes. `CommandHandler` loads a run it has not cached this way, and `runfold verify`
+    checks each run so (both through `replay_run`). Both SQL stores offer it, and the
+    conformance kit checks it (`Capabilities(replay=True)`).
+    """
+
+    async def replay(self, run_id: str, *, limits: Limits = _DEFAULT_LIMITS) -> ReplayedRun | None:
+        """The run's snapshot (`project_run(read(run_id), limits=limits)`) and feed positions.
+
+        Returns:
+            None for a run without events.
+
+        Raises:
+            CorruptEvent: A stored event of the run does not decode.
+            HistoryError: The history breaks a law of `project_run`.
+            RunNotSupported: The run was stamped by a newer kernel spec.
+        """
+        ...
+
+
+async def replay_run(
+    store: EventStore, run_id: str, *, limits: Limits = _DEFAULT_LIMITS
+) -> ReplayedRun | None:
+    """The run's `store.replay` if the store is a `Replayer`, else the same from `read`.
+
+    Returns:
+        None for a run without events.
+
+    Raises:
+        CorruptEvent: A stored event of the run does not decode.
+        HistoryError: The history breaks a law of `project_run`.
+        RunNotSupported: The run was stamped by a newer kernel spec.
+    """
+    if isinstance(store, Replayer):
+        return await store.replay(run_id, limits=limits)
+    history = await store.read(run_id)
+    if not history:
+        return None
+    return ReplayedRun(
+        snapshot=project_run(history, limits=limits),
+        first_position=history[0].position,
+        last_position=history[-1].position,
+    )
 
 
 def encode_cursor(*parts: str | int) -> str:

@@ -17,6 +17,7 @@ from runfold.kernel import (
     Event,
     HookHolder,
     InvalidArgument,
+    Limits,
     Page,
     RunIndex,
     RunStatus,
@@ -35,6 +36,7 @@ from runfold.stores._sql import (
     hook_page,
     list_hooks_query,
     list_runs_query,
+    replay_rows,
     summary_from_row,
     summary_page,
     token_holder_query,
@@ -53,9 +55,11 @@ from runfold.stores.postgres.schema import (
     request_types,
 )
 from runfold.stores.postgres.writer import Writer
-from runfold.stores.protocol import time_key
+from runfold.stores.protocol import ReplayedRun, time_key
 
 __all__ = ["PostgresStore"]
+
+_DEFAULT_LIMITS = Limits()
 
 
 class PostgresStore(WakeupReads):
@@ -256,6 +260,12 @@ class PostgresStore(WakeupReads):
         arguments.check_read(run_id, after=after, limit=limit, descending=descending)
         return await self._read(run_id, None, after, limit, descending)
 
+    async def replay(self, run_id: str, *, limits: Limits = _DEFAULT_LIMITS) -> ReplayedRun | None:
+        """The run's snapshot folded as its rows are read (`Replayer.replay`)."""
+        arguments.check_text(run_id, "run_id")
+        rows = await self._read_rows(run_id, None, 0, None, False)
+        return replay_rows(rows, run_id, limits)
+
     async def read_by_correlation(
         self,
         run_id: str,
@@ -279,6 +289,17 @@ class PostgresStore(WakeupReads):
         limit: int | None,
         descending: bool,
     ) -> list[Envelope]:
+        rows = await self._read_rows(run_id, correlation, after, limit, descending)
+        return envelopes_from_rows(rows, run_id)
+
+    async def _read_rows(
+        self,
+        run_id: str,
+        correlation: str | None,
+        after: int,
+        limit: int | None,
+        descending: bool,
+    ) -> list[tuple[Any, ...]]:
         clauses = ["run_id = %s"]
         params: list[Any] = [run_id]
         if correlation is not None:
@@ -292,12 +313,11 @@ class PostgresStore(WakeupReads):
             clauses.append("sequence > %s")
             params.append(after)
         params.append(None if limit is None else max(limit, 0))
-        rows = await self._fetch(
+        return await self._fetch(
             f"SELECT {EVENT_COLUMNS} FROM {self._s}.events WHERE {' AND '.join(clauses)} "
             f"ORDER BY sequence {'DESC' if descending else 'ASC'} LIMIT %s",
             params,
         )
-        return envelopes_from_rows(rows, run_id)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""

@@ -19,6 +19,7 @@ from runfold.kernel import (
     Envelope,
     Event,
     HookHolder,
+    Limits,
     Page,
     RunIndex,
     RunStatus,
@@ -38,12 +39,13 @@ from runfold.stores._sql import (
     hook_page,
     list_hooks_query,
     list_runs_query,
+    replay_rows,
     summary_from_row,
     summary_page,
     wakeup_from_row,
     wakeups_query,
 )
-from runfold.stores.protocol import time_key
+from runfold.stores.protocol import ReplayedRun, time_key
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
 from runfold.stores.sqlite.reads import fetch, read_head, read_rows
@@ -59,6 +61,8 @@ from runfold.stores.sqlite.thread import connect, on_thread, ready, result_code
 from runfold.stores.sqlite.writer import Append, append_batch, settle
 
 __all__ = ["SQLiteStore", "Synchronous"]
+
+_DEFAULT_LIMITS = Limits()
 
 T = TypeVar("T")
 _CLOSED = frozenset({"no active connection", "Connection closed"})
@@ -314,6 +318,12 @@ class SQLiteStore(WakeupReads):
         arguments.check_read(run_id, after=after, limit=limit, descending=descending)
         rows = await self._run(read_rows, run_id, None, after, limit, descending)
         return envelopes_from_rows(rows, run_id)
+
+    async def replay(self, run_id: str, *, limits: Limits = _DEFAULT_LIMITS) -> ReplayedRun | None:
+        """The run's snapshot folded as its rows are read (`Replayer.replay`)."""
+        arguments.check_text(run_id, "run_id")
+        rows = await self._run(read_rows, run_id, None, 0, None, False)
+        return replay_rows(rows, run_id, limits)
 
     async def read_by_correlation(
         self,
