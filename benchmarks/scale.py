@@ -97,7 +97,11 @@ def _fill_sqlite(path: Path, size: int) -> None:
                     {"copies": copies, "template": template, "offset": offset},
                 )
         conn.execute("UPDATE feed_high_water SET position = (SELECT max(position) FROM events)")
-        conn.execute("DELETE FROM sqlite_stat1")  # those of the templates: as if never analyzed
+        analyzed = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_stat1'"
+        ).fetchone()
+        if analyzed:  # the statistics of the templates, if any: as if never analyzed
+            conn.execute("DELETE FROM sqlite_stat1")
         conn.execute("COMMIT")
 
 
