@@ -111,6 +111,11 @@ def replay_rows(rows: Sequence[Sequence[Any]], run_id: str, limits: Limits) -> R
     """
     if not rows:
         return None
+    # Splitting the rows into columns takes an iterator per row: with the collector paused too.
+    return in_bulk(len(rows), _replay, rows, run_id, limits)
+
+
+def _replay(rows: Sequence[Sequence[Any]], run_id: str, limits: Limits) -> ReplayedRun:
     try:
         sequences, types, versions, payloads, keys, positions = zip(*rows, strict=True)
         snapshot = project_rows(run_id, sequences, types, versions, payloads, keys, limits=limits)
