@@ -116,6 +116,11 @@ def replay_rows(rows: Sequence[Sequence[Any]], run_id: str, limits: Limits) -> R
     """
     if not rows:
         return None
+    # Splitting the rows into columns takes an iterator per row: with the collector paused too.
+    return in_bulk(len(rows), _replay, rows, run_id, limits)
+
+
+def _replay(rows: Sequence[Sequence[Any]], run_id: str, limits: Limits) -> ReplayedRun:
     try:
         sequences, types, versions, payloads, keys, positions = zip(*rows, strict=True)
         if set(map(type, keys)) != {int}:  # a time SQLite's loose typing let in
