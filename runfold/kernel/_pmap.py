@@ -95,6 +95,11 @@ class PView(Mapping[str, V], Generic[R, V]):
             raise KeyError(key)
         return self._public(found)
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """The public value for `key`, or `default` (one lookup, not `Mapping`'s two calls)."""
+        found = self.raw(key)
+        return default if found is None else self._public(found)
+
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.raw(key) is not None
 

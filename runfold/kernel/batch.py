@@ -15,7 +15,7 @@ import attrs
 from runfold.kernel.commands import Command, StartStep
 from runfold.kernel.decide import decide
 from runfold.kernel.errors import InvalidCommand, Rejection
-from runfold.kernel.events import Envelope, Event, StepCreated
+from runfold.kernel.events import Event, StepCreated, make_envelope
 from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import Limits
 from runfold.kernel.snapshot import Snapshot, apply, project_run
@@ -100,7 +100,7 @@ def decide_many(
         first = head + len(events) + 1
         owner = current.run_id if current is not None else run_id or ""
         envelopes = [
-            Envelope(run_id=owner, sequence=first + k, event=event, recorded_at=now)
+            make_envelope(owner, first + k, event, now, None)
             for k, event in enumerate(decision.events)
         ]
         current = (

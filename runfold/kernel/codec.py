@@ -23,6 +23,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from operator import call
+from types import UnionType
 from typing import Any, TypeAlias
 
 import attrs
@@ -179,6 +180,39 @@ def _same(value: Any, default: Any) -> bool:
     return type(value) is type(default) and bool(value == default)
 
 
+_AS_IS = frozenset({str, bytes, int, bool, type(None)})
+"""Field types that travel as they are: cattrs' unstructure hook for each is the identity."""
+
+
+def _travels_as_is(hint: Any) -> bool:
+    if hint in _AS_IS:
+        return True
+    return type(hint) is UnionType and all(arg in _AS_IS for arg in typing.get_args(hint))
+
+
+def _compile_fields(
+    cls: type[Event], hints: Mapping[str, Any], hook: Callable[[Any], Callable[[Any], Any]]
+) -> Callable[[Event], list[Any]]:
+    """`event -> [field, …]` in declaration order, each unstructured as cattrs would.
+
+    Written out once per class, because the encode of every append runs it: a field of a type
+    that travels as it is is read straight off the event; any other goes through the
+    converter's hook for its type (the one cattrs' own unstructure of the class calls).
+    """
+    namespace: dict[str, Any] = {}
+    items = []
+    for number, field in enumerate(attrs.fields(cls)):  # type: ignore[arg-type]
+        hint = hints[field.name]
+        if _travels_as_is(hint):
+            items.append(f"e.{field.name}")
+        else:
+            namespace[f"h{number}"] = hook(hint)
+            items.append(f"h{number}(e.{field.name})")
+    source = f"def fields(e):\n    return [{', '.join(items)}]\n"
+    exec(compile(source, f"<runfold encoder {cls.__name__}>", "exec"), namespace)
+    return namespace["fields"]  # type: ignore[no-any-return]
+
+
 @attrs.frozen
 class _Layout:
     """What the codec knows of one event class: its wire forms and how to build it from each."""
@@ -189,12 +223,13 @@ class _Layout:
     by_position: Callable[[Any], Event]
     wire_defaults: tuple[Any, ...]
     """Each field's default as it travels (`_REQUIRED` for a field without one)."""
+    fields: Callable[[Event], list[Any]]
+    """The event's fields as they travel, in order (`_compile_fields`)."""
 
     def encode(self, event: Event) -> Any:
-        wire = self.unstructure(event)
         if not self.cls.positional:
-            return wire
-        values = list(wire.values())
+            return self.unstructure(event)
+        values = self.fields(event)
         count = len(values)
         defaults = self.wire_defaults
         while count and _same(values[count - 1], defaults[count - 1]):
@@ -295,6 +330,7 @@ class EventCodec:
             by_name=decoder(False),
             by_position=decoder(True),
             wire_defaults=tuple(wire_defaults.get(f.name, _REQUIRED) for f in fields),
+            fields=_compile_fields(cls, hints, self._converter.get_unstructure_hook),
         )
 
     def register_upcaster(self, event_type: str, from_version: int, upcaster: Upcaster) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from runfold.kernel._fast import compile_event_call
+from runfold.kernel._fast import compile_event_call, frozen_factory
 from runfold.kernel._gc import in_bulk
 from runfold.kernel._pmap import PView
 from runfold.kernel.errors import HistoryError, RunNotSupported
@@ -171,9 +171,12 @@ class WakeupDue:
 class _Record:
     # `frozen` caches the public state of a published record: a fold clones a record before it
     # changes it (`_Builder.step` …), so a published one never changes. Subclasses list their
-    # fields in their own `__slots__`, which `clone` and `freeze` walk (without `frozen`).
+    # fields in their own `__slots__`, which `clone` walks (without `frozen`); `freeze` walks
+    # `_fields`, the public class's fields in order (set by `_public_factory`).
     __slots__ = ("frozen",)
     public: Any
+    _fields: tuple[str, ...]
+    _make: Any
 
     def clone(self) -> Any:
         copy = object.__new__(type(self))
@@ -184,12 +187,10 @@ class _Record:
         return copy
 
     def freeze(self) -> Any:
-        values: dict[str, Any] = {}
-        name: str
-        for name in self.__slots__:
-            value = getattr(self, name)
-            values[name] = tuple(value) if type(value) is list else value
-        return self.public(**values)
+        # `_make` fills the public class's slots in its field order (`_public_factory`),
+        # skipping attrs' keyword `__init__`: a fold freezes a record per changed entity.
+        values = [getattr(self, name) for name in self._fields]
+        return self._make(*[tuple(v) if type(v) is list else v for v in values])
 
 
 class _Step(_Record):
@@ -275,6 +276,19 @@ class _Hook(_Record):
         self.retain_token_until = ev.retain_token_until
         self.created_at = at
         self.deliveries = []
+
+
+def _public_factory(record: type[_Record]) -> None:
+    """Give `record` the positional constructor of its public class, and that class's field
+    order (the record's slots hold the same names)."""
+    fields = tuple(field.name for field in attrs.fields(record.public))
+    assert set(fields) == set(record.__slots__), record
+    record._fields = fields
+    record._make = staticmethod(frozen_factory(record.public))
+
+
+for _record in (_Step, _Wait, _Hook):
+    _public_factory(_record)
 
 
 def _public_record(record: Any) -> Any:
@@ -539,42 +553,85 @@ class _Builder:
         return self.attributes
 
     def freeze(self) -> Snapshot:
-        return Snapshot(
-            run_id=self.run_id,
-            status=self.status,  # type: ignore[arg-type]
-            workflow_name=self.workflow_name,
-            workflow_version=self.workflow_version,
-            deployment_id=self.deployment_id,
-            input=self.input,
-            output=self.output,
-            error=self.error,
-            error_code=self.error_code,
-            context=self.context,
-            attributes=MappingProxyType(self.attributes)
-            if self.attributes_owned
-            else self.attributes,
-            parent_run_id=self.parent_run_id,
-            deadline=self.deadline,
-            spec_version=self.spec_version,
-            created_at=self.created_at,
-            started_at=self.started_at,
-            completed_at=self.completed_at,
-            updated_at=self.updated_at,
-            last_sequence=self.seq,
-            cancellation=self.cancellation,
-            steps=self.steps.derive(self.steps_new),
-            waits=self.waits.derive(self.waits_new),
-            hooks=self.hooks.derive(self.hooks_new),
-            progress=self.progress.derive(self.progress_new),
-            children=self.children.derive(self.children_new),
-            hook_conflicts=self.hook_conflicts.derive(self.hook_conflicts_new),
-            attribute_write_ids=self.write_ids.derive(self.write_ids_new),
-            log_count=self.log_count,
-            live_step_ids=frozenset(self.live_steps),
-            retrying_step_ids=frozenset(self.retrying),
-            waiting_wait_ids=frozenset(self.waiting),
-            active_hook_ids=frozenset(self.active_hooks),
+        # Positional, in `_SNAPSHOT_FIELDS` order: a snapshot is built per `apply`, and attrs'
+        # keyword `__init__` of 32 fields was a tenth of a workflow step's cost.
+        steps_new, waits_new, hooks_new = self.steps_new, self.waits_new, self.hooks_new
+        return _make_snapshot(
+            self.run_id,
+            self.status,
+            self.workflow_name,
+            self.workflow_version,
+            self.deployment_id,
+            self.input,
+            self.output,
+            self.error,
+            self.error_code,
+            self.context,
+            MappingProxyType(self.attributes) if self.attributes_owned else self.attributes,
+            self.parent_run_id,
+            self.deadline,
+            self.spec_version,
+            self.created_at,
+            self.started_at,
+            self.completed_at,
+            self.updated_at,
+            self.seq,
+            self.cancellation,
+            self.steps.derive(steps_new) if steps_new else self.steps,
+            self.waits.derive(waits_new) if waits_new else self.waits,
+            self.hooks.derive(hooks_new) if hooks_new else self.hooks,
+            self.progress.derive(self.progress_new) if self.progress_new else self.progress,
+            self.children.derive(self.children_new) if self.children_new else self.children,
+            self.hook_conflicts.derive(self.hook_conflicts_new)
+            if self.hook_conflicts_new
+            else self.hook_conflicts,
+            self.write_ids.derive(self.write_ids_new) if self.write_ids_new else self.write_ids,
+            self.log_count,
+            frozenset(self.live_steps),
+            frozenset(self.retrying),
+            frozenset(self.waiting),
+            frozenset(self.active_hooks),
         )
+
+
+_SNAPSHOT_FIELDS = (
+    "run_id",
+    "status",
+    "workflow_name",
+    "workflow_version",
+    "deployment_id",
+    "input",
+    "output",
+    "error",
+    "error_code",
+    "context",
+    "attributes",
+    "parent_run_id",
+    "deadline",
+    "spec_version",
+    "created_at",
+    "started_at",
+    "completed_at",
+    "updated_at",
+    "last_sequence",
+    "cancellation",
+    "steps",
+    "waits",
+    "hooks",
+    "progress",
+    "children",
+    "hook_conflicts",
+    "attribute_write_ids",
+    "log_count",
+    "live_step_ids",
+    "retrying_step_ids",
+    "waiting_wait_ids",
+    "active_hook_ids",
+)
+"""The order `_Builder.freeze` passes a snapshot's fields in: `Snapshot`'s own."""
+if tuple(field.name for field in attrs.fields(Snapshot)) != _SNAPSHOT_FIELDS:
+    raise AssertionError("_Builder.freeze is out of step with Snapshot's fields")
+_make_snapshot = frozen_factory(Snapshot)
 
 
 def _start_builder(first: Envelope, limits: Limits) -> _Builder:
