@@ -242,7 +242,13 @@ class CommandHandler:
             if not batch.events and not fresh:  # a no-op too must hold on the stored run
                 cached, fresh = await self._catch_up(run_id, cached), True
                 continue
-            missed = await self._missed(run_id, before, known_sequence)
+            missed = (
+                await self._missed(run_id, before, known_sequence)
+                if known_sequence is not None
+                and before is not None
+                and before.last_sequence > known_sequence
+                else ()
+            )
             after = batch.snapshot
             if not batch.events:
                 assert after is not None  # only an existing run can make a command a no-op

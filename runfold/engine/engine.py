@@ -504,7 +504,8 @@ class Engine:
         outcome = await self.handler.execute_many(
             run_id, commands, known_sequence=known_sequence, now=now, decided=decided
         )
-        await self._notify(outcome.appended)
+        if self.observers:
+            await self._notify(outcome.appended)
         return outcome
 
     async def _settle(self, run_id: str, command: Command) -> None:

@@ -458,10 +458,11 @@ _VALIDATORS: dict[type[Command], Callable[[_Check, Any], None]] = {
 # --- the rules ----------------------------------------------------------------------------------
 
 
-class _Ctx:
-    """What every rule needs: the snapshot (None for no history), the time, the limits."""
+class _Ctx(_Check):
+    """What every rule needs: the snapshot (None for no history), the time, the limits; and,
+    being a `_Check` of those limits, the validation of the command's fields."""
 
-    __slots__ = ("check", "limits", "now", "run_id", "snapshot", "token_holder")
+    __slots__ = ("now", "snapshot", "token_holder")
 
     def __init__(
         self,
@@ -476,7 +477,6 @@ class _Ctx:
         self.now = now
         self.limits = limits
         self.token_holder = token_holder
-        self.check = _Check(limits, run_id)
 
     def run(self) -> Snapshot:
         if self.snapshot is None:
@@ -602,7 +602,7 @@ def _time_out_run(ctx: _Ctx, cmd: TimeOutRun) -> _Events:
 
 def _set_attributes(ctx: _Ctx, cmd: SetAttributes) -> _Events:
     snap = ctx.run()
-    ctx.check.attribute_count(snap.attributes, cmd.changes)
+    ctx.attribute_count(snap.attributes, cmd.changes)
     ctx.live_run("set attributes on")
     if cmd.write_id is not None and cmd.write_id in snap.attribute_write_ids:
         raise EntityConflict(
@@ -1036,8 +1036,8 @@ def decide(
         if not isinstance(now, datetime) or now.utcoffset() is None:
             raise InvalidCommand("now must be a timezone-aware datetime", run_id=run_id)
         if snapshot is None and run_id is not None:
-            ctx.check.ident(run_id, "run_id")  # an existing run's id was checked when created
-        _validate(ctx.check, command)
+            ctx.ident(run_id, "run_id")  # an existing run's id was checked when created
+        _validate(ctx, command)
         events = _RULES[type(command)](ctx, command)
     except Rejection:
         raise

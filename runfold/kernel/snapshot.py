@@ -169,17 +169,20 @@ class WakeupDue:
 
 
 class _Record:
-    # `frozen` caches the public state of a published record: a fold clones a record before it
-    # changes it (`_Builder.step` …), so a published one never changes. Subclasses list their
-    # fields in their own `__slots__`, which `clone` walks (without `frozen`); `freeze` walks
-    # `_fields`, the public class's fields in order (set by `_public_factory`).
+    # `frozen` caches the public state of a published record (None until first asked): a fold
+    # clones a record before it changes it (`_Builder.step` …), so a published one never
+    # changes. Subclasses list their fields in their own `__slots__`, which `clone` walks
+    # (without `frozen`); `freeze` walks `_fields`, the public class's fields in order (set by
+    # `_public_factory`).
     __slots__ = ("frozen",)
+    frozen: Any
     public: Any
     _fields: tuple[str, ...]
     _make: Any
 
     def clone(self) -> Any:
         copy = object.__new__(type(self))
+        copy.frozen = None
         name: str
         for name in self.__slots__:
             value = getattr(self, name)
@@ -223,6 +226,7 @@ class _Step(_Record):
     def __init__(
         self, step_id: str, step_name: str, input: bytes, retry: RetryPolicy | None, at: datetime
     ) -> None:
+        self.frozen = None
         self.step_id = step_id
         self.step_name = intern(step_name)  # a run repeats a few names thousands of times
         self.status = "pending"
@@ -245,6 +249,7 @@ class _Wait(_Record):
     completed_at: datetime | None
 
     def __init__(self, wait_id: str, resume_at: datetime, at: datetime) -> None:
+        self.frozen = None
         self.wait_id = wait_id
         self.status = "waiting"
         self.resume_at = resume_at
@@ -268,6 +273,7 @@ class _Hook(_Record):
     deliveries: list[Delivery]
 
     def __init__(self, ev: HookCreated, at: datetime) -> None:
+        self.frozen = None
         self.hook_id = ev.hook_id
         self.token = ev.token
         self.status = "active"
@@ -292,11 +298,10 @@ for _record in (_Step, _Wait, _Hook):
 
 
 def _public_record(record: Any) -> Any:
-    try:
-        return record.frozen
-    except AttributeError:
+    frozen = record.frozen
+    if frozen is None:
         record.frozen = frozen = record.freeze()
-        return frozen
+    return frozen
 
 
 def _empty_records() -> PView[Any, Any]:
