@@ -29,6 +29,8 @@ __all__ = [
     "compile_decoder",
     "compile_event_call",
     "compile_unpacker",
+    "fast_init",
+    "fast_inits",
     "frozen_columns",
     "frozen_factory",
 ]
@@ -60,6 +62,55 @@ def frozen_factory(cls: type[T]) -> Callable[..., T]:
     source = f"def make({args}):\n    o = new(cls)\n{body}\n    return o\n"
     exec(compile(source, f"<runfold frozen_factory {cls.__name__}>", "exec"), namespace)
     return namespace["make"]  # type: ignore[no-any-return]
+
+
+def fast_init(cls: type[T]) -> type[T]:
+    """Give the frozen attrs class `cls` an `__init__` that fills its slots directly.
+
+    The new `__init__` has attrs' own signature (keyword-only when the class is, the same
+    defaults) and does what attrs' does for a class without converters, validators, factory
+    defaults or `__attrs_post_init__`, which `cls` must be (else `TypeError`); it only skips
+    the frozen `__setattr__` attrs' goes through. Type checkers still see attrs' signature.
+    Kernel objects are made several times per decision (commands, events, decisions,
+    index rows), so their construction is on every step's path.
+    """
+    fields = _plain_fields(cls)
+    if hasattr(cls, "__attrs_post_init__"):
+        raise TypeError(f"{cls.__name__} has __attrs_post_init__")
+    namespace: dict[str, Any] = {}
+    params, body = [], []
+    for number, field in enumerate(fields):
+        if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+            raise TypeError(f"{cls.__name__}.{field.name}: factory defaults are not supported")
+        namespace[f"s{number}"] = getattr(cls, field.name).__set__  # the slot's descriptor
+        if field.default is attrs.NOTHING:
+            params.append(field.name)
+        else:
+            namespace[f"d{number}"] = field.default
+            params.append(f"{field.name}=d{number}")
+        body.append(f"    s{number}(self, {field.name})")
+    keyword_only = all(field.kw_only for field in fields)
+    signature = ("*, " if keyword_only and params else "") + ", ".join(params)
+    source = f"def __init__(self, {signature}):\n" + "\n".join(body or ["    pass"]) + "\n"
+    exec(compile(source, f"<runfold fast_init {cls.__name__}>", "exec"), namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    init.__annotations__ = dict(cls.__init__.__annotations__)
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
+def fast_inits(classes: Iterable[type[Any]]) -> None:
+    """`fast_init` each of `classes` that it can take; the others keep attrs' `__init__`.
+
+    It cannot take a class with a converter, a validator, a factory default or a post-init hook.
+    """
+    for cls in classes:
+        try:
+            fast_init(cls)
+        except TypeError:
+            continue
 
 
 def frozen_columns(cls: type[T]) -> Callable[..., list[T]]:

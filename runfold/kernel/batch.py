@@ -12,6 +12,7 @@ from datetime import datetime
 
 import attrs
 
+from runfold.kernel._fast import fast_init
 from runfold.kernel.commands import Command, StartStep
 from runfold.kernel.decide import decide
 from runfold.kernel.errors import InvalidCommand, Rejection
@@ -25,6 +26,7 @@ __all__ = ["BatchDecision", "decide_many"]
 _DEFAULT_LIMITS = Limits()
 
 
+@fast_init
 @attrs.frozen(kw_only=True)
 class BatchDecision:
     """What `decide_many` returns.

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import attrs
 
+from runfold.kernel._fast import fast_inits
 from runfold.kernel.events import (
     AttributeChange,
     Event,
@@ -406,3 +407,33 @@ class DisposeHook(Command):
     """
 
     hook_id: str
+
+
+fast_inits(
+    [
+        Decision,
+        LazyStep,
+        CreateRun,
+        StartRun,
+        CompleteRun,
+        FailRun,
+        RequestCancel,
+        CancelRun,
+        TimeOutRun,
+        SetAttributes,
+        RecordProgress,
+        LinkChild,
+        RecordLog,
+        CreateStep,
+        StartStep,
+        CompleteStep,
+        FailStep,
+        RetryStep,
+        CancelStep,
+        CreateWait,
+        CompleteWait,
+        CreateHook,
+        ReceiveHook,
+        DisposeHook,
+    ]
+)

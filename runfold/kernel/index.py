@@ -11,6 +11,7 @@ from typing import Generic, Literal, TypeAlias, TypeVar
 
 import attrs
 
+from runfold.kernel._fast import fast_inits
 from runfold.kernel.snapshot import LIVE_RUN_STATUSES, RunStatus, Snapshot
 
 __all__ = [
@@ -103,6 +104,9 @@ class RunIndex:
         two claims of one token the last one counts, as a row keyed by token would.
         """
         return tuple({c.token: c for c in self.hooks if c.holds_at(moment)}.values())
+
+
+fast_inits([RunSummary, HookClaim, HookHolder, Wakeup, RunIndex])
 
 
 def run_index(snapshot: Snapshot) -> RunIndex:
