@@ -37,6 +37,8 @@ def live_claims(
     conn: sqlite3.Connection, run_id: str, index: RunIndex, at: datetime
 ) -> tuple[HookClaim, ...]:
     """The claims of `index` live at `at`; `TokenConflict` if another run's hook holds one."""
+    if not index.hooks:
+        return ()
     claims = index.claims_at(at)
     now = time_key(at)
     for claim in claims:
@@ -44,6 +46,22 @@ def live_claims(
         if held is not None and held[0] != run_id:
             raise TokenConflict(claim.token, held[0], held[1])
     return claims
+
+
+_UPSERT_RUN = (
+    "INSERT INTO runs (run_id, workflow_name, status, parent_run_id, created_at, updated_at, "
+    "completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, "
+    "completed_at = excluded.completed_at, updated_at = excluded.updated_at, "
+    "last_sequence = excluded.last_sequence, attributes = excluded.attributes"
+)
+_UPDATE_RUN = (
+    "UPDATE runs SET updated_at = ?, last_sequence = ?, attributes = ? WHERE run_id = ?"
+)
+_UPDATE_RUN_STATUS = (
+    "UPDATE runs SET status = ?, completed_at = ?, updated_at = ?, last_sequence = ?, "
+    "attributes = ? WHERE run_id = ?"
+)
 
 
 def write_index(
@@ -59,35 +77,49 @@ def write_index(
     """
     summary = index.summary
     completed_at = None if summary.completed_at is None else time_key(summary.completed_at)
-    # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting all
-    # five runs indexes. SQLite rewrites an index whenever the SET clause names one of its
-    # columns, whatever the value, so status and end time are set only when they change (a
-    # run's fixed name, parent and creation time never are): most appends then write no runs
-    # index page at all.
-    unchanged = (
-        before is not None
-        and before.status == summary.status
-        and before.completed_at == completed_at
+    attributes = (
+        json.dumps(dict(summary.attributes), sort_keys=True) if summary.attributes else "{}"
     )
-    conn.execute(
-        "INSERT INTO runs (run_id, workflow_name, status, parent_run_id, created_at, updated_at, "
-        "completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (run_id) DO UPDATE SET "
-        + ("" if unchanged else "status = excluded.status, completed_at = excluded.completed_at, ")
-        + "updated_at = excluded.updated_at, last_sequence = excluded.last_sequence, "
-        "attributes = excluded.attributes",
-        (
-            run_id,
-            summary.workflow_name,
-            summary.status,
-            summary.parent_run_id,
-            time_key(summary.created_at),
-            time_key(summary.updated_at),
-            completed_at,
-            summary.last_sequence,
-            json.dumps(dict(summary.attributes), sort_keys=True),
-        ),
-    )
+    if before is not None and before.status is not None:
+        # The row is there (its status is never NULL): an UPDATE of what an append changes,
+        # rather than an upsert, which tries the INSERT (and its triggers) first. SQLite rewrites
+        # an index whenever the SET clause names one of its columns, whatever the value, so
+        # status and end time are set only when they change (a run's fixed name, parent and
+        # creation time never are): most appends then write no runs index page at all.
+        if before.status == summary.status and before.completed_at == completed_at:
+            conn.execute(
+                _UPDATE_RUN,
+                (time_key(summary.updated_at), summary.last_sequence, attributes, run_id),
+            )
+        else:
+            conn.execute(
+                _UPDATE_RUN_STATUS,
+                (
+                    summary.status,
+                    completed_at,
+                    time_key(summary.updated_at),
+                    summary.last_sequence,
+                    attributes,
+                    run_id,
+                ),
+            )
+    else:
+        # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting
+        # all five runs indexes.
+        conn.execute(
+            _UPSERT_RUN,
+            (
+                run_id,
+                summary.workflow_name,
+                summary.status,
+                summary.parent_run_id,
+                time_key(summary.created_at),
+                time_key(summary.updated_at),
+                completed_at,
+                summary.last_sequence,
+                attributes,
+            ),
+        )
     if before is None or before.has_hooks:
         conn.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
     if claims:

@@ -86,6 +86,12 @@ time (None, None without a runs row), and whether it has hook and wakeup rows; a
 position handed out (retention may have deleted its event)."""
 
 
+_INSERT_EVENT = (
+    "INSERT INTO events (run_id, sequence, type, schema_version, correlation_id, payload, "
+    "recorded_at, position) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 def _append_one(conn: sqlite3.Connection, request: Append) -> list[Envelope]:
     run_id = request.run_id
     last, head_position, status, completed_at, has_hooks, has_wakeups, next_position = conn.execute(
@@ -98,14 +104,14 @@ def _append_one(conn: sqlite3.Connection, request: Append) -> list[Envelope]:
         raise SequenceConflict(run_id, request.expected, head)
     now = time_key(request.recorded_at)
     claims = live_claims(conn, run_id, request.index, request.recorded_at)
-    conn.executemany(
-        "INSERT INTO events (run_id, sequence, type, schema_version, correlation_id, payload, "
-        "recorded_at, position) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (run_id, head + n, event_type, version, correlation, payload, now, next_position + n)
-            for n, (event_type, version, payload, correlation) in enumerate(request.rows, start=1)
-        ],
-    )
+    rows = [
+        (run_id, head + n, event_type, version, correlation, payload, now, next_position + n)
+        for n, (event_type, version, payload, correlation) in enumerate(request.rows, start=1)
+    ]
+    if len(rows) == 1:  # the common case: `execute` binds it without `executemany`'s iterator
+        conn.execute(_INSERT_EVENT, rows[0])
+    else:
+        conn.executemany(_INSERT_EVENT, rows)
     before = IndexRows(status, completed_at, bool(has_hooks), bool(has_wakeups))
     write_index(conn, run_id, request.index, claims, before)
     return [
