@@ -55,9 +55,7 @@ _UPSERT_RUN = (
     "completed_at = excluded.completed_at, updated_at = excluded.updated_at, "
     "last_sequence = excluded.last_sequence, attributes = excluded.attributes"
 )
-_UPDATE_RUN = (
-    "UPDATE runs SET updated_at = ?, last_sequence = ?, attributes = ? WHERE run_id = ?"
-)
+_UPDATE_RUN = "UPDATE runs SET updated_at = ?, last_sequence = ?, attributes = ? WHERE run_id = ?"
 _UPDATE_RUN_STATUS = (
     "UPDATE runs SET status = ?, completed_at = ?, updated_at = ?, last_sequence = ?, "
     "attributes = ? WHERE run_id = ?"
