@@ -34,7 +34,7 @@ TOKEN_HOLDER = token_holder_query("?", "hooks")
 
 
 def live_claims(
-    conn: sqlite3.Connection, run_id: str, index: RunIndex, at: datetime
+    cursor: sqlite3.Cursor, run_id: str, index: RunIndex, at: datetime
 ) -> tuple[HookClaim, ...]:
     """The claims of `index` live at `at`; `TokenConflict` if another run's hook holds one."""
     if not index.hooks:
@@ -42,7 +42,7 @@ def live_claims(
     claims = index.claims_at(at)
     now = time_key(at)
     for claim in claims:
-        held = conn.execute(TOKEN_HOLDER, (claim.token, now)).fetchone()
+        held = cursor.execute(TOKEN_HOLDER, (claim.token, now)).fetchone()
         if held is not None and held[0] != run_id:
             raise TokenConflict(claim.token, held[0], held[1])
     return claims
@@ -63,7 +63,7 @@ _UPDATE_RUN_STATUS = (
 
 
 def write_index(
-    conn: sqlite3.Connection,
+    cursor: sqlite3.Cursor,
     run_id: str,
     index: RunIndex,
     claims: Sequence[HookClaim],
@@ -85,12 +85,12 @@ def write_index(
         # status and end time are set only when they change (a run's fixed name, parent and
         # creation time never are): most appends then write no runs index page at all.
         if before.status == summary.status and before.completed_at == completed_at:
-            conn.execute(
+            cursor.execute(
                 _UPDATE_RUN,
                 (time_key(summary.updated_at), summary.last_sequence, attributes, run_id),
             )
         else:
-            conn.execute(
+            cursor.execute(
                 _UPDATE_RUN_STATUS,
                 (
                     summary.status,
@@ -104,7 +104,7 @@ def write_index(
     else:
         # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting
         # all five runs indexes.
-        conn.execute(
+        cursor.execute(
             _UPSERT_RUN,
             (
                 run_id,
@@ -119,9 +119,9 @@ def write_index(
             ),
         )
     if before is None or before.has_hooks:
-        conn.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
+        cursor.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
     if claims:
-        conn.executemany(
+        cursor.executemany(
             "INSERT OR REPLACE INTO hooks (token, run_id, hook_id, retained_until) "
             "VALUES (?, ?, ?, ?)",
             [
@@ -135,9 +135,9 @@ def write_index(
             ],
         )
     if before is None or before.has_wakeups:
-        conn.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
+        cursor.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
     if index.wakeups:
-        conn.executemany(
+        cursor.executemany(
             "INSERT INTO wakeups (run_id, kind, subject_id, due_at) VALUES (?, ?, ?, ?)",
             [(run_id, w.kind, w.subject_id, time_key(w.due_at)) for w in index.wakeups],
         )
@@ -158,7 +158,8 @@ def rewrite_run_index(
         for table in ("hooks", "wakeups", "runs"):
             conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         if index is not None:
-            write_index(conn, run_id, index, live_claims(conn, run_id, index, now))
+            cursor = conn.cursor()
+            write_index(cursor, run_id, index, live_claims(cursor, run_id, index, now))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
