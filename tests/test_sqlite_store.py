@@ -46,6 +46,7 @@ from runfold import (
     HookHolder,
     LogRecorded,
     RecordLog,
+    RunCompleted,
     RunCreated,
     RunIndex,
     RunStarted,
@@ -65,7 +66,7 @@ from runfold import (
 )
 from runfold.stores import SQLiteStore
 from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
-from runfold.stores.sqlite import SCHEMA_VERSION
+from runfold.stores.sqlite import SCHEMA_VERSION, retention
 from runfold.stores.sqlite.retention import CHOSEN_ENDED_RUNS, ENDED_RUNS
 from tests.conftest import T0, Clock
 from tests.sqlite_worker import (
@@ -731,6 +732,25 @@ async def test_retention_walks_the_index_of_ended_runs_whatever_the_statistics(
         assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=2) == 2
         assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=5, run_ids=["r5"] * 2) == 1
         assert [s.run_id for s in (await store.list_runs(limit=10)).items] == ["r4", "r2", "r0"]
+
+
+async def test_retention_deletes_every_row_of_its_runs_whatever_their_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(retention, "CHUNK", 2)  # several statements per table for one batch
+    path = tmp_path / "runfold.db"
+    ended = ["nul\x00id", "quote'\"", "\u00e9\U0001f642", "plain", "p"]
+    async with await SQLiteStore.open(path) as store:
+        # Through the store: the kernel refuses a control character in a command's run id.
+        for run_id in ended:
+            await write(store, run_id, *started(), RunCompleted(output=b""))
+        await write(store, "live", *started())
+        assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=10) == len(ended)
+        for run_id in ended:
+            assert await store.head(run_id) == 0
+        assert await store.head("live") > 0
+    for table in ("events", "runs", "hooks", "wakeups"):
+        assert set(plain_query(path, f"SELECT run_id FROM {table}")) <= {("live",)}, table
 
 
 async def test_closing_leaves_the_planner_statistics_fresh(tmp_path: Path) -> None:

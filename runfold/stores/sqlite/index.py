@@ -34,20 +34,36 @@ TOKEN_HOLDER = token_holder_query("?", "hooks")
 
 
 def live_claims(
-    conn: sqlite3.Connection, run_id: str, index: RunIndex, at: datetime
+    cursor: sqlite3.Cursor, run_id: str, index: RunIndex, at: datetime
 ) -> tuple[HookClaim, ...]:
     """The claims of `index` live at `at`; `TokenConflict` if another run's hook holds one."""
+    if not index.hooks:
+        return ()
     claims = index.claims_at(at)
     now = time_key(at)
     for claim in claims:
-        held = conn.execute(TOKEN_HOLDER, (claim.token, now)).fetchone()
+        held = cursor.execute(TOKEN_HOLDER, (claim.token, now)).fetchone()
         if held is not None and held[0] != run_id:
             raise TokenConflict(claim.token, held[0], held[1])
     return claims
 
 
+_UPSERT_RUN = (
+    "INSERT INTO runs (run_id, workflow_name, status, parent_run_id, created_at, updated_at, "
+    "completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, "
+    "completed_at = excluded.completed_at, updated_at = excluded.updated_at, "
+    "last_sequence = excluded.last_sequence, attributes = excluded.attributes"
+)
+_UPDATE_RUN = "UPDATE runs SET updated_at = ?, last_sequence = ?, attributes = ? WHERE run_id = ?"
+_UPDATE_RUN_STATUS = (
+    "UPDATE runs SET status = ?, completed_at = ?, updated_at = ?, last_sequence = ?, "
+    "attributes = ? WHERE run_id = ?"
+)
+
+
 def write_index(
-    conn: sqlite3.Connection,
+    cursor: sqlite3.Cursor,
     run_id: str,
     index: RunIndex,
     claims: Sequence[HookClaim],
@@ -59,39 +75,53 @@ def write_index(
     """
     summary = index.summary
     completed_at = None if summary.completed_at is None else time_key(summary.completed_at)
-    # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting all
-    # five runs indexes. SQLite rewrites an index whenever the SET clause names one of its
-    # columns, whatever the value, so status and end time are set only when they change (a
-    # run's fixed name, parent and creation time never are): most appends then write no runs
-    # index page at all.
-    unchanged = (
-        before is not None
-        and before.status == summary.status
-        and before.completed_at == completed_at
+    attributes = (
+        json.dumps(dict(summary.attributes), sort_keys=True) if summary.attributes else "{}"
     )
-    conn.execute(
-        "INSERT INTO runs (run_id, workflow_name, status, parent_run_id, created_at, updated_at, "
-        "completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (run_id) DO UPDATE SET "
-        + ("" if unchanged else "status = excluded.status, completed_at = excluded.completed_at, ")
-        + "updated_at = excluded.updated_at, last_sequence = excluded.last_sequence, "
-        "attributes = excluded.attributes",
-        (
-            run_id,
-            summary.workflow_name,
-            summary.status,
-            summary.parent_run_id,
-            time_key(summary.created_at),
-            time_key(summary.updated_at),
-            completed_at,
-            summary.last_sequence,
-            json.dumps(dict(summary.attributes), sort_keys=True),
-        ),
-    )
+    if before is not None and before.status is not None:
+        # The row is there (its status is never NULL): an UPDATE of what an append changes,
+        # rather than an upsert, which tries the INSERT (and its triggers) first. SQLite rewrites
+        # an index whenever the SET clause names one of its columns, whatever the value, so
+        # status and end time are set only when they change (a run's fixed name, parent and
+        # creation time never are): most appends then write no runs index page at all.
+        if before.status == summary.status and before.completed_at == completed_at:
+            cursor.execute(
+                _UPDATE_RUN,
+                (time_key(summary.updated_at), summary.last_sequence, attributes, run_id),
+            )
+        else:
+            cursor.execute(
+                _UPDATE_RUN_STATUS,
+                (
+                    summary.status,
+                    completed_at,
+                    time_key(summary.updated_at),
+                    summary.last_sequence,
+                    attributes,
+                    run_id,
+                ),
+            )
+    else:
+        # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting
+        # all five runs indexes.
+        cursor.execute(
+            _UPSERT_RUN,
+            (
+                run_id,
+                summary.workflow_name,
+                summary.status,
+                summary.parent_run_id,
+                time_key(summary.created_at),
+                time_key(summary.updated_at),
+                completed_at,
+                summary.last_sequence,
+                attributes,
+            ),
+        )
     if before is None or before.has_hooks:
-        conn.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
+        cursor.execute("DELETE FROM hooks WHERE run_id = ?", (run_id,))
     if claims:
-        conn.executemany(
+        cursor.executemany(
             "INSERT OR REPLACE INTO hooks (token, run_id, hook_id, retained_until) "
             "VALUES (?, ?, ?, ?)",
             [
@@ -105,9 +135,9 @@ def write_index(
             ],
         )
     if before is None or before.has_wakeups:
-        conn.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
+        cursor.execute("DELETE FROM wakeups WHERE run_id = ?", (run_id,))
     if index.wakeups:
-        conn.executemany(
+        cursor.executemany(
             "INSERT INTO wakeups (run_id, kind, subject_id, due_at) VALUES (?, ?, ?, ?)",
             [(run_id, w.kind, w.subject_id, time_key(w.due_at)) for w in index.wakeups],
         )
@@ -128,7 +158,8 @@ def rewrite_run_index(
         for table in ("hooks", "wakeups", "runs"):
             conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         if index is not None:
-            write_index(conn, run_id, index, live_claims(conn, run_id, index, now))
+            cursor = conn.cursor()
+            write_index(cursor, run_id, index, live_claims(cursor, run_id, index, now))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

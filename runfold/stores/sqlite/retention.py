@@ -36,6 +36,25 @@ CHOSEN_ENDED_RUNS = (
 """
 
 
+CHUNK = 500
+"""Run ids bound to one DELETE at most: below every SQLite build's limit on parameters."""
+
+
+def _delete_rows(conn: sqlite3.Connection, doomed: list[str]) -> None:
+    """Delete every row of the runs `doomed`, one statement per table for each `CHUNK` runs.
+
+    Not one statement per run: SQLite sorts an `IN` list first and deletes in key order, and the
+    driver binds and steps once per table instead of once per run (at scale, most of a batch's
+    CPU went to those per-run statements). The ids are bound as parameters, not as a JSON
+    array: `json_each` does not give back an id holding a NUL character as it was.
+    """
+    for first in range(0, len(doomed), CHUNK):
+        chunk = doomed[first : first + CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        for table in ("events", "hooks", "wakeups", "runs"):
+            conn.execute(f"DELETE FROM {table} WHERE run_id IN ({marks})", chunk)
+
+
 def delete_ended_runs(
     conn: sqlite3.Connection, terminal_before: int, limit: int, run_ids: str | None
 ) -> int:
@@ -55,8 +74,7 @@ def delete_ended_runs(
             "UPDATE feed_high_water SET position = max(position, "
             "coalesce((SELECT max(position) FROM events), 0))"
         )
-        for table in ("events", "hooks", "wakeups", "runs"):
-            conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in doomed])
+        _delete_rows(conn, doomed)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
