@@ -41,7 +41,11 @@ __all__ = [
     "array_field",
     "claims_fields",
     "i8",
+    "int4_field",
+    "int8_field",
     "record",
+    "text_field",
+    "time_field",
     "utf8",
     "wakeups_fields",
 ]
@@ -88,13 +92,23 @@ I4_MAX = 2**31 - 1
 I8_MAX = 2**63 - 1
 """The largest `bigint`."""
 _HEADER = struct.Struct(">iiIii")  # dimensions, has NULLs, element type, length, lower bound
+_ONE = struct.Struct(">iiIiii")  # the header of an array of one element, and its length
 _EMPTY = struct.Struct(">iiI")  # no dimensions, no NULLs, element type
 _FIELD = struct.Struct(">Ii")  # type, length (-1: NULL)
+_INT4_FIELD = struct.Struct(">Iii")  # type, length, value
+_INT8_FIELD = struct.Struct(">Iiq")
 _NULL = I4.pack(-1)
+_NULL_TEXT = _FIELD.pack(TEXT, -1)
+_NULL_INT8 = _FIELD.pack(INT8, -1)
+
+# A composite value is its count of fields, then each field as its type, its length (-1 for
+# NULL) and its bytes; each function below gives one whole field, for `record` to join.
 
 
 def array(element_oid: int, elements: Sequence[bytes | None]) -> bytes:
     """A one-dimensional array of `elements`, each in its type's binary form (None: NULL)."""
+    if len(elements) == 1 and (element := elements[0]) is not None:
+        return _ONE.pack(1, 0, element_oid, 1, 1, len(element)) + element
     if not elements:
         return _EMPTY.pack(0, 0, element_oid)
     parts = [_HEADER.pack(1, None in elements, element_oid, len(elements), 1)]
@@ -106,20 +120,38 @@ def array(element_oid: int, elements: Sequence[bytes | None]) -> bytes:
     return b"".join(parts)
 
 
-def array_field(element_oid: int, elements: Sequence[bytes | None]) -> tuple[int, bytes]:
-    """An array as a field of a composite: (its array type, its binary form)."""
-    return _ARRAY[element_oid], array(element_oid, elements)
+def array_field(element_oid: int, elements: Sequence[bytes | None]) -> bytes:
+    """An array field of a composite."""
+    body = array(element_oid, elements)
+    return _FIELD.pack(_ARRAY[element_oid], len(body)) + body
 
 
-def record(fields: Sequence[tuple[int, bytes | None]]) -> bytes:
-    """A composite value of `fields`: (type, binary form or None for NULL) in column order."""
-    parts = [I4.pack(len(fields))]
-    for oid, data in fields:
-        if data is None:
-            parts.append(_FIELD.pack(oid, -1))
-        else:
-            parts += (_FIELD.pack(oid, len(data)), data)
-    return b"".join(parts)
+def text_field(value: str | None) -> bytes:
+    """A `text` field of a composite, None for NULL."""
+    if value is None:
+        return _NULL_TEXT
+    data = value.encode()
+    return _FIELD.pack(TEXT, len(data)) + data
+
+
+def int4_field(value: int) -> bytes:
+    """An `integer` field of a composite."""
+    return _INT4_FIELD.pack(INT4, 4, value)
+
+
+def int8_field(value: int | None) -> bytes:
+    """A `bigint` field of a composite, None for NULL."""
+    return _NULL_INT8 if value is None else _INT8_FIELD.pack(INT8, 8, value)
+
+
+def time_field(value: datetime | None) -> bytes:
+    """`value`'s `time_key` as a `bigint` field of a composite, None for NULL."""
+    return _NULL_INT8 if value is None else _INT8_FIELD.pack(INT8, 8, time_key(value))
+
+
+def record(fields: Sequence[bytes]) -> bytes:
+    """A composite value of `fields`, each a whole field (`text_field`, …) in column order."""
+    return I4.pack(len(fields)) + b"".join(fields)
 
 
 def utf8(text: str | None) -> bytes | None:
@@ -132,7 +164,7 @@ def i8(value: datetime | None) -> bytes | None:
     return None if value is None else I8.pack(time_key(value))
 
 
-def claims_fields(claims: Sequence[HookClaim]) -> tuple[tuple[int, bytes], ...]:
+def claims_fields(claims: Sequence[HookClaim]) -> tuple[bytes, bytes, bytes]:
     """`append_request`'s tokens, hook_ids and retained_until."""
     return (
         array_field(BYTEA, [c.token.encode() for c in claims]),
@@ -141,7 +173,7 @@ def claims_fields(claims: Sequence[HookClaim]) -> tuple[tuple[int, bytes], ...]:
     )
 
 
-def wakeups_fields(wakeups: Sequence[Wakeup]) -> tuple[tuple[int, bytes], ...]:
+def wakeups_fields(wakeups: Sequence[Wakeup]) -> tuple[bytes, bytes, bytes]:
     """`append_request`'s wakeup_kinds, wakeup_subjects and wakeup_due."""
     return (
         array_field(TEXT, [w.kind.encode() for w in wakeups]),
