@@ -16,6 +16,9 @@ from runfold.flow.errors import PayloadError
 __all__ = ["JsonCodec", "PayloadCodec"]
 
 _RAW = b"\x00"
+# One encoder for every payload: `json.dumps` with these options builds a new one per call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_DECODER = json.JSONDecoder()
 
 
 class PayloadCodec(Protocol):
@@ -45,7 +48,7 @@ class JsonCodec:
         if isinstance(value, bytes | bytearray):
             return _RAW + bytes(value)
         try:
-            text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+            text = _ENCODER.encode(value)
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"cannot encode a {type(value).__name__} as JSON: {exc}") from exc
         return text.encode()
@@ -55,6 +58,10 @@ class JsonCodec:
         if payload.startswith(_RAW):
             return payload[1:]
         try:
+            # A first byte in 0x01-0x7f and a second not 0x00 is what `json.loads` reads as
+            # UTF-8 (no byte-order mark, not UTF-16/32): decode it so without detecting.
+            if b"\x00" < payload[:1] < b"\x80" and payload[1:2] != b"\x00":
+                return _DECODER.decode(payload.decode("utf-8", "surrogatepass"))
             return json.loads(payload)
         except ValueError as exc:
             raise PayloadError(f"recorded payload is not JSON: {exc}") from exc

@@ -32,6 +32,9 @@ from runfold.stores.protocol import EventStore
 
 __all__ = ["Flow", "FlowRun", "current_step"]
 
+# What a step body commonly returns, and can never be awaited: `inspect.isawaitable` is skipped.
+_NEVER_AWAITABLE = frozenset({str, bytes, int, float, bool, type(None), list, dict, tuple})
+
 _CURRENT_STEP: ContextVar[StepInvocation | None] = ContextVar("runfold_flow_step", default=None)
 
 
@@ -179,10 +182,11 @@ class Flow:
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
         """The interpreter's decision; a replay first reads the stored run to trust it."""
         snapshot = invocation.snapshot
+        replay = self.interpreter.needs_replay(snapshot)
         durable = None
-        if self.interpreter.needs_replay(snapshot) and _has_results(snapshot):
+        if replay and _has_results(snapshot):
             durable = await self.handler.lookup(snapshot.run_id)
-        return self.interpreter.decide(snapshot, durable)
+        return self.interpreter.decide(snapshot, durable, replay=replay)
 
     async def run_step(self, invocation: StepInvocation) -> bytes:
         """Run the step's function on its decoded arguments; its result, encoded."""
@@ -193,7 +197,7 @@ class Flow:
         token = _CURRENT_STEP.set(invocation)
         try:
             result = fn(*args)
-            if inspect.isawaitable(result):
+            if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
                 result = await result
         finally:
             _CURRENT_STEP.reset(token)
