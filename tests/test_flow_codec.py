@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runfold.flow import JsonCodec, PayloadError
+from runfold import MemoryStore
+from runfold.flow import Flow, JsonCodec, PayloadError, step, wait_for_event, workflow
 
 
 class _Level(enum.IntEnum):
@@ -87,3 +88,63 @@ def test_decode_fails_or_reads_as_json_loads_does(payload: bytes) -> None:
             JsonCodec().decode(payload)
     else:
         assert _same(JsonCodec().decode(payload), expected)
+
+
+_bodies_saw: list[str] = []
+_workflow_saw: list[list[str]] = []
+
+
+def _echo(*args: Any) -> Any:
+    _bodies_saw.append(repr(args))
+    return args[0] if len(args) == 1 else args
+
+
+def _raw() -> bytes:
+    return b"\x00raw"
+
+
+@workflow(name="test-flow-codec-values")
+async def _values(input: Any) -> list[str]:
+    got = []
+    for value in ("text", 7, 2.5, True, None, (1, "a"), ["x", 3], {"k": (1,)}):
+        got.append(repr(await step(_echo, value)))
+    got.append(repr(await step(_echo, (1, 2), "b")))
+    got.append(repr(await step(_raw)))
+    _workflow_saw.append(got)
+    await wait_for_event("go", token="test-flow-codec-go")
+    return got
+
+
+async def test_steps_see_what_decoding_their_record_gives() -> None:
+    """Arguments and results reach the body and the workflow as the codec decodes them (a
+    tuple as a list), in the session that ran the steps exactly as in a replay."""
+    store = MemoryStore()
+    _bodies_saw.clear()
+    _workflow_saw.clear()
+    await Flow(store, [_values]).start(_values, None, run_id="v")
+    done = await Flow(store, [_values]).deliver("test-flow-codec-go", None)  # a replay
+    assert done.status == "completed"
+    assert _bodies_saw == [
+        "('text',)",
+        "(7,)",
+        "(2.5,)",
+        "(True,)",
+        "(None,)",
+        "([1, 'a'],)",
+        "(['x', 3],)",
+        "({'k': [1]},)",
+        "([1, 2], 'b')",
+    ]
+    expected = [
+        "'text'",
+        "7",
+        "2.5",
+        "True",
+        "None",
+        "[1, 'a']",
+        "['x', 3]",
+        "{'k': [1]}",
+        "[[1, 2], 'b']",
+        "b'\\x00raw'",
+    ]
+    assert _workflow_saw == [expected, expected]

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from runfold.flow.errors import PayloadError
 
-__all__ = ["JsonCodec", "PayloadCodec"]
+__all__ = ["ROUND_TRIP_TYPES", "JsonCodec", "PayloadCodec", "round_trips"]
 
 _RAW = b"\x00"
 # One encoder for every payload: `json.dumps` with these options builds a new one per call.
@@ -34,6 +34,16 @@ _SCALARS: dict[type, Callable[[Any], str]] = {
     bool: lambda flag: "true" if flag else "false",
     type(None): lambda _: "null",
 }
+
+
+ROUND_TRIP_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
+"""The types whose values `JsonCodec` decodes back as themselves, as far as code can tell:
+immutable, and exactly these (a subclass may not); a float that encodes is finite."""
+
+
+def round_trips(value: Any) -> bool:
+    """Whether `JsonCodec` gives `value` back as itself (its type is in `ROUND_TRIP_TYPES`)."""
+    return type(value) in ROUND_TRIP_TYPES
 
 
 def _flat_json(value: Any) -> str | None:

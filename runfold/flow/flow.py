@@ -190,10 +190,16 @@ class Flow:
 
     async def run_step(self, invocation: StepInvocation) -> bytes:
         """Run the step's function on its decoded arguments; its result, encoded."""
-        fn = self.interpreter.body(invocation.run_id, invocation.step_id, invocation.step_name)
-        if fn is None:
-            raise FlowError(f"no function is known for step {invocation.step_name!r}")
-        args = self.codec.decode(invocation.input)
+        interpreter = self.interpreter
+        held = interpreter.at_step(invocation.run_id, invocation.step_id)
+        if held is not None:  # the run's coroutine is at this step: its own call
+            fn = held[1].fn
+            args = interpreter.arguments(held, invocation.input)
+        else:
+            found = interpreter.bodies.get(invocation.step_name)
+            if found is None:
+                raise FlowError(f"no function is known for step {invocation.step_name!r}")
+            fn, args = found, self.codec.decode(invocation.input)
         token = _CURRENT_STEP.set(invocation)
         try:
             result = fn(*args)
@@ -201,7 +207,10 @@ class Flow:
                 result = await result
         finally:
             _CURRENT_STEP.reset(token)
-        return self.codec.encode(result)
+        output = self.codec.encode(result)
+        if held is not None:
+            interpreter.ran(held, invocation.step_id, output, result)
+        return output
 
     async def on_event(self, envelope: Envelope) -> None:
         """Confirm what the engine appended to the live sessions."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
 
@@ -38,7 +38,7 @@ from runfold.engine import (
 )
 from runfold.flow.calls import IN_WORKFLOW, Call, EventCall, SleepCall, StepCall
 from runfold.flow.definition import Workflow
-from runfold.flow.encoding import PayloadCodec
+from runfold.flow.encoding import ROUND_TRIP_TYPES, JsonCodec, PayloadCodec, round_trips
 from runfold.flow.errors import (
     FlowNonDeterminism,
     StepError,
@@ -82,6 +82,7 @@ class Session:
         "failure",
         "finished",
         "position",
+        "produced",
         "result",
         "unconfirmed",
     )
@@ -95,6 +96,9 @@ class Session:
         self.result: Any = None
         self.failure: BaseException | None = None
         self.unconfirmed: dict[Consumed, Expected] = {}
+        # (step id, encoded, value): a result this process's body produced for the current
+        # call, that decoding its recorded output gives back as itself (see `Interpreter.ran`).
+        self.produced: tuple[str, bytes, Any] | None = None
 
     def resume(self, value: Any = None, error: BaseException | None = None) -> None:
         """Run the coroutine to its next call (or its end), sending `value` or throwing `error`."""
@@ -117,7 +121,7 @@ class Session:
             )
         self.position += 1
         self.call = yielded
-        self.call_input = None
+        self.call_input = self.produced = None
 
     def close(self) -> None:
         """Drop the coroutine (it is replayed when needed again)."""
@@ -192,6 +196,9 @@ class Interpreter:
             raise ValueError("max_sessions must be at least 1")
         self.workflows = workflows
         self.codec = codec
+        # With the default codec, plain values (`round_trips`) skip a decode: the value itself
+        # stands for what decoding its encoding would give.
+        self.exact = type(codec) is JsonCodec
         self.clock = clock
         self.max_sessions = max_sessions
         self.bodies: dict[str, Callable[..., Any]] = {}
@@ -253,16 +260,33 @@ class Interpreter:
             evicted.close()
         return session
 
-    def body(self, run_id: str, step_id: str, step_name: str) -> Callable[..., Any] | None:
-        """The function of a step: the one the run's coroutine passed, if it is at that step.
-
-        Else the last one passed under `step_name` (for a run whose session was dropped).
-        """
+    def at_step(self, run_id: str, step_id: str) -> tuple[Session, StepCall] | None:
+        """The run's session and its call, if its coroutine is at step `step_id`."""
         session = self.sessions.get(run_id)
-        call = session.call if session is not None else None
-        if isinstance(call, StepCall) and session is not None and str(session.position) == step_id:
-            return call.fn
-        return self.bodies.get(step_name)
+        if session is None:
+            return None
+        call = session.call
+        if isinstance(call, StepCall) and str(session.position) == step_id:
+            return session, call
+        return None
+
+    def arguments(self, held: tuple[Session, StepCall], step_input: bytes) -> Sequence[Any]:
+        """The arguments to run the held call's body with, for a step recorded with
+        `step_input`: the call's own when decoding `step_input` would give them back."""
+        session, call = held
+        if (
+            self.exact
+            and step_input == session.call_input
+            and all(type(arg) in ROUND_TRIP_TYPES for arg in call.args)
+        ):
+            return call.args
+        decoded: Sequence[Any] = self.codec.decode(step_input)
+        return decoded
+
+    def ran(self, held: tuple[Session, StepCall], step_id: str, output: bytes, value: Any) -> None:
+        """Note that the held call's body returned `value`, recorded as `output`."""
+        if self.exact and round_trips(value):
+            held[0].produced = (step_id, output, value)
 
     def forget(self, run_id: str) -> None:
         """Drop the run's session, if any."""
@@ -389,7 +413,11 @@ class Interpreter:
         if step.status == "completed":
             output = step.output if step.output is not None else b""
             self.consumed(session, durable, ("step", call_id), ("completed", output))
-            session.resume(self.codec.decode(output))
+            produced = session.produced
+            if produced is not None and produced[0] == call_id and produced[1] == output:
+                session.resume(produced[2])  # what decoding `output` gives
+            else:
+                session.resume(self.codec.decode(output))
             return None
         message = (step.error or b"").decode(errors="replace")
         self.consumed(session, durable, ("step", call_id), (step.status, step.error))
