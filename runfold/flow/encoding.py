@@ -37,8 +37,10 @@ _SCALARS: dict[type, Callable[[Any], str]] = {
 
 
 ROUND_TRIP_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
-"""The types whose values `JsonCodec` decodes back as themselves, as far as code can tell:
-immutable, and exactly these (a subclass may not); a float that encodes is finite."""
+"""The types whose values `JsonCodec` decodes back as themselves, as far as code can tell.
+
+Immutable, and exactly these types (a subclass may not round-trip); a float that encodes is
+finite."""
 
 
 def round_trips(value: Any) -> bool:

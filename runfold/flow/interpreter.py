@@ -271,8 +271,10 @@ class Interpreter:
         return None
 
     def arguments(self, held: tuple[Session, StepCall], step_input: bytes) -> Sequence[Any]:
-        """The arguments to run the held call's body with, for a step recorded with
-        `step_input`: the call's own when decoding `step_input` would give them back."""
+        """The arguments to run the held call's body with, for a step recorded with `step_input`.
+
+        They are the call's own when decoding `step_input` would give them back, else decoded.
+        """
         session, call = held
         if (
             self.exact
