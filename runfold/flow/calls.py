@@ -26,14 +26,30 @@ T = TypeVar("T")
 IN_WORKFLOW: ContextVar[bool] = ContextVar("runfold_flow_in_workflow", default=False)
 
 
-@attrs.frozen(kw_only=True)
 class StepCall:
-    """`await step(fn, *args)`: run `fn(*args)` once, durably, and resume with its result."""
+    """`await step(fn, *args)`: run `fn(*args)` once, durably, and resume with its result.
 
-    fn: Callable[..., Any] = attrs.field(eq=False)
-    args: tuple[Any, ...]
-    name: str
-    retry: RetryPolicy | None
+    One is made per `await step(...)`, on the event loop: a plain slotted class, as an attrs
+    frozen class takes several times as long to build. Treat it as immutable.
+    """
+
+    __slots__ = ("args", "fn", "name", "retry")
+
+    def __init__(
+        self,
+        *,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        name: str,
+        retry: RetryPolicy | None,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.name = name
+        self.retry = retry
+
+    def __repr__(self) -> str:
+        return f"StepCall(name={self.name!r}, args={self.args!r}, retry={self.retry!r})"
 
 
 @attrs.frozen(kw_only=True)

@@ -9,13 +9,61 @@ binary payloads are neither base64-inflated nor confused with JSON.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
+from json.scanner import make_scanner
 from typing import Any, Protocol
 
 from runfold.flow.errors import PayloadError
 
-__all__ = ["JsonCodec", "PayloadCodec"]
+__all__ = ["ROUND_TRIP_TYPES", "JsonCodec", "PayloadCodec", "round_trips"]
 
 _RAW = b"\x00"
+# One encoder for every payload: `json.dumps` with these options builds a new one per call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_DECODER = json.JSONDecoder()
+# Reads one JSON value at an index: what `JSONDecoder.decode` runs once it skipped whitespace.
+# (typeshed gives `make_scanner` the wrong argument type.)
+_SCAN = make_scanner(_DECODER)  # type: ignore[arg-type]
+
+# The JSON text `json.dumps` writes for a value of exactly these types (a subclass, an enum
+# say, takes the general path): what a step's arguments and result most often are.
+_SCALARS: dict[type, Callable[[Any], str]] = {
+    str: encode_basestring_ascii,
+    int: int.__repr__,
+    bool: lambda flag: "true" if flag else "false",
+    type(None): lambda _: "null",
+}
+
+
+ROUND_TRIP_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
+"""The types whose values `JsonCodec` decodes back as themselves, as far as code can tell.
+
+Immutable, and exactly these types (a subclass may not round-trip); a float that encodes is
+finite."""
+
+
+def round_trips(value: Any) -> bool:
+    """Whether `JsonCodec` gives `value` back as itself (its type is in `ROUND_TRIP_TYPES`)."""
+    return type(value) in ROUND_TRIP_TYPES
+
+
+def _flat_json(value: Any) -> str | None:
+    """`value`'s JSON text if it is a scalar of `_SCALARS`, or a list or tuple of them; else
+    None (for `json.dumps` to write it)."""
+    kind = type(value)
+    write = _SCALARS.get(kind)
+    if write is not None:
+        return write(value)
+    if kind is not list and kind is not tuple:
+        return None
+    parts = []
+    for item in value:
+        write = _SCALARS.get(type(item))
+        if write is None:
+            return None
+        parts.append(write(item))
+    return f"[{','.join(parts)}]"
 
 
 class PayloadCodec(Protocol):
@@ -45,7 +93,9 @@ class JsonCodec:
         if isinstance(value, bytes | bytearray):
             return _RAW + bytes(value)
         try:
-            text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+            text = _flat_json(value)
+            if text is None:
+                text = _ENCODER.encode(value)
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"cannot encode a {type(value).__name__} as JSON: {exc}") from exc
         return text.encode()
@@ -55,6 +105,18 @@ class JsonCodec:
         if payload.startswith(_RAW):
             return payload[1:]
         try:
+            # A first byte in 0x01-0x7f and a second not 0x00 is what `json.loads` reads as
+            # UTF-8 (no byte-order mark, not UTF-16/32): decode it so without detecting.
+            if b"\x00" < payload[:1] < b"\x80" and payload[1:2] != b"\x00":
+                text = payload.decode("utf-8", "surrogatepass")
+                try:  # one value, no whitespace around it: what `encode` writes
+                    value, end = _SCAN(text, 0)
+                except StopIteration:
+                    pass
+                else:
+                    if end == len(text):
+                        return value
+                return _DECODER.decode(text)
             return json.loads(payload)
         except ValueError as exc:
             raise PayloadError(f"recorded payload is not JSON: {exc}") from exc

@@ -32,6 +32,9 @@ from runfold.stores.protocol import EventStore
 
 __all__ = ["Flow", "FlowRun", "current_step"]
 
+# What a step body commonly returns, and can never be awaited: `inspect.isawaitable` is skipped.
+_NEVER_AWAITABLE = frozenset({str, bytes, int, float, bool, type(None), list, dict, tuple})
+
 _CURRENT_STEP: ContextVar[StepInvocation | None] = ContextVar("runfold_flow_step", default=None)
 
 
@@ -179,25 +182,35 @@ class Flow:
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
         """The interpreter's decision; a replay first reads the stored run to trust it."""
         snapshot = invocation.snapshot
+        replay = self.interpreter.needs_replay(snapshot)
         durable = None
-        if self.interpreter.needs_replay(snapshot) and _has_results(snapshot):
+        if replay and _has_results(snapshot):
             durable = await self.handler.lookup(snapshot.run_id)
-        return self.interpreter.decide(snapshot, durable)
+        return self.interpreter.decide(snapshot, durable, replay=replay)
 
     async def run_step(self, invocation: StepInvocation) -> bytes:
         """Run the step's function on its decoded arguments; its result, encoded."""
-        fn = self.interpreter.body(invocation.run_id, invocation.step_id, invocation.step_name)
-        if fn is None:
-            raise FlowError(f"no function is known for step {invocation.step_name!r}")
-        args = self.codec.decode(invocation.input)
+        interpreter = self.interpreter
+        held = interpreter.at_step(invocation.run_id, invocation.step_id)
+        if held is not None:  # the run's coroutine is at this step: its own call
+            fn = held[1].fn
+            args = interpreter.arguments(held, invocation.input)
+        else:
+            found = interpreter.bodies.get(invocation.step_name)
+            if found is None:
+                raise FlowError(f"no function is known for step {invocation.step_name!r}")
+            fn, args = found, self.codec.decode(invocation.input)
         token = _CURRENT_STEP.set(invocation)
         try:
             result = fn(*args)
-            if inspect.isawaitable(result):
+            if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
                 result = await result
         finally:
             _CURRENT_STEP.reset(token)
-        return self.codec.encode(result)
+        output = self.codec.encode(result)
+        if held is not None:
+            interpreter.ran(held, invocation.step_id, output, result)
+        return output
 
     async def on_event(self, envelope: Envelope) -> None:
         """Confirm what the engine appended to the live sessions."""

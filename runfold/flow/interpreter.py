@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
 
@@ -38,7 +38,7 @@ from runfold.engine import (
 )
 from runfold.flow.calls import IN_WORKFLOW, Call, EventCall, SleepCall, StepCall
 from runfold.flow.definition import Workflow
-from runfold.flow.encoding import PayloadCodec
+from runfold.flow.encoding import ROUND_TRIP_TYPES, JsonCodec, PayloadCodec, round_trips
 from runfold.flow.errors import (
     FlowNonDeterminism,
     StepError,
@@ -62,7 +62,10 @@ __all__ = ["Interpreter", "Session"]
 
 _log = logging.getLogger("runfold.flow")
 _MAX_ERROR_CHARS = 4096
-_RUN_ENDS = (RunCompleted, RunFailed, RunCancelled, RunTimedOut)
+# The events `observe` acts on: outcomes a session may have consumed, and the run's ends.
+_OBSERVED = frozenset(
+    {StepCompleted, StepFailed, WaitCompleted, RunCompleted, RunFailed, RunCancelled, RunTimedOut}
+)
 
 # A result a session consumed: ("step", id) -> (status, payload); ("wait", id) -> ("completed",).
 Consumed: TypeAlias = tuple[str, str]
@@ -72,16 +75,30 @@ Expected: TypeAlias = tuple[str, bytes | None]
 class Session:
     """One live workflow coroutine, stopped at its `position`-th call (or finished)."""
 
-    __slots__ = ("call", "coro", "failure", "finished", "position", "result", "unconfirmed")
+    __slots__ = (
+        "call",
+        "call_input",
+        "coro",
+        "failure",
+        "finished",
+        "position",
+        "produced",
+        "result",
+        "unconfirmed",
+    )
 
     def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
         self.coro = coro
         self.position = 0  # calls issued so far; the current one has id str(position)
         self.call: Call | None = None
+        self.call_input: bytes | None = None  # the current step call's arguments, encoded
         self.finished = False
         self.result: Any = None
         self.failure: BaseException | None = None
         self.unconfirmed: dict[Consumed, Expected] = {}
+        # (step id, encoded, value): a result this process's body produced for the current
+        # call, that decoding its recorded output gives back as itself (see `Interpreter.ran`).
+        self.produced: tuple[str, bytes, Any] | None = None
 
     def resume(self, value: Any = None, error: BaseException | None = None) -> None:
         """Run the coroutine to its next call (or its end), sending `value` or throwing `error`."""
@@ -104,6 +121,7 @@ class Session:
             )
         self.position += 1
         self.call = yielded
+        self.call_input = self.produced = None
 
     def close(self) -> None:
         """Drop the coroutine (it is replayed when needed again)."""
@@ -120,6 +138,17 @@ def _agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
         return (step.status, payload) == expected
     wait = snapshot.waits.get(entity_id)
     return wait is not None and wait.status == "completed"
+
+
+def _recorded(snapshot: Snapshot, entity_id: str) -> bool:
+    """Whether the history holds anything at call id `entity_id` (`_describe_recorded` is
+    not None), without building the entries' states."""
+    return (
+        entity_id in snapshot.steps
+        or entity_id in snapshot.waits
+        or entity_id in snapshot.hooks
+        or entity_id in snapshot.hook_conflicts
+    )
 
 
 def _describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:
@@ -167,6 +196,9 @@ class Interpreter:
             raise ValueError("max_sessions must be at least 1")
         self.workflows = workflows
         self.codec = codec
+        # With the default codec, plain values (`round_trips`) skip a decode: the value itself
+        # stands for what decoding its encoding would give.
+        self.exact = type(codec) is JsonCodec
         self.clock = clock
         self.max_sessions = max_sessions
         self.bodies: dict[str, Callable[..., Any]] = {}
@@ -175,18 +207,22 @@ class Interpreter:
 
     # --- the engine's questions ---------------------------------------------------------------
 
-    def decide(self, snapshot: Snapshot, durable: Snapshot | None = None) -> RuntimeDecision:
+    def decide(
+        self, snapshot: Snapshot, durable: Snapshot | None = None, *, replay: bool | None = None
+    ) -> RuntimeDecision:
         """The run's next decision, from its live session or a replay of `snapshot`.
 
         `durable` is the stored run, when known: results a replay reads that it already holds
-        need no confirmation.
+        need no confirmation. `replay` is `needs_replay(snapshot)` when the caller just asked it.
         """
         run_id = snapshot.run_id
         if snapshot.cancellation is not None:
             self.forget(run_id)
             return Cancel()
         session = self.sessions.get(run_id)
-        if session is not None and self.needs_replay(snapshot):
+        if replay is None:
+            replay = session is None or self.needs_replay(snapshot)
+        if session is not None and replay:
             _log.debug("run %r moved under its session: replaying", run_id)
             self.forget(run_id)
             session = None
@@ -200,8 +236,11 @@ class Interpreter:
     def needs_replay(self, snapshot: Snapshot) -> bool:
         """Whether the run has no session, or one that consumed what `snapshot` contradicts."""
         session = self.sessions.get(snapshot.run_id)
-        return session is None or not all(
-            _agrees(snapshot, k, v) for k, v in session.unconfirmed.items()
+        if session is None:
+            return True
+        unconfirmed = session.unconfirmed
+        return bool(unconfirmed) and not all(
+            _agrees(snapshot, k, v) for k, v in unconfirmed.items()
         )
 
     def start(self, snapshot: Snapshot) -> Session:
@@ -221,16 +260,35 @@ class Interpreter:
             evicted.close()
         return session
 
-    def body(self, run_id: str, step_id: str, step_name: str) -> Callable[..., Any] | None:
-        """The function of a step: the one the run's coroutine passed, if it is at that step.
-
-        Else the last one passed under `step_name` (for a run whose session was dropped).
-        """
+    def at_step(self, run_id: str, step_id: str) -> tuple[Session, StepCall] | None:
+        """The run's session and its call, if its coroutine is at step `step_id`."""
         session = self.sessions.get(run_id)
-        call = session.call if session is not None else None
-        if isinstance(call, StepCall) and session is not None and str(session.position) == step_id:
-            return call.fn
-        return self.bodies.get(step_name)
+        if session is None:
+            return None
+        call = session.call
+        if isinstance(call, StepCall) and str(session.position) == step_id:
+            return session, call
+        return None
+
+    def arguments(self, held: tuple[Session, StepCall], step_input: bytes) -> Sequence[Any]:
+        """The arguments to run the held call's body with, for a step recorded with `step_input`.
+
+        They are the call's own when decoding `step_input` would give them back, else decoded.
+        """
+        session, call = held
+        if (
+            self.exact
+            and step_input == session.call_input
+            and all(type(arg) in ROUND_TRIP_TYPES for arg in call.args)
+        ):
+            return call.args
+        decoded: Sequence[Any] = self.codec.decode(step_input)
+        return decoded
+
+    def ran(self, held: tuple[Session, StepCall], step_id: str, output: bytes, value: Any) -> None:
+        """Note that the held call's body returned `value`, recorded as `output`."""
+        if self.exact and round_trips(value):
+            held[0].produced = (step_id, output, value)
 
     def forget(self, run_id: str) -> None:
         """Drop the run's session, if any."""
@@ -240,22 +298,22 @@ class Interpreter:
 
     def observe(self, envelope: Envelope) -> None:
         """Confirm what the engine appended; a mismatch or the run's end drops the session."""
+        event = envelope.event
+        if type(event) not in _OBSERVED:  # most events: a step's creation or start
+            return
         session = self.sessions.get(envelope.run_id)
         if session is None:
             return
-        event = envelope.event
         key: Consumed
-        if isinstance(event, StepCompleted | StepFailed):
-            key = ("step", event.step_id)
-            payload = event.output if isinstance(event, StepCompleted) else event.error
-            status = "completed" if isinstance(event, StepCompleted) else "failed"
-            expected: Expected | None = (status, payload)
+        expected: Expected
+        if isinstance(event, StepCompleted):
+            key, expected = ("step", event.step_id), ("completed", event.output)
+        elif isinstance(event, StepFailed):
+            key, expected = ("step", event.step_id), ("failed", event.error)
         elif isinstance(event, WaitCompleted):
             key, expected = ("wait", event.wait_id), ("completed", None)
-        elif isinstance(event, _RUN_ENDS):
+        else:  # the run ended
             self.forget(envelope.run_id)
-            return
-        else:
             return
         held = session.unconfirmed.pop(key, None)
         if held is not None and held != expected:
@@ -279,7 +337,12 @@ class Interpreter:
             call_id = str(session.position)
             call = session.call
             if call is None:  # the coroutine ended: nothing may be recorded past its last call
-                beyond = _describe_recorded(snapshot, str(session.position + 1))
+                beyond_id = str(session.position + 1)
+                beyond = (
+                    _describe_recorded(snapshot, beyond_id)
+                    if _recorded(snapshot, beyond_id)
+                    else None
+                )
                 if beyond is not None:
                     raise FlowNonDeterminism(
                         run_id=run_id,
@@ -313,6 +376,8 @@ class Interpreter:
 
     def other_kind(self, session: Session, snapshot: Snapshot, call_id: str) -> None:
         """Raise if the history holds another kind of call at `call_id`."""
+        if not _recorded(snapshot, call_id):
+            return
         recorded = _describe_recorded(snapshot, call_id)
         if recorded is not None:
             self.mismatch(session, snapshot, recorded)
@@ -327,13 +392,17 @@ class Interpreter:
     ) -> RuntimeDecision | None:
         """Schedule the step, or feed its recorded outcome to the coroutine (None then)."""
         self.bodies[call.name] = call.fn
-        step_input = self.codec.encode(list(call.args))
-        step = snapshot.steps.get(call_id)
-        if step is None:
+        step_input = session.call_input
+        if step_input is None:  # encoded once per call, however often the call is decided on
+            step_input = session.call_input = self.codec.encode(list(call.args))
+        steps = snapshot.steps
+        # `in` first: a miss through `get` raises and catches a KeyError inside the mapping.
+        if call_id not in steps:
             self.other_kind(session, snapshot, call_id)
             return ScheduleStep(
                 step_id=call_id, step_name=call.name, input=step_input, retry=call.retry
             )
+        step = steps[call_id]
         if step.step_name != call.name:
             self.mismatch(session, snapshot, f"step {step.step_name!r}")
         if step.input != step_input:
@@ -346,7 +415,11 @@ class Interpreter:
         if step.status == "completed":
             output = step.output if step.output is not None else b""
             self.consumed(session, durable, ("step", call_id), ("completed", output))
-            session.resume(self.codec.decode(output))
+            produced = session.produced
+            if produced is not None and produced[0] == call_id and produced[1] == output:
+                session.resume(produced[2])  # what decoding `output` gives
+            else:
+                session.resume(self.codec.decode(output))
             return None
         message = (step.error or b"").decode(errors="replace")
         self.consumed(session, durable, ("step", call_id), (step.status, step.error))
