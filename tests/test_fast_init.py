@@ -1,5 +1,5 @@
-"""The kernel classes whose `__init__` `_fast.fast_init` wrote: same signature and same result as
-attrs' own, and still frozen."""
+"""The kernel and engine classes whose `__init__` `_fast.fast_init` wrote: same signature and
+same result as attrs' own, and still frozen."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 
 from runfold.conformance.strategies import events
+from runfold.engine import runtime as runtime_module
 from runfold.kernel import EVENT_TYPES, Envelope, Event
 from runfold.kernel import commands as commands_module
 from runfold.kernel import index as index_module
@@ -31,6 +32,7 @@ CLASSES = sorted(
             BatchDecision,
             *(getattr(commands_module, name) for name in dir(commands_module)),
             *(getattr(index_module, name) for name in dir(index_module)),
+            *(getattr(runtime_module, name) for name in dir(runtime_module)),
         ]
         if isinstance(cls, type) and attrs.has(cls) and _fast(cls)
     },
@@ -41,7 +43,7 @@ CLASSES = sorted(
 def test_the_hot_kernel_classes_have_one() -> None:
     names = {cls.__name__ for cls in CLASSES}
     assert {"StepStarted", "StepCompleted", "StartStep", "Decision", "RunSummary"} <= names
-    assert "BatchDecision" in names and "Envelope" in names
+    assert {"BatchDecision", "Envelope", "ScheduleStep", "StepInvocation"} <= names
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)

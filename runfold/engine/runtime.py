@@ -20,6 +20,7 @@ from typing import Protocol, TypeAlias
 import attrs
 
 from runfold.kernel import Envelope, RetryPolicy, Snapshot
+from runfold.kernel._fast import fast_inits
 
 __all__ = [
     "AwaitHook",
@@ -242,6 +243,25 @@ RuntimeDecision: TypeAlias = (
     | UpdateAttributes
 )
 """Everything `WorkflowRuntime.run_workflow` may answer."""
+
+# A workflow answers and is asked once per decision: the kernel's direct slot filling (attrs'
+# keyword `__init__` otherwise), for the classes that have no converter.
+fast_inits(
+    [
+        WorkflowInvocation,
+        StepInvocation,
+        Complete,
+        Fail,
+        Cancel,
+        TimeOut,
+        ScheduleStep,
+        ScheduleSteps,
+        WaitUntil,
+        AwaitHook,
+        ReportProgress,
+        LinkChildOperation,
+    ]
+)
 
 
 # --- protocols ----------------------------------------------------------------------------------
