@@ -58,6 +58,7 @@ from runfold import (
     StoreOpenError,
     StoreUnavailable,
     TokenConflict,
+    WaitCreated,
     Wakeup,
     apply,
     open_store,
@@ -66,8 +67,8 @@ from runfold import (
 )
 from runfold.stores import SQLiteStore
 from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
-from runfold.stores.sqlite import SCHEMA_VERSION, retention
-from runfold.stores.sqlite.retention import CHOSEN_ENDED_RUNS, ENDED_RUNS
+from runfold.stores.sqlite import SCHEMA_VERSION, reads
+from runfold.stores.sqlite.retention import ENDED_RUNS, chosen_ended_runs
 from tests.conftest import T0, Clock
 from tests.sqlite_worker import (
     CRASH_RUNS,
@@ -726,18 +727,35 @@ async def test_retention_walks_the_index_of_ended_runs_whatever_the_statistics(
     cutoff = time_key(FAR_FUTURE)
     walked = plan(path, ENDED_RUNS, (cutoff, 500))
     assert "USING INDEX runs_ended" in walked[0] and not any("TEMP B-TREE" in s for s in walked)
-    chosen = plan(path, CHOSEN_ENDED_RUNS, (cutoff, 500, json.dumps(["r1", "r3"])))
-    assert "chosen" in chosen[0] and "USING PRIMARY KEY" in chosen[1]
+    chosen = plan(path, chosen_ended_runs(2), (cutoff, "r1", "r3"))
+    assert "USING PRIMARY KEY (run_id=?)" in chosen[0], chosen
     async with await SQLiteStore.open(path) as store:
         assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=2) == 2
         assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=5, run_ids=["r5"] * 2) == 1
         assert [s.run_id for s in (await store.list_runs(limit=10)).items] == ["r4", "r2", "r0"]
 
 
+async def test_served_workflow_names_are_matched_whatever_they_hold(tmp_path: Path) -> None:
+    # Bound one by one: a JSON array read with json_each would lose what follows a NUL.
+    names = ["wf\x00a", "wf\x00b", "wf"]
+    async with await SQLiteStore.open(tmp_path / "runfold.db") as store:
+        for name in names:
+            await write(
+                store, f"run-{name}", *started(name), WaitCreated(wait_id="w", resume_at=T0)
+            )
+        for name in names:
+            due = await store.due_wakeups(FAR_FUTURE, workflow_names=[name])
+            assert [w.run_id for w in due] == [f"run-{name}"]
+        assert len(await store.due_wakeups(FAR_FUTURE, workflow_names=names)) == 3
+        assert await store.due_wakeups(FAR_FUTURE, workflow_names=[]) == []
+        first = await store.next_wakeup(workflow_names=["wf\x00a"])
+        assert first is not None and first.run_id == "run-wf\x00a"
+
+
 async def test_retention_deletes_every_row_of_its_runs_whatever_their_ids(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(retention, "CHUNK", 2)  # several statements per table for one batch
+    monkeypatch.setattr(reads, "CHUNK", 2)  # several statements per table for one batch
     path = tmp_path / "runfold.db"
     ended = ["nul\x00id", "quote'\"", "\u00e9\U0001f642", "plain", "p"]
     async with await SQLiteStore.open(path) as store:
@@ -745,7 +763,16 @@ async def test_retention_deletes_every_row_of_its_runs_whatever_their_ids(
         for run_id in ended:
             await write(store, run_id, *started(), RunCompleted(output=b""))
         await write(store, "live", *started())
-        assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=10) == len(ended)
+        summaries = await store.get_runs([*ended, "unknown"])
+        assert [s.run_id if s else None for s in summaries] == [*ended, None]
+        assert (
+            await store.delete_runs(
+                terminal_before=FAR_FUTURE, limit=1, run_ids=["nul\x00id", "nul"]
+            )
+            == 1
+        )
+        assert await store.get_runs(["nul\x00id"]) == [None]
+        assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=10) == len(ended) - 1
         for run_id in ended:
             assert await store.head(run_id) == 0
         assert await store.head("live") > 0

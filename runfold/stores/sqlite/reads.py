@@ -3,17 +3,43 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from runfold.kernel._gc import BULK, in_bulk
+from runfold.stores._sql import SUMMARY_COLUMNS
 
-__all__ = ["fetch", "read_head", "read_rows"]
+__all__ = ["CHUNK", "chunks", "fetch", "fetch_summaries", "read_head", "read_rows"]
+
+CHUNK = 500
+"""Run ids bound to one statement at most: below every SQLite build's limit on parameters."""
 
 
 def fetch(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
     """The rows of `sql` with `params`."""
     return conn.execute(sql, params).fetchall()
+
+
+def chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
+    """`ids` in slices of at most `CHUNK`, each bound to one statement.
+
+    Ids are bound one by one, never as a JSON array read with `json_each`: that would not give
+    back an id holding a NUL character as it was.
+    """
+    for first in range(0, len(ids), CHUNK):
+        yield ids[first : first + CHUNK]
+
+
+def fetch_summaries(conn: sqlite3.Connection, run_ids: Sequence[str]) -> list[Any]:
+    """The runs rows (`SUMMARY_COLUMNS`) of `run_ids`, in no particular order."""
+    return [
+        row
+        for chunk in chunks(run_ids)
+        for row in conn.execute(
+            f"SELECT {SUMMARY_COLUMNS} FROM runs WHERE run_id IN ({', '.join('?' * len(chunk))})",
+            chunk,
+        )
+    ]
 
 
 def read_head(conn: sqlite3.Connection, run_id: str) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -32,7 +31,6 @@ from runfold.kernel import (
 )
 from runfold.stores import arguments
 from runfold.stores._sql import (
-    SUMMARY_COLUMNS,
     WakeupReads,
     envelopes_from_rows,
     holder_from_row,
@@ -48,7 +46,7 @@ from runfold.stores._sql import (
 from runfold.stores.protocol import ReplayedRun, time_key
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
-from runfold.stores.sqlite.reads import fetch, read_head, read_rows
+from runfold.stores.sqlite.reads import fetch, fetch_summaries, read_head, read_rows
 from runfold.stores.sqlite.retention import delete_ended_runs
 from runfold.stores.sqlite.schema import (
     OPTIMIZE_INTERVAL,
@@ -398,11 +396,7 @@ class SQLiteStore(WakeupReads):
             if self._closed:
                 raise StoreClosed(f"the SQLite store {self._path!r} is closed")
             return []
-        rows = await self._run(
-            fetch,
-            f"SELECT {SUMMARY_COLUMNS} FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",
-            (json.dumps(wanted),),
-        )
+        rows = await self._run(fetch_summaries, wanted)
         found = {row[0]: summary_from_row(row) for row in rows}
         return [found.get(run_id) for run_id in run_ids]
 
@@ -431,10 +425,13 @@ class SQLiteStore(WakeupReads):
         self, workflow_names: Collection[str] | None, due: int | None, limit: int
     ) -> list[Wakeup]:
         params: tuple[object, ...] = (limit,) if due is None else (due, limit)
-        served = None if workflow_names is None else "IN (SELECT value FROM json_each(?))"
-        query = wakeups_query("", "?", served=served, due=due is not None)
+        # The names are bound one by one, not as a JSON array: `json_each` would not give back
+        # a name holding a NUL character as it was. An engine serves a handful.
+        served = None
         if workflow_names is not None:
-            params = (json.dumps(sorted(workflow_names)), *params)
+            served = f"IN ({', '.join('?' * len(workflow_names))})"
+            params = (*sorted(workflow_names), *params)
+        query = wakeups_query("", "?", served=served, due=due is not None)
         rows = await self._run(fetch, query, params)
         return [wakeup_from_row(row) for row in rows]
 
@@ -461,7 +458,7 @@ class SQLiteStore(WakeupReads):
         arguments.check_delete_runs(terminal_before=terminal_before, limit=limit, run_ids=run_ids)
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
-        chosen = None if run_ids is None else json.dumps(sorted(set(run_ids)))
+        chosen = None if run_ids is None else sorted(set(run_ids))
         deleted = await self._run(
             delete_ended_runs, time_key(terminal_before), max(limit, 0), chosen
         )
