@@ -15,13 +15,19 @@ __all__ = ["DELETE_RUNS", "DROP_UNBORN_RUN"]
 
 def _drop(doomed: str, result: str) -> str:
     """One statement deleting the runs `doomed` selects, then running `result` (`dropped`
-    holds the deleted run ids)."""
+    holds the deleted run ids).
+
+    Each table's rows are found by key, `run_id = ANY(ARRAY(...))`: an `IN (SELECT ...)` let
+    the planner hash the doomed ids and scan every table whole, so a batch cost grew with the
+    store rather than with the batch.
+    """
+    ids = "ARRAY(SELECT run_id FROM doomed)"
     return f"""
             WITH doomed AS ({doomed}),
-            events AS (DELETE FROM {{s}}.events WHERE run_id IN (SELECT run_id FROM doomed)),
-            wakeups AS (DELETE FROM {{s}}.wakeups WHERE run_id IN (SELECT run_id FROM doomed)),
+            events AS (DELETE FROM {{s}}.events WHERE run_id = ANY({ids})),
+            wakeups AS (DELETE FROM {{s}}.wakeups WHERE run_id = ANY({ids})),
             hooks AS (
-                DELETE FROM {{s}}.hooks WHERE run_id IN (SELECT run_id FROM doomed)
+                DELETE FROM {{s}}.hooks WHERE run_id = ANY({ids})
                 RETURNING run_id, token
             ),
             tokens AS (
@@ -29,7 +35,7 @@ def _drop(doomed: str, result: str) -> str:
                 WHERE t.token = hooks.token AND t.run_id = hooks.run_id
             ),
             dropped AS (
-                DELETE FROM {{s}}.runs WHERE run_id IN (SELECT run_id FROM doomed)
+                DELETE FROM {{s}}.runs WHERE run_id = ANY({ids})
                 RETURNING run_id
             )
             {result}
