@@ -68,7 +68,8 @@ def _copies(size: int) -> tuple[int, int]:
     return ended - 1, size - ended - 1
 
 
-# Copy number `i` of a template: run id `<template>-<i>`, times `i` microseconds later, workflow
+# Copy number `i` of a template: run id `<template>-<i>` (`i` zero-padded, so ids sort in the order
+# the runs were created, as runfold's own run ids do), times `i` microseconds later, workflow
 # `wf-<i mod WORKFLOWS>`, feed positions in a range of its own.
 _SQLITE_COPY = """
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :copies)
@@ -79,11 +80,11 @@ INSERT INTO {table} SELECT {columns} FROM {table}, n WHERE run_id = :template
 def _fill_sqlite(path: Path, size: int) -> None:
     ended, live = _copies(size)
     copy = {
-        "runs": "run_id || '-' || i, 'wf-' || (i % {w}), status, parent_run_id, created_at + i, "
-        "updated_at + i, completed_at + i, last_sequence, attributes",
-        "events": "run_id || '-' || i, sequence, type, schema_version, correlation_id, payload, "
-        "recorded_at + i, :offset + i * {s} + sequence",
-        "wakeups": "run_id || '-' || i, kind, subject_id, due_at + i",
+        "runs": "run_id || '-' || printf('%06d', i), 'wf-' || (i % {w}), status, parent_run_id, "
+        "created_at + i, updated_at + i, completed_at + i, last_sequence, attributes",
+        "events": "run_id || '-' || printf('%06d', i), sequence, type, schema_version, "
+        "correlation_id, payload, recorded_at + i, :offset + i * {s} + sequence",
+        "wakeups": "run_id || '-' || printf('%06d', i), kind, subject_id, due_at + i",
     }
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.execute("BEGIN IMMEDIATE")
@@ -115,12 +116,12 @@ async def _fill_postgres(schema: str, size: int) -> None:
     ended, live = _copies(size)
     # PostgreSQL's positions are transaction ids × 1,000,000: the copies' stay far below.
     copy = {
-        "runs": "run_id || '-' || i, 'wf-' || mod(i, {w}), status, parent_run_id, created_at + i, "
-        "updated_at + i, completed_at + i, last_sequence, attributes, head, "
-        "%(offset)s + i * {s} + head, has_hooks, has_wakeups",
-        "events": "run_id || '-' || i, sequence, type, schema_version, correlation_id, payload, "
-        "recorded_at + i, %(offset)s + i * {s} + sequence",
-        "wakeups": "run_id || '-' || i, kind, subject_id, due_at + i",
+        "runs": "run_id || '-' || lpad(i::text, 6, '0'), 'wf-' || mod(i, {w}), status, "
+        "parent_run_id, created_at + i, updated_at + i, completed_at + i, last_sequence, "
+        "attributes, head, %(offset)s + i * {s} + head, has_hooks, has_wakeups",
+        "events": "run_id || '-' || lpad(i::text, 6, '0'), sequence, type, schema_version, "
+        "correlation_id, payload, recorded_at + i, %(offset)s + i * {s} + sequence",
+        "wakeups": "run_id || '-' || lpad(i::text, 6, '0'), kind, subject_id, due_at + i",
     }
     async with await psycopg.AsyncConnection.connect(dsn(), autocommit=True) as conn:
         async with conn.transaction():
