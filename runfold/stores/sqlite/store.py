@@ -69,6 +69,18 @@ Synchronous = Literal["FULL", "NORMAL"]
 """The `synchronous` settings `SQLiteStore.open` accepts."""
 
 
+
+def _others_ready() -> bool:
+    """Whether a callback other than this task's may run before it if it yields now.
+
+    asyncio's own loop runs the callbacks already scheduled (`_ready`) before the one a
+    `sleep(0)` schedules, and those that I/O readiness schedules only after it: with none
+    scheduled, yielding lets no other append join, and costs a turn of the loop. A loop
+    without `_ready` (another implementation) is assumed to have some.
+    """
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    return ready is None or bool(ready)
+
 class SQLiteStore(WakeupReads):
     """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`."""
 
@@ -257,7 +269,8 @@ class SQLiteStore(WakeupReads):
         if self._idle.is_set():
             self._idle.clear()
             try:
-                await asyncio.sleep(0)  # appends made at this same moment join this one
+                if _others_ready():
+                    await asyncio.sleep(0)  # appends made at this same moment join this one
             except BaseException:
                 self._write_queue_or_rest()  # those joined wait for it; this one goes too
                 raise
