@@ -69,7 +69,6 @@ Synchronous = Literal["FULL", "NORMAL"]
 """The `synchronous` settings `SQLiteStore.open` accepts."""
 
 
-
 def _others_ready() -> bool:
     """Whether a callback other than this task's may run before it if it yields now.
 
@@ -80,6 +79,7 @@ def _others_ready() -> bool:
     """
     ready = getattr(asyncio.get_running_loop(), "_ready", None)
     return ready is None or bool(ready)
+
 
 class SQLiteStore(WakeupReads):
     """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`."""
