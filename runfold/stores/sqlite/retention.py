@@ -33,11 +33,11 @@ them, inside the write transaction every append on the file waits behind.
 
 
 def chosen_ended_runs(count: int) -> str:
-    """`ENDED_RUNS` among `count` runs bound as `?2`, `?3`, … (distinct ids), each found by its
-    key; `(completed_at, run_id)` rows, unordered and unlimited.
+    """`ENDED_RUNS` among `count` distinct runs bound as `?2`, `?3`, …, each found by its key.
 
-    The ids are bound one by one: a JSON array read with `json_each` would not give back an id
-    holding a NUL character as it was.
+    It gives `(completed_at, run_id)` rows, unordered and unlimited. The ids are bound one by
+    one: a JSON array read with `json_each` would not give back an id holding a NUL character
+    as it was.
     """
     marks = ", ".join(f"?{number}" for number in range(2, count + 2))
     return f"SELECT completed_at, run_id FROM runs WHERE run_id IN ({marks}) AND {_ENDED}"
