@@ -51,7 +51,7 @@ from runfold.stores.protocol import (
 
 __all__ = [
     "SUMMARY_COLUMNS",
-    "WakeupReads",
+    "IndexReads",
     "envelopes_from_rows",
     "holder_from_row",
     "hook_page",
@@ -264,14 +264,76 @@ def holder_from_row(row: Any) -> HookHolder:
         raise _corrupt(row, "hook row", exc) from None
 
 
-class WakeupReads:
-    """`due_wakeups` and `next_wakeup` of a SQL store, over its `_wakeups` query."""
+class IndexReads:
+    """The index queries both SQL stores share, written once over three hooks of each store.
+
+    The hooks are its parameter mark (`MARK`), its table names (`_table`) and how it fetches a
+    query's rows (`_rows`). `list_runs`, `list_hooks`, `due_wakeups` and `next_wakeup` live
+    here; each store keeps `get_runs`, `find_hook` and `_wakeups`, whose SQL differs.
+    """
+
+    MARK: str
+    """The driver's parameter placeholder: `?` or `%s`."""
+
+    def _table(self, name: str) -> str:
+        """`name` as the store's queries name it (schema-qualified, or bare)."""
+        raise NotImplementedError
+
+    async def _rows(self, query: str, params: Sequence[Any]) -> list[Any]:
+        """The rows `query` with `params` returns."""
+        raise NotImplementedError
 
     async def _wakeups(
         self, workflow_names: Collection[str] | None, due: int | None, limit: int
     ) -> list[Wakeup]:
         """Wakeups in due order, `due_at <= due` (a `time_key`) unless None, at most `limit`."""
         raise NotImplementedError
+
+    async def list_runs(
+        self,
+        *,
+        workflow_name: str | None = None,
+        status: RunStatus | None = None,
+        parent_run_id: str | None = None,
+        created_before: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = 20,
+    ) -> Page[RunSummary]:
+        """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
+        arguments.check_list_runs(
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+            limit=limit,
+        )
+        query, params = list_runs_query(
+            self.MARK,
+            self._table("runs"),
+            workflow_name=workflow_name,
+            status=status,
+            parent_run_id=parent_run_id,
+            created_before=created_before,
+            cursor=cursor,
+            limit=limit,
+        )
+        return summary_page(await self._rows(query, params), limit)
+
+    async def list_hooks(
+        self,
+        *,
+        run_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        now: datetime,
+    ) -> Page[HookHolder]:
+        """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
+        arguments.check_list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
+        query, params = list_hooks_query(
+            self.MARK, self._table("hooks"), run_id=run_id, cursor=cursor, limit=limit, now=now
+        )
+        return hook_page(await self._rows(query, params), limit)
 
     async def due_wakeups(
         self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None

@@ -18,9 +18,7 @@ from runfold.kernel import (
     HookHolder,
     InvalidArgument,
     Limits,
-    Page,
     RunIndex,
-    RunStatus,
     RunSummary,
     SequenceConflict,
     StoreUnavailable,
@@ -30,15 +28,11 @@ from runfold.kernel import (
 from runfold.stores import _conninfo, arguments
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
-    WakeupReads,
+    IndexReads,
     envelopes_from_rows,
     holder_from_row,
-    hook_page,
-    list_hooks_query,
-    list_runs_query,
     replay_rows,
     summary_from_row,
-    summary_page,
     token_holder_query,
     wakeup_from_row,
     wakeups_query,
@@ -62,8 +56,10 @@ __all__ = ["PostgresStore"]
 _DEFAULT_LIMITS = Limits()
 
 
-class PostgresStore(WakeupReads):
+class PostgresStore(IndexReads):
     """An `EventStore` in a PostgreSQL schema, opened with `await PostgresStore.open(dsn)`."""
+
+    MARK = "%s"
 
     def __init__(self, pool: Pool, schema: str, *, owns_pool: bool, feed_wait: float) -> None:
         """Use `PostgresStore.open`; this wraps a pool it has already opened."""
@@ -346,36 +342,11 @@ class PostgresStore(WakeupReads):
 
     # --- index queries ------------------------------------------------------------------------
 
-    async def list_runs(
-        self,
-        *,
-        workflow_name: str | None = None,
-        status: RunStatus | None = None,
-        parent_run_id: str | None = None,
-        created_before: datetime | None = None,
-        cursor: str | None = None,
-        limit: int = 20,
-    ) -> Page[RunSummary]:
-        """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
-        arguments.check_list_runs(
-            workflow_name=workflow_name,
-            status=status,
-            parent_run_id=parent_run_id,
-            created_before=created_before,
-            cursor=cursor,
-            limit=limit,
-        )
-        query, params = list_runs_query(
-            "%s",
-            f"{self._s}.runs",
-            workflow_name=workflow_name,
-            status=status,
-            parent_run_id=parent_run_id,
-            created_before=created_before,
-            cursor=cursor,
-            limit=limit,
-        )
-        return summary_page(await self._fetch(query, params), limit)
+    def _table(self, name: str) -> str:
+        return f"{self._s}.{name}"
+
+    async def _rows(self, query: str, params: Sequence[Any]) -> list[Any]:
+        return await self._fetch(query, params)
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown ids."""
@@ -397,21 +368,6 @@ class PostgresStore(WakeupReads):
             token_holder_query("%s", f"{self._s}.tokens"), (token.encode(), time_key(now))
         )
         return holder_from_row(rows[0]) if rows else None
-
-    async def list_hooks(
-        self,
-        *,
-        run_id: str | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-        now: datetime,
-    ) -> Page[HookHolder]:
-        """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
-        arguments.check_list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
-        query, params = list_hooks_query(
-            "%s", f"{self._s}.hooks", run_id=run_id, cursor=cursor, limit=limit, now=now
-        )
-        return hook_page(await self._fetch(query, params), limit)
 
     async def _wakeups(
         self, workflow_names: Collection[str] | None, due: int | None, limit: int

@@ -19,9 +19,7 @@ from runfold.kernel import (
     Event,
     HookHolder,
     Limits,
-    Page,
     RunIndex,
-    RunStatus,
     RunSummary,
     StoreClosed,
     StoreError,
@@ -31,15 +29,11 @@ from runfold.kernel import (
 )
 from runfold.stores import arguments
 from runfold.stores._sql import (
-    WakeupReads,
+    IndexReads,
     envelopes_from_rows,
     holder_from_row,
-    hook_page,
-    list_hooks_query,
-    list_runs_query,
     replay_rows,
     summary_from_row,
-    summary_page,
     wakeup_from_row,
     wakeups_query,
 )
@@ -81,8 +75,10 @@ def _others_ready() -> bool:
     return ready is None or bool(ready)
 
 
-class SQLiteStore(WakeupReads):
+class SQLiteStore(IndexReads):
     """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`."""
+
+    MARK = "?"
 
     def __init__(
         self, db: aiosqlite.Connection, path: str, inline: sqlite3.Connection | None = None
@@ -370,36 +366,11 @@ class SQLiteStore(WakeupReads):
 
     # --- index queries ------------------------------------------------------------------------
 
-    async def list_runs(
-        self,
-        *,
-        workflow_name: str | None = None,
-        status: RunStatus | None = None,
-        parent_run_id: str | None = None,
-        created_before: datetime | None = None,
-        cursor: str | None = None,
-        limit: int = 20,
-    ) -> Page[RunSummary]:
-        """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
-        arguments.check_list_runs(
-            workflow_name=workflow_name,
-            status=status,
-            parent_run_id=parent_run_id,
-            created_before=created_before,
-            cursor=cursor,
-            limit=limit,
-        )
-        query, params = list_runs_query(
-            "?",
-            "runs",
-            workflow_name=workflow_name,
-            status=status,
-            parent_run_id=parent_run_id,
-            created_before=created_before,
-            cursor=cursor,
-            limit=limit,
-        )
-        return summary_page(await self._run(fetch, query, params), limit)
+    def _table(self, name: str) -> str:
+        return name
+
+    async def _rows(self, query: str, params: Sequence[Any]) -> list[Any]:
+        return await self._run(fetch, query, params)
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown ids."""
@@ -418,21 +389,6 @@ class SQLiteStore(WakeupReads):
         arguments.check_find_hook(token, now=now)
         rows = await self._run(fetch, TOKEN_HOLDER, (token, time_key(now)))
         return holder_from_row(rows[0]) if rows else None
-
-    async def list_hooks(
-        self,
-        *,
-        run_id: str | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-        now: datetime,
-    ) -> Page[HookHolder]:
-        """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
-        arguments.check_list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
-        query, params = list_hooks_query(
-            "?", "hooks", run_id=run_id, cursor=cursor, limit=limit, now=now
-        )
-        return hook_page(await self._run(fetch, query, params), limit)
 
     async def _wakeups(
         self, workflow_names: Collection[str] | None, due: int | None, limit: int
