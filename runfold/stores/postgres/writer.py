@@ -40,14 +40,16 @@ MAX_WRITES = 2
 Appends beyond wait for a group commit. Fewer slots than connections make larger batches,
 which cost less client time and fewer commits per append: with eight and more writers, two
 slots write more appends per second than one per connection."""
-OVERLAP = 16
+OVERLAP = 4
 """Appends a group commit needs to start while another one is in flight.
 
 Fewer wait for the one in flight to end and go with the appends queued meanwhile: each
-transaction costs client and server time and a WAL flush of its own, which a small group
-does not repay. With eight writers, one group of eight at a time writes more appends per second
-than two groups of four side by side; with many more writers, two large groups keep the
-server busy while either one's commit is being flushed."""
+transaction costs client and server time and a WAL flush of its own, which a group of one or two
+does not repay. From four on, two groups side by side write more appends per second than one
+group twice their size: while the server flushes one group's commit, it runs the other's
+statements, and the client settles and encodes one group while the other is on the server. (A
+server whose cores are all busy anyway gains nothing from that overlap, and prefers fewer,
+larger groups.)"""
 BATCH_LIMIT = 64
 """Appends per group commit, each a subtransaction.
 
