@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from benchmarks.harness import Target
+from benchmarks.harness import Target, Trial
 from runfold import EventStore
 
 __all__ = ["Backend"]
@@ -60,6 +60,14 @@ class Backend(Protocol):
         """The floor's single-INSERT transactions, `count` of them, each run as one call on
         the async driver's worker thread and awaited from the event loop, or None for a driver
         that runs on the event loop: the best any store on this driver could do."""
+        ...
+
+    def append_statement(
+        self, loop: asyncio.AbstractEventLoop, *, count: int
+    ) -> AbstractContextManager[Trial | None]:
+        """runfold's own single-event append statement on runfold's schema, sent `count` times
+        by the bare driver with its parameters made once: what runfold's store could do with
+        no client cost of its own beyond the floor's, or None where it is not measured."""
         ...
 
     def eventsourcing_env(self) -> AbstractContextManager[dict[str, str]]:

@@ -20,15 +20,18 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from benchmarks.harness import Target, opened
+from benchmarks.harness import Target, Trial, opened
 from benchmarks.targets import (
     POSTGRES_8_WRITERS_VS_RAW,
     POSTGRES_APPEND_VS_EVENTSOURCING,
     POSTGRES_APPEND_VS_RAW,
 )
-from benchmarks.workloads import LOG_EVENT
-from runfold import EventStore, encode_event
+from benchmarks.workloads import LOG_EVENT, NEW_RUN_EVENTS, T0, seed_run
+from runfold import EventStore, encode_event, run_index
 from runfold.stores import PostgresStore
+from runfold.stores.postgres.functions import plain_append
+from runfold.stores.postgres.request import Append
+from runfold.stores.postgres.schema import quote
 
 __all__ = ["POSTGRES", "PostgresBackend", "dsn", "fresh_schema"]
 
@@ -124,6 +127,43 @@ class PostgresBackend:
                 yield lambda: loop.run_until_complete(all_writers())
             finally:
                 for conn in conns:
+                    loop.run_until_complete(conn.close())
+
+    @contextlib.contextmanager
+    def append_statement(
+        self, loop: asyncio.AbstractEventLoop, *, count: int
+    ) -> Iterator[Trial | None]:
+        # The statement `PostgresStore` sends for a single-event append onto a run without hook
+        # claims or wakeups, with the parameters it would send, made once per round: the
+        # statement's own server cost beside the floor's plain INSERT, without runfold's client.
+        with fresh_schema() as schema:
+            opening = PostgresStore.open(dsn(), schema=schema, pool_min=1, pool_max=1)
+            with opened(loop, opening) as store:
+                conn = loop.run_until_complete(
+                    psycopg.AsyncConnection.connect(dsn(), autocommit=True)
+                )
+                statement = plain_append(quote(schema))
+                rounds = itertools.count(1)
+                parameters: dict[str, Any] = {}
+
+                def prepare() -> None:
+                    run_id = f"statement-{next(rounds)}"
+                    snapshot = loop.run_until_complete(seed_run(store, run_id, NEW_RUN_EVENTS))
+                    append = Append(run_id, NEW_RUN_EVENTS, [LOG_EVENT], run_index(snapshot), T0)
+                    parameters.clear()
+                    parameters.update(append.plain_parameters())
+
+                async def statements() -> None:
+                    async with conn.cursor() as cursor:
+                        for head in range(NEW_RUN_EVENTS, NEW_RUN_EVENTS + count):
+                            parameters["expected"] = head
+                            await cursor.execute(statement, parameters)
+                            row = await cursor.fetchone()
+                            assert row is not None and row[0] >= 0, "the statement wrote nothing"
+
+                try:
+                    yield Trial(prepare=prepare, run=lambda: loop.run_until_complete(statements()))
+                finally:
                     loop.run_until_complete(conn.close())
 
     @contextlib.contextmanager

@@ -60,7 +60,11 @@ def _fairness() -> list[str]:
         "- **PostgreSQL**: the same server for everyone, each contender in a fresh schema, "
         "`synchronous_commit=on`. The raw psycopg loop commits one INSERT per transaction "
         "(batched: `executemany` of the batch in one transaction); `eventsourcing` uses its "
-        "PostgreSQL recorder; DBOS its system database; runfold's pool size is in each row.",
+        "PostgreSQL recorder; DBOS its system database; runfold's pool size is in each row. "
+        "Runfold's statement ceiling sends, with the same bare psycopg loop, the very statement "
+        "`PostgresStore` sends for a single-event append (the run's row moved and the event "
+        "inserted, on runfold's schema): the ratio of runfold to it is runfold's client cost, "
+        "the ratio of it to the raw INSERT what runfold's schema costs the server.",
         f"- **Payloads**: {PAYLOAD_BYTES} bytes for every input and output, as `bytes` for "
         "runfold and the raw loops, as strings for `eventsourcing` (its default transcoder "
         "has no bytes) and DBOS (which serializes Python values).",

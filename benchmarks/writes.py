@@ -147,6 +147,9 @@ def bench_append(backend: Backend, quick: bool) -> list[Result]:
             driver = stack.enter_context(backend.raw_through_driver(loop, count=appends))
             if per_append == 1 and driver is not None:
                 contenders["driver"] = driver
+            statement = stack.enter_context(backend.append_statement(loop, count=appends))
+            if per_append == 1 and statement is not None:
+                contenders["statement"] = statement
             with contextlib.suppress(ImportError):
                 from benchmarks.es_peer import eventsourcing_appends
 
@@ -177,6 +180,8 @@ def _append_rows(
     floor = backend.floor
     driver = rates.get("driver")
     through_driver = f"asyncio one-hop ceiling ({floor} through the driver's thread)"
+    statement = rates.get("statement")
+    own_statement = f"runfold's statement ceiling ({floor} sending runfold's append)"
     rows = [
         Result(
             group=group,
@@ -193,6 +198,7 @@ def _append_rows(
             value=ours,
             comparisons=compare(ours, floor, raw, backend.append_vs_raw if single else None)
             + compare(ours, through_driver, driver, backend.append_vs_hop if single else None)
+            + compare(ours, own_statement, statement)
             + compare(
                 ours,
                 "eventsourcing recorder",
@@ -214,6 +220,20 @@ def _append_rows(
                 + compare(driver, "eventsourcing recorder", peer),
                 note="the best a store on this driver could do: its transaction no costlier "
                 "than the raw one",
+            )
+        )
+    if statement is not None:
+        rows.append(
+            Result(
+                group=group,
+                case=f"{own_statement}: the statement runfold sends for a single-event append, "
+                f"on runfold's schema, its parameters made once, {shape}",
+                on=on,
+                unit="events/s",
+                value=statement,
+                comparisons=compare(statement, floor, raw),
+                note="what runfold's schema costs the server beside the floor's bare INSERT: "
+                "the run's row moved in the same transaction, the feed position indexed",
             )
         )
     if peer is not None:
