@@ -96,13 +96,15 @@ def project_rows(
         HistoryError: The history breaks a law of `project_run` (an empty one included).
         RunNotSupported: The run was stamped by a newer kernel spec.
         ValueError: The columns are not all of one length.
-        TypeError: A time is not a number.
+        TypeError: A time is not an `int` (a float, say, that a loosely typed column let in).
     """
     count = len(payloads)
     if not len(sequences) == len(types) == len(versions) == len(times) == count:
         raise ValueError("project_rows takes a sequence, type, version, payload and time per row")
     if not count:
         return project_run([], limits=limits)  # raises for the empty history
+    if set(map(type, times)) != {int}:
+        raise TypeError("a time that is not integer microseconds")
     return in_bulk(count, _project, run_id, sequences, types, versions, payloads, times, limits)
 
 
@@ -137,8 +139,6 @@ def _fold_rows(
     limits: Limits,
 ) -> Snapshot:
     """The fast path: rows of current schema versions only; raises on anything it refuses."""
-    if set(map(type, times)) != {int}:
-        raise TypeError("a time that is not an int")  # the ordinary path converts each alone
     items = load_payloads(payloads)
     last_time = times[0]
     at = _EPOCH + timedelta(0, 0, last_time)

@@ -123,8 +123,6 @@ def replay_rows(rows: Sequence[Sequence[Any]], run_id: str, limits: Limits) -> R
 def _replay(rows: Sequence[Sequence[Any]], run_id: str, limits: Limits) -> ReplayedRun:
     try:
         sequences, types, versions, payloads, keys, positions = zip(*rows, strict=True)
-        if set(map(type, keys)) != {int}:  # a time SQLite's loose typing let in
-            raise TypeError("a time that is not integer microseconds")
         snapshot = project_rows(run_id, sequences, types, versions, payloads, keys, limits=limits)
     except (EventDecodeError, TypeError, ValueError, OverflowError):
         _check_rows(rows, run_id)  # raises CorruptEvent for the first row that is wrong
