@@ -4,6 +4,9 @@ The workflow sets attributes, reserves stock and charges the card in parallel (t
 times out once: the step is retried with backoff), records progress, sleeps on a durable timer,
 waits for the warehouse to call back on a hook, and completes. The host loop here is what a real
 host does: sleep until the run's next wakeup, `resume_due`, deliver hooks as callbacks arrive.
+
+`demo_command` is the command itself: it opens the store for writing (creating it) and exits 1
+if the run did not complete.
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ import asyncio
 import json
 from datetime import datetime, timedelta
 
+import click
+
+from runfold.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from runfold.cli.options import store_option
 from runfold.cli.output import (
     Part,
     Terminal,
@@ -23,6 +30,7 @@ from runfold.cli.output import (
     render_timeline,
     timestamp,
 )
+from runfold.cli.store_access import label, store_url, work_on_store
 from runfold.engine import (
     AwaitHook,
     Cancel,
@@ -285,3 +293,21 @@ async def _finish_interrupted(engine: Engine, terminal: Terminal) -> None:
         if ended is not None:
             terminal.line(f"  run {run_id} ", terminal.status(ended.status))
         terminal.line()
+
+
+@click.command("demo")
+@store_option
+@click.pass_context
+def demo_command(ctx: click.Context, command_store: str | None) -> int:
+    """Run an order-fulfilment workflow through the engine and tell it as it goes.
+
+    Parallel steps, a failure retried with backoff, a durable timer, a hook called back from
+    outside; then the run's timeline, its snapshot and the store's runs of the workflow. A demo
+    run left unfinished (the demo was interrupted) is finished first. Creates the store.
+    """
+
+    async def work(store: EventStore, terminal: Terminal) -> int:
+        completed = await run_demo(store, terminal, label(store_url(ctx, command_store)))
+        return EXIT_OK if completed else EXIT_FAILED
+
+    return work_on_store(ctx, command_store, work, read_only=False)

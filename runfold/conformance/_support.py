@@ -19,10 +19,14 @@ from runfold.kernel import (
     HookCreated,
     HookHolder,
     LogRecorded,
+    RunCancelled,
+    RunCompleted,
     RunCreated,
+    RunFailed,
     RunIndex,
     RunStarted,
     RunSummary,
+    RunTimedOut,
     Wakeup,
     apply,
     project_run,
@@ -69,6 +73,15 @@ def hook(hook_id: str, token: str, retain_token_until: datetime | None = None) -
 def log(message: str = "x", step_id: str | None = None) -> LogRecorded:
     """A `log_recorded` event."""
     return LogRecorded(level="info", message=message, step_id=step_id)
+
+
+RUN_ENDINGS: dict[str, list[Event]] = {
+    "completed": [RunCompleted(output=b"")],
+    "failed": [RunFailed(error=b"")],
+    "cancelled": [RunCancelled()],
+    "timed_out": [RunTimedOut(deadline=T0 + HOUR)],
+}
+"""The events that end a started run, by the terminal status they give it."""
 
 
 def envelopes_for(run_id: str, head: int, events: Sequence[Event], at: datetime) -> list[Envelope]:
