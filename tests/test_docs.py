@@ -18,8 +18,10 @@ from attrs import AttrsInstance
 
 import runfold
 import runfold.cli
+import runfold.cli.app
 import runfold.cli.verify
 import runfold.conformance
+import runfold.conformance.strategies
 import runfold.engine
 import runfold.flow
 import runfold.kernel
@@ -181,7 +183,9 @@ PUBLIC_PACKAGES = [
     runfold.flow,
     runfold.testing,
     runfold.conformance,
+    runfold.conformance.strategies,  # its page lists its members by hand, in reading order
     runfold.cli,
+    runfold.cli.app,  # likewise
     runfold.cli.verify,
 ]
 _DIRECTIVE = re.compile(r"^::: ([\w.]+)\n((?:    .*\n)*)", re.MULTILINE)
