@@ -33,8 +33,8 @@
 
 One idea per module: `store` (the class), `connections` (the pool and driver errors), `schema`
 (tables, migrations), `functions` (the server-side SQL), `request` and `wire` (one append and its
-binary encoding), `writer` (the append and its group commit), `feed` (the global feed and its
-notifications) and `retention`.
+binary encoding), `writer` (the append and its group commit), `overlap` (when a group commit
+starts beside another), `feed` (the global feed and its notifications) and `retention`.
 """
 
 from __future__ import annotations

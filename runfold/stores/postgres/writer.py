@@ -3,11 +3,11 @@
 An append takes a free write slot (`MAX_WRITES` of them); while every slot is taken, further
 appends wait and go together in one transaction, one append per run and one write per run in
 flight, sorted by run id so that batches lock runs in one order. While a group commit is in
-flight, another starts only with `OVERLAP` appends or more; fewer wait to join the next one.
-Plain appends go through `append_plain_batch`, the others through `append_batch`, each in a
-subtransaction of its own, so each keeps its own all-or-nothing outcome. A write that finds a
-run's head settles the appends queued for that run which expect another head
-(`Writer._prune`).
+flight, another starts only with enough appends (`OverlapChooser` says how many, by the rate
+each choice gives); fewer wait to join the next one. Plain appends go through
+`append_plain_batch`, the others through `append_batch`, each in a subtransaction of its own, so
+each keeps its own all-or-nothing outcome. A write that finds a run's head settles the appends
+queued for that run which expect another head (`Writer._prune`).
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from runfold.stores.postgres.functions import (
     TOKEN_CONFLICT,
     plain_append,
 )
+from runfold.stores.postgres.overlap import OverlapChooser
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.schema import quote
 from runfold.stores.postgres.wire import array
 
-__all__ = ["BATCH_LIMIT", "MAX_WRITES", "OVERLAP", "RETRIES", "Writer", "plain_outcome"]
+__all__ = ["BATCH_LIMIT", "MAX_WRITES", "RETRIES", "Writer", "plain_outcome"]
 
 MAX_WRITES = 2
 """The append transactions a store keeps in flight (fewer if its pool is smaller).
@@ -40,16 +41,6 @@ MAX_WRITES = 2
 Appends beyond wait for a group commit. Fewer slots than connections make larger batches,
 which cost less client time and fewer commits per append: with eight and more writers, two
 slots write more appends per second than one per connection."""
-OVERLAP = 4
-"""Appends a group commit needs to start while another one is in flight.
-
-Fewer wait for the one in flight to end and go with the appends queued meanwhile: each
-transaction costs client and server time and a WAL flush of its own, which a group of one or two
-does not repay. From four on, two groups side by side write more appends per second than one
-group twice their size: while the server flushes one group's commit, it runs the other's
-statements, and the client settles and encodes one group while the other is on the server. (A
-server whose cores are all busy anyway gains nothing from that overlap, and prefers fewer,
-larger groups.)"""
 BATCH_LIMIT = 64
 """Appends per group commit, each a subtransaction.
 
@@ -89,7 +80,7 @@ class Writer:
         self._writing = 0
         self._max_writes = min(MAX_WRITES, connections.pool.max_size)
         self._batches = 0  # the group commits among `_writing`
-        self._overlap = OVERLAP
+        self._chooser = OverlapChooser()
         self._queue: list[Append] = []
         self._tickets = 0  # appends queued so far: see `_prune`
         self._in_flight: set[str] = set()  # the runs being written: see `_drain`
@@ -144,8 +135,8 @@ class Writer:
 
     def _drain(self) -> None:
         """Start group commits of the queued appends in the free write slots, shared out evenly
-        (the server writes them side by side), but none of fewer than `OVERLAP` appends while
-        another group commit is in flight.
+        (the server writes them side by side), but none of fewer than `OverlapChooser.overlap`
+        appends while another group commit is in flight.
 
         A run has one write in flight at most, and a batch one append per run: appends queued
         for one run mostly expect the same head, so all but one are bound to conflict, and
@@ -157,9 +148,10 @@ class Writer:
         self._queue.sort(key=lambda r: r.run_id)
         while self._writing < self._max_writes:
             ready = len({r.run_id for r in self._queue} - self._in_flight)
-            if not ready or (self._batches and ready < self._overlap):
+            overlap = self._chooser.overlap
+            if not ready or (self._batches and ready < overlap):
                 return
-            parts = max(1, min(self._max_writes - self._writing, ready // self._overlap))
+            parts = max(1, min(self._max_writes - self._writing, ready // overlap))
             share = min(-(-ready // parts), BATCH_LIMIT)
             batch: list[Append] = []
             rest: list[Append] = []
@@ -183,6 +175,7 @@ class Writer:
     def _start_write(self, batch: list[Append]) -> None:
         self._writing += 1
         self.idle.clear()
+        self._chooser.busy()
         self._in_flight.update(request.run_id for request in batch)
 
     async def _write_batch(self, batch: list[Append]) -> None:
@@ -203,10 +196,12 @@ class Writer:
         """A write ended: start the next group commit, or note that the store is idle."""
         self._writing -= 1
         self._in_flight.difference_update(request.run_id for request in batch)
+        self._chooser.written(len(batch))
         if self._queue:
             self._schedule_drain()
         elif self._writing == 0:
             self.idle.set()
+            self._chooser.idle()
 
     async def append_one(self, request: Append) -> int:
         """Write one append in a transaction of its own; its base position."""
