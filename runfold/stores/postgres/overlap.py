@@ -22,10 +22,11 @@ CANDIDATES = (4, 16)
 
 From four, two groups side by side can beat one twice their size; sixteen or more puts eight
 writers in one group at a time."""
-EPOCH_SECONDS = 0.05
+EPOCH_SECONDS = 0.2
 """Busy seconds a candidate is measured over.
 
-Several group commits, so that one slow commit does not decide."""
+Hundreds of group commits, so that a few slow ones (a collection, a checkpoint) do not decide;
+with much shorter epochs the choice flapped with the noise."""
 EPOCHS_KEPT = 8
 """Epochs the better candidate keeps before the other one is measured again."""
 
