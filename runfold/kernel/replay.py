@@ -27,18 +27,12 @@ from runfold.kernel._gc import in_bulk
 from runfold.kernel.codec import decode_events, default_codec, load_payloads
 from runfold.kernel.events import Event, make_envelope, make_envelopes
 from runfold.kernel.limits import Limits
-from runfold.kernel.snapshot import (
-    _DEFAULT_LIMITS,
-    _FIELD_HANDLERS,
-    _HANDLERS,
-    Snapshot,
-    _Builder,
-    _start_builder,
-    project_run,
-)
+from runfold.kernel.snapshot import Snapshot, project_run
+from runfold.kernel.snapshot.reducer import _FIELD_HANDLERS, _HANDLERS, _Builder, _start_builder
 
 __all__ = ["project_rows"]
 
+_DEFAULT_LIMITS = Limits()
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
