@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from sys import intern
 from types import MappingProxyType
 from typing import Any
 
@@ -51,170 +50,27 @@ from runfold.kernel.events import (
     WaitCreated,
 )
 from runfold.kernel.limits import SPEC_VERSION, Limits
+from runfold.kernel.snapshot._records import (
+    HookRecord,
+    StepRecord,
+    WaitRecord,
+    empty_records,
+    empty_values,
+)
 from runfold.kernel.snapshot.states import (
     LIVE_RUN_STATUSES,
     Cancellation,
     Delivery,
     HookState,
-    HookStatus,
     Snapshot,
     StepState,
-    StepStatus,
     WaitState,
-    WaitStatus,
 )
 
 __all__ = ["apply", "project_run"]
 
 _LIVE_STEP = frozenset({"pending", "running"})
 _DEFAULT_LIMITS = Limits()
-
-
-# --- private, mutable records (owned by one fold until published) -------------------------------
-
-
-class _Record:
-    # `frozen` caches the public state of a published record (None until first asked): a fold
-    # clones a record before it changes it (`_Builder.step` …), so a published one never
-    # changes. Subclasses list their fields in their own `__slots__`, which `clone` walks
-    # (without `frozen`); `freeze` walks `_fields`, the public class's fields in order (set by
-    # `_public_factory`).
-    __slots__ = ("frozen",)
-    frozen: Any
-    public: Any
-    _fields: tuple[str, ...]
-    _make: Any
-
-    def clone(self) -> Any:
-        copy = object.__new__(type(self))
-        copy.frozen = None
-        name: str
-        for name in self.__slots__:
-            value = getattr(self, name)
-            setattr(copy, name, value.copy() if type(value) is list else value)
-        return copy
-
-    def freeze(self) -> Any:
-        # `_make` fills the public class's slots in its field order (`_public_factory`),
-        # skipping attrs' keyword `__init__`: a fold freezes a record per changed entity.
-        values = [getattr(self, name) for name in self._fields]
-        return self._make(*[tuple(v) if type(v) is list else v for v in values])
-
-
-class _Step(_Record):
-    __slots__ = (
-        "attempt",
-        "completed_at",
-        "created_at",
-        "error",
-        "input",
-        "output",
-        "retry",
-        "retry_after",
-        "started_at",
-        "status",
-        "step_id",
-        "step_name",
-        "updated_at",
-    )
-    public = StepState
-    status: StepStatus
-    attempt: int
-    retry: RetryPolicy | None
-    retry_after: datetime | None
-    started_at: datetime | None
-    output: bytes | None
-    error: bytes | None
-    completed_at: datetime | None
-    updated_at: datetime
-
-    def __init__(
-        self, step_id: str, step_name: str, input: bytes, retry: RetryPolicy | None, at: datetime
-    ) -> None:
-        self.frozen = None
-        self.step_id = step_id
-        self.step_name = intern(step_name)  # a run repeats a few names thousands of times
-        self.status = "pending"
-        self.input = input
-        self.retry = retry
-        self.attempt = 0
-        self.output = None
-        self.error = None
-        self.retry_after = None
-        self.created_at = at
-        self.started_at = None
-        self.completed_at = None
-        self.updated_at = at
-
-
-class _Wait(_Record):
-    __slots__ = ("completed_at", "created_at", "resume_at", "status", "wait_id")
-    public = WaitState
-    status: WaitStatus
-    completed_at: datetime | None
-
-    def __init__(self, wait_id: str, resume_at: datetime, at: datetime) -> None:
-        self.frozen = None
-        self.wait_id = wait_id
-        self.status = "waiting"
-        self.resume_at = resume_at
-        self.created_at = at
-        self.completed_at = None
-
-
-class _Hook(_Record):
-    __slots__ = (
-        "created_at",
-        "deliveries",
-        "hook_id",
-        "is_webhook",
-        "metadata",
-        "retain_token_until",
-        "status",
-        "token",
-    )
-    public = HookState
-    status: HookStatus
-    deliveries: list[Delivery]
-
-    def __init__(self, ev: HookCreated, at: datetime) -> None:
-        self.frozen = None
-        self.hook_id = ev.hook_id
-        self.token = ev.token
-        self.status = "active"
-        self.metadata = ev.metadata
-        self.is_webhook = ev.is_webhook
-        self.retain_token_until = ev.retain_token_until
-        self.created_at = at
-        self.deliveries = []
-
-
-def _public_factory(record: type[_Record]) -> None:
-    """Give `record` the positional constructor of its public class, and that class's field
-    order (the record's slots hold the same names)."""
-    fields = tuple(field.name for field in attrs.fields(record.public))
-    assert set(fields) == set(record.__slots__), record
-    record._fields = fields
-    record._make = staticmethod(frozen_factory(record.public))
-
-
-for _record in (_Step, _Wait, _Hook):
-    _public_factory(_record)
-
-
-def _public_record(record: Any) -> Any:
-    frozen = record.frozen
-    if frozen is None:
-        record.frozen = frozen = record.freeze()
-    return frozen
-
-
-def _empty_records() -> PView[Any, Any]:
-    return PView({}, _public_record)
-
-
-def _empty_values() -> PView[Any, Any]:
-    return PView({})
 
 
 # --- the reducer --------------------------------------------------------------------------------
@@ -290,16 +146,16 @@ class _Builder:
     attributes: Mapping[str, str]
     attributes_owned: bool
     log_count: int
-    steps: PView[_Step, StepState]
-    waits: PView[_Wait, WaitState]
-    hooks: PView[_Hook, HookState]
+    steps: PView[StepRecord, StepState]
+    waits: PView[WaitRecord, WaitState]
+    hooks: PView[HookRecord, HookState]
     progress: PView[ProgressRecorded, ProgressRecorded]
     children: PView[ChildLinked, ChildLinked]
     hook_conflicts: PView[HookConflict, HookConflict]
     write_ids: PView[int, int]
-    steps_new: dict[str, _Step]
-    waits_new: dict[str, _Wait]
-    hooks_new: dict[str, _Hook]
+    steps_new: dict[str, StepRecord]
+    waits_new: dict[str, WaitRecord]
+    hooks_new: dict[str, HookRecord]
     progress_new: dict[str, ProgressRecorded]
     children_new: dict[str, ChildLinked]
     hook_conflicts_new: dict[str, HookConflict]
@@ -316,7 +172,7 @@ class _Builder:
         if self.status not in LIVE_RUN_STATUSES:
             raise self.fail(f"{what} after the run ended ({self.status})")
 
-    def step(self, step_id: str) -> _Step:
+    def step(self, step_id: str) -> StepRecord:
         record = self.steps_new.get(step_id)
         if record is None:
             base = self.steps.raw(step_id)
@@ -325,7 +181,7 @@ class _Builder:
             record = self.steps_new[step_id] = base.clone()
         return record
 
-    def wait(self, wait_id: str) -> _Wait:
+    def wait(self, wait_id: str) -> WaitRecord:
         record = self.waits_new.get(wait_id)
         if record is None:
             base = self.waits.raw(wait_id)
@@ -334,7 +190,7 @@ class _Builder:
             record = self.waits_new[wait_id] = base.clone()
         return record
 
-    def hook(self, hook_id: str) -> _Hook:
+    def hook(self, hook_id: str) -> HookRecord:
         record = self.hooks_new.get(hook_id)
         if record is None:
             base = self.hooks.raw(hook_id)
@@ -470,9 +326,9 @@ def _start_builder(first: Envelope, limits: Limits) -> _Builder:
     _merge_attributes(b, tuple(AttributeChange(key=k, value=v) for k, v in ev.attributes.items()))
     _check_attributes(b)
     b.log_count = 0
-    b.steps, b.waits, b.hooks = _empty_records(), _empty_records(), _empty_records()
-    b.progress, b.children, b.write_ids = _empty_values(), _empty_values(), _empty_values()
-    b.hook_conflicts = _empty_values()
+    b.steps, b.waits, b.hooks = empty_records(), empty_records(), empty_records()
+    b.progress, b.children, b.write_ids = empty_values(), empty_values(), empty_values()
+    b.hook_conflicts = empty_values()
     b.steps_new, b.waits_new, b.hooks_new = {}, {}, {}
     b.progress_new, b.children_new, b.write_ids_new = {}, {}, {}
     b.hook_conflicts_new = {}
@@ -692,7 +548,7 @@ def _on_step_created(
         raise b.fail(f"step_created after the run ended ({b.status})")
     if step_id in b.steps_new or b.steps.raw(step_id) is not None:
         raise b.fail(f"step {step_id!r} created twice")
-    b.steps_new[step_id] = _Step(step_id, step_name, input, retry, at)
+    b.steps_new[step_id] = StepRecord(step_id, step_name, input, retry, at)
     b.live_steps.add(step_id)
 
 
@@ -729,7 +585,7 @@ def _on_step_started(
     step.updated_at = at
 
 
-def _finish_step(b: _Builder, step_id: str, kind: str, at: datetime) -> _Step:
+def _finish_step(b: _Builder, step_id: str, kind: str, at: datetime) -> StepRecord:
     step = b.steps_new.get(step_id) or b.step(step_id)
     status = step.status
     if status not in _LIVE_STEP:
@@ -782,7 +638,7 @@ def _on_wait_created(b: _Builder, at: datetime, wait_id: str, resume_at: datetim
     b.require_live("wait_created")
     if wait_id in b.waits_new or b.waits.raw(wait_id) is not None:
         raise b.fail(f"wait {wait_id!r} created twice")
-    b.waits_new[wait_id] = _Wait(wait_id, resume_at, at)
+    b.waits_new[wait_id] = WaitRecord(wait_id, resume_at, at)
     b.waiting.add(wait_id)
 
 
@@ -796,7 +652,7 @@ def _on_wait_completed(b: _Builder, at: datetime, wait_id: str) -> None:
     b.waiting.discard(wait_id)
 
 
-def _hook_record(b: _Builder, hook_id: str) -> _Hook:
+def _hook_record(b: _Builder, hook_id: str) -> HookRecord:
     found = b.hooks_new.get(hook_id) or b.hooks.raw(hook_id)
     assert found is not None
     return found
@@ -809,7 +665,7 @@ def _on_hook_created(b: _Builder, ev: HookCreated, at: datetime) -> None:
     for hook_id in b.active_hooks:
         if _hook_record(b, hook_id).token == ev.token:
             raise b.fail(f"hook {ev.hook_id!r} reuses the token of active hook {hook_id!r}")
-    b.hooks_new[ev.hook_id] = _Hook(ev, at)
+    b.hooks_new[ev.hook_id] = HookRecord(ev, at)
     b.active_hooks.add(ev.hook_id)
 
 

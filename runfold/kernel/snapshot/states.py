@@ -18,7 +18,7 @@ from runfold.kernel._pmap import PView
 from runfold.kernel.events import ChildLinked, HookConflict, ProgressRecorded, RetryPolicy
 
 if TYPE_CHECKING:
-    from runfold.kernel.snapshot.reducer import _Hook, _Step, _Wait
+    from runfold.kernel.snapshot._records import HookRecord, StepRecord, WaitRecord
 
 __all__ = [
     "LIVE_RUN_STATUSES",
@@ -162,9 +162,9 @@ class Snapshot:
     updated_at: datetime
     last_sequence: int
     cancellation: Cancellation | None
-    steps: PView[_Step, StepState]
-    waits: PView[_Wait, WaitState]
-    hooks: PView[_Hook, HookState]
+    steps: PView[StepRecord, StepState]
+    waits: PView[WaitRecord, WaitState]
+    hooks: PView[HookRecord, HookState]
     progress: PView[ProgressRecorded, ProgressRecorded]
     children: PView[ChildLinked, ChildLinked]
     hook_conflicts: PView[HookConflict, HookConflict]
