@@ -28,7 +28,8 @@ from runfold.kernel.codec import decode_events, default_codec, load_payloads
 from runfold.kernel.events import Event, make_envelope, make_envelopes
 from runfold.kernel.limits import Limits
 from runfold.kernel.snapshot import Snapshot, project_run
-from runfold.kernel.snapshot.reducer import _FIELD_HANDLERS, _HANDLERS, _Builder, _start_builder
+from runfold.kernel.snapshot._builder import Builder, start_builder
+from runfold.kernel.snapshot.reducer import _FIELD_HANDLERS, _HANDLERS
 
 __all__ = ["project_rows"]
 
@@ -36,7 +37,7 @@ _DEFAULT_LIMITS = Limits()
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
-_Folder = Callable[[_Builder, Any, datetime], None]
+_Folder = Callable[[Builder, Any, datetime], None]
 """Folds one row's unstructured payload, recorded at a time, into a fold's builder."""
 
 
@@ -44,7 +45,7 @@ def _decoding_folder(decode: Callable[[Any], Event], handle: Any) -> _Folder:
     """A folder that structures the payload into its event (raising where it is wrong), then
     folds the event."""
 
-    def fold(b: _Builder, payload: Any, at: datetime) -> None:
+    def fold(b: Builder, payload: Any, at: datetime) -> None:
         handle(b, decode(payload), at)
 
     return fold
@@ -137,7 +138,7 @@ def _fold_rows(
     last_time = times[0]
     at = _EPOCH + timedelta(0, 0, last_time)
     event = default_codec._current[types[0]](items[0])
-    b = _start_builder(make_envelope(run_id, sequences[0], event, at, None), limits)
+    b = start_builder(make_envelope(run_id, sequences[0], event, at, None), limits)
     folders = _FOLDERS
     step = _MICROSECOND
     seq = 1

@@ -34,7 +34,7 @@ __all__ = ["HookRecord", "StepRecord", "WaitRecord", "empty_records", "empty_val
 
 class _Record:
     # `frozen` caches the public state of a published record (None until first asked): a fold
-    # clones a record before it changes it (`_Builder.step` …), so a published one never
+    # clones a record before it changes it (`Builder.step` …), so a published one never
     # changes. Subclasses list their fields in their own `__slots__`, which `clone` walks
     # (without `frozen`); `freeze` walks `_fields`, the public class's fields in order (set by
     # `_public_factory`).
