@@ -3,11 +3,11 @@
 A cold load reads a run's whole history and folds it. Decoded the usual way, every stored row
 becomes an event and an envelope that the fold reads once and drops. Here the payloads are read
 in one call of the CBOR decoder (`codec.load_payloads`), and the events a run repeats (those of
-steps, waits, deliveries and log lines: `snapshot._FIELD_HANDLERS`) are folded straight from
-their positional payloads by an unpacker generated once per type (`_fast.compile_unpacker`),
-which checks every field as the type's decoder does. Any other row is decoded into its event
-and folded as usual. A time is converted once for each run of equal consecutive values (the
-rows of one append share their time).
+steps, waits, deliveries and log lines: `snapshot._handlers.FIELD_HANDLERS`) are folded
+straight from their positional payloads by an unpacker generated once per type
+(`_fast.compile_unpacker`), which checks every field as the type's decoder does. Any other row
+is decoded into its event and folded as usual. A time is converted once for each run of equal
+consecutive values (the rows of one append share their time).
 
 The result is always the one of the ordinary path, `project_run` of the envelopes the rows
 decode into, or its error: whenever the fast path meets what it does not read (a row of an
@@ -29,7 +29,7 @@ from runfold.kernel.events import Event, make_envelope, make_envelopes
 from runfold.kernel.limits import Limits
 from runfold.kernel.snapshot import Snapshot, project_run
 from runfold.kernel.snapshot._builder import Builder, start_builder
-from runfold.kernel.snapshot.reducer import _FIELD_HANDLERS, _HANDLERS
+from runfold.kernel.snapshot._handlers import FIELD_HANDLERS, HANDLERS
 
 __all__ = ["project_rows"]
 
@@ -56,8 +56,8 @@ def _folders() -> dict[str, _Folder]:
     folders: dict[str, _Folder] = {}
     for event_type, decode in default_codec._current.items():
         cls = default_codec._types[event_type]
-        by_event = _decoding_folder(decode, _HANDLERS[cls])
-        by_fields = _FIELD_HANDLERS.get(cls)
+        by_event = _decoding_folder(decode, HANDLERS[cls])
+        by_fields = FIELD_HANDLERS.get(cls)
         if by_fields is not None and cls.positional:
             folders[event_type] = compile_unpacker(cls, by_fields, by_event)
         else:
