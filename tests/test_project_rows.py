@@ -32,8 +32,7 @@ from runfold.kernel import (
     make_envelopes,
 )
 from runfold.kernel._fast import compile_event_call, compile_unpacker
-from runfold.kernel.replay import _fold_rows, project_rows
-from runfold.kernel.snapshot import _DEFAULT_LIMITS
+from runfold.kernel.replay import _DEFAULT_LIMITS, _fold_rows, project_rows
 from runfold.stores.protocol import time_key
 
 FIXTURE = Path(__file__).parent / "fixtures" / "histories_schema_v1.json"

@@ -3,11 +3,11 @@
 A cold load reads a run's whole history and folds it. Decoded the usual way, every stored row
 becomes an event and an envelope that the fold reads once and drops. Here the payloads are read
 in one call of the CBOR decoder (`codec.load_payloads`), and the events a run repeats (those of
-steps, waits, deliveries and log lines: `snapshot._FIELD_HANDLERS`) are folded straight from
-their positional payloads by an unpacker generated once per type (`_fast.compile_unpacker`),
-which checks every field as the type's decoder does. Any other row is decoded into its event
-and folded as usual. A time is converted once for each run of equal consecutive values (the
-rows of one append share their time).
+steps, waits, deliveries and log lines: `snapshot._handlers.FIELD_HANDLERS`) are folded
+straight from their positional payloads by an unpacker generated once per type
+(`_fast.compile_unpacker`), which checks every field as the type's decoder does. Any other row
+is decoded into its event and folded as usual. A time is converted once for each run of equal
+consecutive values (the rows of one append share their time).
 
 The result is always the one of the ordinary path, `project_run` of the envelopes the rows
 decode into, or its error: whenever the fast path meets what it does not read (a row of an
@@ -27,22 +27,17 @@ from runfold.kernel._gc import in_bulk
 from runfold.kernel.codec import decode_events, default_codec, load_payloads
 from runfold.kernel.events import Event, make_envelope, make_envelopes
 from runfold.kernel.limits import Limits
-from runfold.kernel.snapshot import (
-    _DEFAULT_LIMITS,
-    _FIELD_HANDLERS,
-    _HANDLERS,
-    Snapshot,
-    _Builder,
-    _start_builder,
-    project_run,
-)
+from runfold.kernel.snapshot import Snapshot, project_run
+from runfold.kernel.snapshot._builder import Builder, start_builder
+from runfold.kernel.snapshot._handlers import FIELD_HANDLERS, HANDLERS
 
 __all__ = ["project_rows"]
 
+_DEFAULT_LIMITS = Limits()
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
-_Folder = Callable[[_Builder, Any, datetime], None]
+_Folder = Callable[[Builder, Any, datetime], None]
 """Folds one row's unstructured payload, recorded at a time, into a fold's builder."""
 
 
@@ -50,7 +45,7 @@ def _decoding_folder(decode: Callable[[Any], Event], handle: Any) -> _Folder:
     """A folder that structures the payload into its event (raising where it is wrong), then
     folds the event."""
 
-    def fold(b: _Builder, payload: Any, at: datetime) -> None:
+    def fold(b: Builder, payload: Any, at: datetime) -> None:
         handle(b, decode(payload), at)
 
     return fold
@@ -61,8 +56,8 @@ def _folders() -> dict[str, _Folder]:
     folders: dict[str, _Folder] = {}
     for event_type, decode in default_codec._current.items():
         cls = default_codec._types[event_type]
-        by_event = _decoding_folder(decode, _HANDLERS[cls])
-        by_fields = _FIELD_HANDLERS.get(cls)
+        by_event = _decoding_folder(decode, HANDLERS[cls])
+        by_fields = FIELD_HANDLERS.get(cls)
         if by_fields is not None and cls.positional:
             folders[event_type] = compile_unpacker(cls, by_fields, by_event)
         else:
@@ -143,7 +138,7 @@ def _fold_rows(
     last_time = times[0]
     at = _EPOCH + timedelta(0, 0, last_time)
     event = default_codec._current[types[0]](items[0])
-    b = _start_builder(make_envelope(run_id, sequences[0], event, at, None), limits)
+    b = start_builder(make_envelope(run_id, sequences[0], event, at, None), limits)
     folders = _FOLDERS
     step = _MICROSECOND
     seq = 1

@@ -1,0 +1,382 @@
+"""The builder: the mutable state of one fold, and how it becomes a frozen `Snapshot`.
+
+A fold changes a `Builder`, never a snapshot: `start_builder` makes one from a history's first
+event, `resume_builder` from the snapshot `apply` catches up, and `Builder.freeze` publishes the
+result. What the builder holds of its snapshot it shares (persistent mappings, the records the
+fold did not touch); what the fold adds goes into `*_new` dicts of its own, and a record is
+cloned there before the fold first changes it (`Builder.step`, `wait`, `hook`), so the snapshot
+it started from never changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from types import MappingProxyType
+
+import attrs
+
+from runfold.kernel._fast import frozen_factory
+from runfold.kernel._pmap import PView
+from runfold.kernel.errors import HistoryError, RunNotSupported
+from runfold.kernel.events import (
+    AttributeChange,
+    ChildLinked,
+    Envelope,
+    HookConflict,
+    ProgressRecorded,
+    RunCreated,
+)
+from runfold.kernel.limits import SPEC_VERSION, Limits
+from runfold.kernel.snapshot._records import (
+    HookRecord,
+    StepRecord,
+    WaitRecord,
+    empty_records,
+    empty_values,
+)
+from runfold.kernel.snapshot.states import (
+    LIVE_RUN_STATUSES,
+    Cancellation,
+    HookState,
+    Snapshot,
+    StepState,
+    WaitState,
+)
+
+__all__ = ["Builder", "check_attributes", "merge_attributes", "resume_builder", "start_builder"]
+
+
+class Builder:
+    """The mutable state of one fold: a snapshot's fields, and what the fold added to them.
+
+    Records in the `*_new` dicts belong to this fold; the sets are the ids of open work, which
+    `freeze` publishes as the snapshot's bookkeeping.
+    """
+
+    __slots__ = (
+        "active_hooks",
+        "attributes",
+        "attributes_owned",
+        "cancellation",
+        "children",
+        "children_new",
+        "completed_at",
+        "context",
+        "created_at",
+        "deadline",
+        "deployment_id",
+        "error",
+        "error_code",
+        "hook_conflicts",
+        "hook_conflicts_new",
+        "hooks",
+        "hooks_new",
+        "input",
+        "limits",
+        "live_steps",
+        "log_count",
+        "output",
+        "parent_run_id",
+        "progress",
+        "progress_new",
+        "retrying",
+        "run_id",
+        "seq",
+        "spec_version",
+        "started_at",
+        "status",
+        "steps",
+        "steps_new",
+        "updated_at",
+        "waiting",
+        "waits",
+        "waits_new",
+        "workflow_name",
+        "workflow_version",
+        "write_ids",
+        "write_ids_new",
+    )
+
+    limits: Limits
+    run_id: str
+    seq: int
+    status: str
+    workflow_name: str
+    workflow_version: str | None
+    deployment_id: str | None
+    input: bytes
+    output: bytes | None
+    error: bytes | None
+    error_code: str | None
+    context: bytes | None
+    parent_run_id: str | None
+    deadline: datetime | None
+    spec_version: int
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    updated_at: datetime
+    cancellation: Cancellation | None
+    attributes: Mapping[str, str]
+    attributes_owned: bool
+    log_count: int
+    steps: PView[StepRecord, StepState]
+    waits: PView[WaitRecord, WaitState]
+    hooks: PView[HookRecord, HookState]
+    progress: PView[ProgressRecorded, ProgressRecorded]
+    children: PView[ChildLinked, ChildLinked]
+    hook_conflicts: PView[HookConflict, HookConflict]
+    write_ids: PView[int, int]
+    steps_new: dict[str, StepRecord]
+    waits_new: dict[str, WaitRecord]
+    hooks_new: dict[str, HookRecord]
+    progress_new: dict[str, ProgressRecorded]
+    children_new: dict[str, ChildLinked]
+    hook_conflicts_new: dict[str, HookConflict]
+    write_ids_new: dict[str, int]
+    live_steps: set[str]
+    retrying: set[str]
+    waiting: set[str]
+    active_hooks: set[str]
+
+    def fail(self, reason: str) -> HistoryError:
+        """The `HistoryError` of the event being folded, for the caller to raise."""
+        return HistoryError(self.run_id, self.seq, reason)
+
+    def require_live(self, what: str) -> None:
+        """Raise the `HistoryError` of an event `what` that came after the run ended."""
+        if self.status not in LIVE_RUN_STATUSES:
+            raise self.fail(f"{what} after the run ended ({self.status})")
+
+    def step(self, step_id: str) -> StepRecord:
+        """The step's record for this fold to change: cloned on its first change here."""
+        record = self.steps_new.get(step_id)
+        if record is None:
+            base = self.steps.raw(step_id)
+            if base is None:
+                raise self.fail(f"event for unknown step {step_id!r}")
+            record = self.steps_new[step_id] = base.clone()
+        return record
+
+    def wait(self, wait_id: str) -> WaitRecord:
+        """The wait's record for this fold to change: cloned on its first change here."""
+        record = self.waits_new.get(wait_id)
+        if record is None:
+            base = self.waits.raw(wait_id)
+            if base is None:
+                raise self.fail(f"event for unknown wait {wait_id!r}")
+            record = self.waits_new[wait_id] = base.clone()
+        return record
+
+    def hook(self, hook_id: str) -> HookRecord:
+        """The hook's record for this fold to change: cloned on its first change here."""
+        record = self.hooks_new.get(hook_id)
+        if record is None:
+            base = self.hooks.raw(hook_id)
+            if base is None:
+                raise self.fail(f"event for unknown hook {hook_id!r}")
+            record = self.hooks_new[hook_id] = base.clone()
+        return record
+
+    def has_step(self, step_id: str) -> bool:
+        """True when the run has a step of that id, in its snapshot or from this fold."""
+        return step_id in self.steps_new or self.steps.raw(step_id) is not None
+
+    def own_attributes(self) -> dict[str, str]:
+        """The run's attributes as a dict of this fold's own, copied on the first change."""
+        if not isinstance(self.attributes, dict):
+            self.attributes = dict(self.attributes)
+            self.attributes_owned = True
+        return self.attributes
+
+    def freeze(self) -> Snapshot:
+        """The snapshot this fold ends with; the builder is not used after it."""
+        # Positional, in `_SNAPSHOT_FIELDS` order: a snapshot is built per `apply`, and attrs'
+        # keyword `__init__` of 32 fields was a tenth of a workflow step's cost.
+        steps_new, waits_new, hooks_new = self.steps_new, self.waits_new, self.hooks_new
+        return _make_snapshot(
+            self.run_id,
+            self.status,
+            self.workflow_name,
+            self.workflow_version,
+            self.deployment_id,
+            self.input,
+            self.output,
+            self.error,
+            self.error_code,
+            self.context,
+            MappingProxyType(self.attributes) if self.attributes_owned else self.attributes,
+            self.parent_run_id,
+            self.deadline,
+            self.spec_version,
+            self.created_at,
+            self.started_at,
+            self.completed_at,
+            self.updated_at,
+            self.seq,
+            self.cancellation,
+            self.steps.derive(steps_new) if steps_new else self.steps,
+            self.waits.derive(waits_new) if waits_new else self.waits,
+            self.hooks.derive(hooks_new) if hooks_new else self.hooks,
+            self.progress.derive(self.progress_new) if self.progress_new else self.progress,
+            self.children.derive(self.children_new) if self.children_new else self.children,
+            self.hook_conflicts.derive(self.hook_conflicts_new)
+            if self.hook_conflicts_new
+            else self.hook_conflicts,
+            self.write_ids.derive(self.write_ids_new) if self.write_ids_new else self.write_ids,
+            self.log_count,
+            frozenset(self.live_steps),
+            frozenset(self.retrying),
+            frozenset(self.waiting),
+            frozenset(self.active_hooks),
+        )
+
+
+_SNAPSHOT_FIELDS = (
+    "run_id",
+    "status",
+    "workflow_name",
+    "workflow_version",
+    "deployment_id",
+    "input",
+    "output",
+    "error",
+    "error_code",
+    "context",
+    "attributes",
+    "parent_run_id",
+    "deadline",
+    "spec_version",
+    "created_at",
+    "started_at",
+    "completed_at",
+    "updated_at",
+    "last_sequence",
+    "cancellation",
+    "steps",
+    "waits",
+    "hooks",
+    "progress",
+    "children",
+    "hook_conflicts",
+    "attribute_write_ids",
+    "log_count",
+    "live_step_ids",
+    "retrying_step_ids",
+    "waiting_wait_ids",
+    "active_hook_ids",
+)
+"""The order `Builder.freeze` passes a snapshot's fields in: `Snapshot`'s own."""
+if tuple(field.name for field in attrs.fields(Snapshot)) != _SNAPSHOT_FIELDS:
+    raise AssertionError("Builder.freeze is out of step with Snapshot's fields")
+_make_snapshot = frozen_factory(Snapshot)
+
+
+def start_builder(first: Envelope, limits: Limits) -> Builder:
+    """The builder of a history's first event, which must be `run_created` at sequence 1.
+
+    Raises `HistoryError` for any other first event, and `RunNotSupported` for a run stamped by
+    a newer kernel spec.
+    """
+    ev = first.event
+    if first.sequence != 1:
+        # Like a gap later on, name the sequence that was expected here.
+        raise HistoryError(first.run_id, 1, f"history starts at sequence {first.sequence}, not 1")
+    if type(ev) is not RunCreated:
+        found = getattr(ev, "event_type", type(ev).__name__)
+        raise HistoryError(first.run_id, 1, f"history starts with {found}, not run_created")
+    if ev.spec_version > SPEC_VERSION:
+        raise RunNotSupported(
+            f"run {first.run_id!r} requires spec version {ev.spec_version}, "
+            f"runfold supports {SPEC_VERSION}",
+            run_id=first.run_id,
+        )
+    b = Builder()
+    b.limits = limits
+    b.run_id = first.run_id
+    b.seq = 1
+    b.status = "pending"
+    b.workflow_name = ev.workflow_name
+    b.workflow_version = ev.workflow_version
+    b.deployment_id = ev.deployment_id
+    b.input = ev.input
+    b.context = ev.context
+    b.parent_run_id = ev.parent_run_id
+    b.deadline = ev.deadline
+    b.spec_version = ev.spec_version
+    b.output = b.error = b.error_code = None
+    b.created_at = b.updated_at = first.recorded_at
+    b.started_at = b.completed_at = None
+    b.cancellation = None
+    b.attributes = {}
+    b.attributes_owned = True
+    merge_attributes(b, tuple(AttributeChange(key=k, value=v) for k, v in ev.attributes.items()))
+    check_attributes(b)
+    b.log_count = 0
+    b.steps, b.waits, b.hooks = empty_records(), empty_records(), empty_records()
+    b.progress, b.children, b.write_ids = empty_values(), empty_values(), empty_values()
+    b.hook_conflicts = empty_values()
+    b.steps_new, b.waits_new, b.hooks_new = {}, {}, {}
+    b.progress_new, b.children_new, b.write_ids_new = {}, {}, {}
+    b.hook_conflicts_new = {}
+    b.live_steps, b.retrying, b.waiting, b.active_hooks = set(), set(), set(), set()
+    return b
+
+
+def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
+    """A builder that goes on from `snapshot`, sharing what it holds and changing none of it."""
+    b = Builder()
+    b.limits = limits
+    b.run_id = snapshot.run_id
+    b.seq = snapshot.last_sequence
+    b.status = snapshot.status
+    b.workflow_name = snapshot.workflow_name
+    b.workflow_version = snapshot.workflow_version
+    b.deployment_id = snapshot.deployment_id
+    b.input = snapshot.input
+    b.context = snapshot.context
+    b.parent_run_id = snapshot.parent_run_id
+    b.deadline = snapshot.deadline
+    b.spec_version = snapshot.spec_version
+    b.output, b.error, b.error_code = snapshot.output, snapshot.error, snapshot.error_code
+    b.created_at, b.updated_at = snapshot.created_at, snapshot.updated_at
+    b.started_at, b.completed_at = snapshot.started_at, snapshot.completed_at
+    b.cancellation = snapshot.cancellation
+    b.attributes = snapshot.attributes
+    b.attributes_owned = False
+    b.log_count = snapshot.log_count
+    b.steps, b.waits, b.hooks = snapshot.steps, snapshot.waits, snapshot.hooks
+    b.progress, b.children = snapshot.progress, snapshot.children
+    b.hook_conflicts = snapshot.hook_conflicts
+    b.write_ids = snapshot.attribute_write_ids
+    b.steps_new, b.waits_new, b.hooks_new = {}, {}, {}
+    b.progress_new, b.children_new, b.write_ids_new = {}, {}, {}
+    b.hook_conflicts_new = {}
+    b.live_steps = set(snapshot.live_step_ids)
+    b.retrying = set(snapshot.retrying_step_ids)
+    b.waiting = set(snapshot.waiting_wait_ids)
+    b.active_hooks = set(snapshot.active_hook_ids)
+    return b
+
+
+def merge_attributes(b: Builder, changes: tuple[AttributeChange, ...]) -> None:
+    """Write `changes` into the run's attributes (a value of None removes its key)."""
+    attributes = b.own_attributes()
+    for change in changes:
+        if change.value is None:
+            attributes.pop(change.key, None)
+        else:
+            attributes[change.key] = change.value
+
+
+def check_attributes(b: Builder) -> None:
+    """Raise the `HistoryError` of attributes that break the limits: count, key, value size."""
+    limits = b.limits
+    if len(b.attributes) > limits.max_attributes:
+        raise b.fail(f"run holds {len(b.attributes)} attributes, over the limit")
+    for key, value in b.attributes.items():
+        if not key or len(key) > limits.max_attribute_key_length:
+            raise b.fail(f"attribute key {key!r} breaks the key length limit")
+        if len(value.encode()) > limits.max_attribute_value_bytes:
+            raise b.fail(f"attribute {key!r} value breaks the value size limit")

@@ -1,0 +1,186 @@
+"""The fold's private records of a run's entities, and how each becomes its frozen state.
+
+A fold keeps each step, wait and hook as a small slotted, mutable record, not as its frozen
+`StepState`/`WaitState`/`HookState`: an event changes a field or two of one entity, and
+changing a record in place costs far less than building a new frozen state per event. A record
+belongs to one fold until that fold publishes it in a snapshot; a later fold clones it before
+changing it (copy on write), so a published record never changes, and its frozen state is
+built once, when first read (`empty_records` gives the snapshot mappings that do it).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from sys import intern
+from typing import Any
+
+import attrs
+
+from runfold.kernel._fast import frozen_factory
+from runfold.kernel._pmap import PView
+from runfold.kernel.events import HookCreated, RetryPolicy
+from runfold.kernel.snapshot.states import (
+    Delivery,
+    HookState,
+    HookStatus,
+    StepState,
+    StepStatus,
+    WaitState,
+    WaitStatus,
+)
+
+__all__ = ["HookRecord", "StepRecord", "WaitRecord", "empty_records", "empty_values"]
+
+
+class _Record:
+    # `frozen` caches the public state of a published record (None until first asked): a fold
+    # clones a record before it changes it (`Builder.step` …), so a published one never
+    # changes. Subclasses list their fields in their own `__slots__`, which `clone` walks
+    # (without `frozen`); `freeze` walks `_fields`, the public class's fields in order (set by
+    # `_public_factory`).
+    __slots__ = ("frozen",)
+    frozen: Any
+    public: Any
+    _fields: tuple[str, ...]
+    _make: Any
+
+    def clone(self) -> Any:
+        """A copy for a fold to change, with lists of its own and no cached frozen state."""
+        copy = object.__new__(type(self))
+        copy.frozen = None
+        name: str
+        for name in self.__slots__:
+            value = getattr(self, name)
+            setattr(copy, name, value.copy() if type(value) is list else value)
+        return copy
+
+    def freeze(self) -> Any:
+        """A new frozen public state of this record, its lists made tuples."""
+        # `_make` fills the public class's slots in its field order (`_public_factory`),
+        # skipping attrs' keyword `__init__`: a fold freezes a record per changed entity.
+        values = [getattr(self, name) for name in self._fields]
+        return self._make(*[tuple(v) if type(v) is list else v for v in values])
+
+
+class StepRecord(_Record):
+    """A step while folds change it: the fields of its `StepState`, mutable."""
+
+    __slots__ = (
+        "attempt",
+        "completed_at",
+        "created_at",
+        "error",
+        "input",
+        "output",
+        "retry",
+        "retry_after",
+        "started_at",
+        "status",
+        "step_id",
+        "step_name",
+        "updated_at",
+    )
+    public = StepState
+    status: StepStatus
+    attempt: int
+    retry: RetryPolicy | None
+    retry_after: datetime | None
+    started_at: datetime | None
+    output: bytes | None
+    error: bytes | None
+    completed_at: datetime | None
+    updated_at: datetime
+
+    def __init__(
+        self, step_id: str, step_name: str, input: bytes, retry: RetryPolicy | None, at: datetime
+    ) -> None:
+        self.frozen = None
+        self.step_id = step_id
+        self.step_name = intern(step_name)  # a run repeats a few names thousands of times
+        self.status = "pending"
+        self.input = input
+        self.retry = retry
+        self.attempt = 0
+        self.output = None
+        self.error = None
+        self.retry_after = None
+        self.created_at = at
+        self.started_at = None
+        self.completed_at = None
+        self.updated_at = at
+
+
+class WaitRecord(_Record):
+    """A wait while folds change it: the fields of its `WaitState`, mutable."""
+
+    __slots__ = ("completed_at", "created_at", "resume_at", "status", "wait_id")
+    public = WaitState
+    status: WaitStatus
+    completed_at: datetime | None
+
+    def __init__(self, wait_id: str, resume_at: datetime, at: datetime) -> None:
+        self.frozen = None
+        self.wait_id = wait_id
+        self.status = "waiting"
+        self.resume_at = resume_at
+        self.created_at = at
+        self.completed_at = None
+
+
+class HookRecord(_Record):
+    """A hook while folds change it: the fields of its `HookState`, deliveries in a list."""
+
+    __slots__ = (
+        "created_at",
+        "deliveries",
+        "hook_id",
+        "is_webhook",
+        "metadata",
+        "retain_token_until",
+        "status",
+        "token",
+    )
+    public = HookState
+    status: HookStatus
+    deliveries: list[Delivery]
+
+    def __init__(self, ev: HookCreated, at: datetime) -> None:
+        self.frozen = None
+        self.hook_id = ev.hook_id
+        self.token = ev.token
+        self.status = "active"
+        self.metadata = ev.metadata
+        self.is_webhook = ev.is_webhook
+        self.retain_token_until = ev.retain_token_until
+        self.created_at = at
+        self.deliveries = []
+
+
+def _public_factory(record: type[_Record]) -> None:
+    """Give `record` the positional constructor of its public class, and that class's field
+    order (the record's slots hold the same names)."""
+    fields = tuple(field.name for field in attrs.fields(record.public))
+    assert set(fields) == set(record.__slots__), record
+    record._fields = fields
+    record._make = staticmethod(frozen_factory(record.public))
+
+
+for _record in (StepRecord, WaitRecord, HookRecord):
+    _public_factory(_record)
+
+
+def _public_record(record: Any) -> Any:
+    frozen = record.frozen
+    if frozen is None:
+        record.frozen = frozen = record.freeze()
+    return frozen
+
+
+def empty_records() -> PView[Any, Any]:
+    """An empty mapping of records that reads each as its frozen state, built once and kept."""
+    return PView({}, _public_record)
+
+
+def empty_values() -> PView[Any, Any]:
+    """An empty mapping of values that are already frozen (events, sequences)."""
+    return PView({})
