@@ -25,6 +25,7 @@ import runfold.conformance.strategies
 import runfold.engine
 import runfold.flow
 import runfold.kernel
+import runfold.kernel.snapshot
 import runfold.otel
 import runfold.stores
 import runfold.testing
@@ -176,6 +177,7 @@ def test_command_reference_section(cls: type[Command]) -> None:
 PUBLIC_PACKAGES = [
     runfold,
     runfold.kernel,
+    runfold.kernel.snapshot,  # its page lists its members by hand, in reading order
     runfold.stores,
     runfold.engine,
     runfold.otel,
