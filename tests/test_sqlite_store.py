@@ -937,6 +937,26 @@ APPENDS = 50
 SHARED = ["shared-0", "shared-1"]
 
 
+async def test_a_new_file_opens_once_another_connection_lets_go_of_its_write_lock(
+    tmp_path: Path,
+) -> None:
+    """SQLite refuses the switch to WAL at once, without its busy handler, while another
+    connection holds the file's reserved lock (processes opening a new file together meet
+    this): the store waits for the lock up to its busy timeout, then says it is busy."""
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailable, match="busy"):
+            await SQLiteStore.open(str(path), busy_timeout=0.2)
+        asyncio.get_running_loop().call_later(0.2, holder.execute, "COMMIT")
+        async with await SQLiteStore.open(str(path), busy_timeout=30) as store:
+            await write(store, "r", *started())
+            assert await store.head("r") == 2
+    finally:
+        holder.close()
+
+
 async def test_processes_racing_on_shared_and_distinct_runs_lose_and_duplicate_nothing(
     tmp_path: Path,
 ) -> None:

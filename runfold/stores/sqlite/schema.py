@@ -7,6 +7,7 @@ refused.
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from runfold.kernel import StoreOpenError
 from runfold.stores.sqlite.thread import result_code
@@ -158,6 +159,26 @@ def _tables(conn: sqlite3.Connection, busy_ms: int) -> set[str]:
     return tables
 
 
+def _write_ahead_log(conn: sqlite3.Connection, busy_ms: int) -> None:
+    """Put the file in WAL mode, waiting up to `busy_ms` for the lock that takes.
+
+    Written by hand because SQLite's busy handler is not called here when another connection
+    holds the file's reserved lock (it could deadlock on ours): the switch fails at once with
+    SQLITE_BUSY. Processes that open a new file together meet that, so it is retried.
+    """
+    deadline = time.monotonic() + busy_ms / 1000
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if result_code(exc) != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)  # on the connection's own thread, not the event loop's
+        pause = min(2 * pause, 0.05)
+
+
 def check_read_only(conn: sqlite3.Connection, busy_ms: int) -> None:
     """Check a file opened read-only is a runfold store at this version (nothing is written)."""
     if not _tables(conn, busy_ms):
@@ -176,7 +197,7 @@ def check_read_only(conn: sqlite3.Connection, busy_ms: int) -> None:
 def prepare(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> int | None:
     """Create or migrate the schema; the version migrated from (0: created), or None."""
     _tables(conn, busy_ms)
-    conn.execute("PRAGMA journal_mode = WAL")
+    _write_ahead_log(conn, busy_ms)
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("BEGIN IMMEDIATE")
