@@ -40,6 +40,7 @@ from runfold.kernel import (
     decide_many,
     run_index,
 )
+from runfold.kernel.limits import DEFAULT_LIMITS
 from runfold.stores.arguments import check_text
 from runfold.stores.protocol import EventStore, replay_run
 
@@ -107,7 +108,7 @@ class CommandHandler:
     Args:
         store: Where the runs are kept.
         clock: Supplies `now` for each decision and every appended event's `recorded_at`.
-        limits: The bounds `decide` and `project_run` check; `Limits()` when None.
+        limits: The bounds `decide` and `project_run` check; `DEFAULT_LIMITS` when None.
         cache_size: How many runs to keep cached (0: none; every command then reads the run).
         max_attempts: How many sequence conflicts one `execute` absorbs before giving up.
         conflict_backoff: Seconds. After its second sequence conflict in a row, an `execute`
@@ -134,7 +135,7 @@ class CommandHandler:
             raise ValueError("cache_size must be >= 0, max_attempts >= 1, conflict_backoff >= 0")
         self.store = store
         self.clock = clock
-        self.limits = limits if limits is not None else Limits()
+        self.limits = limits if limits is not None else DEFAULT_LIMITS
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_size = cache_size
         self._max_attempts = max_attempts

@@ -32,7 +32,8 @@ from runfold.kernel import (
     make_envelopes,
 )
 from runfold.kernel._fast import compile_event_call, compile_unpacker
-from runfold.kernel.replay import _DEFAULT_LIMITS, _fold_rows, project_rows
+from runfold.kernel.limits import DEFAULT_LIMITS
+from runfold.kernel.replay import _fold_rows, project_rows
 from runfold.stores.protocol import time_key
 
 FIXTURE = Path(__file__).parent / "fixtures" / "histories_schema_v1.json"
@@ -84,7 +85,7 @@ def test_valid_histories_fold_alike_and_on_the_fast_path(history: list[Envelope]
     assert project_rows(RUN_ID, *rows) == project_run(history)
     # The fast path alone, without the fallback: it reads every valid history of today.
     sequences, types, _, payloads, times = rows
-    fast = _fold_rows(RUN_ID, sequences, types, payloads, times, _DEFAULT_LIMITS)
+    fast = _fold_rows(RUN_ID, sequences, types, payloads, times, DEFAULT_LIMITS)
     assert outcome(lambda: fast) == outcome(ordinary, RUN_ID, rows)
 
 

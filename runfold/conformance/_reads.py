@@ -38,7 +38,6 @@ from runfold.kernel import (
     HookCreated,
     HookDisposed,
     HookReceived,
-    Limits,
     LogRecorded,
     ProgressRecorded,
     RetryPolicy,
@@ -62,6 +61,7 @@ from runfold.kernel import (
     correlation_id,
     project_run,
 )
+from runfold.kernel.limits import DEFAULT_LIMITS
 from runfold.stores.protocol import EventStore
 
 _SIX: list[Event] = [*started(), log("1"), log("2"), log("3"), log("4")]
@@ -362,7 +362,7 @@ async def round_trip_recorded_at(ctx: Context, store: EventStore) -> None:
 
 _ID_FIELDS = ("step_id", "wait_id", "hook_id", "write_id", "progress_id", "reference_id")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_MAX_ID = Limits().max_id_length
+_MAX_ID = DEFAULT_LIMITS.max_id_length
 
 
 def _with_valid_ids(event: Event) -> Event:

@@ -18,12 +18,10 @@ from runfold.kernel.decide import decide
 from runfold.kernel.errors import InvalidCommand, Rejection
 from runfold.kernel.events import Event, StepCreated, make_envelope
 from runfold.kernel.index import HookHolder
-from runfold.kernel.limits import Limits
+from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot import Snapshot, apply, project_run
 
 __all__ = ["BatchDecision", "decide_many"]
-
-_DEFAULT_LIMITS = Limits()
 
 
 @fast_init
@@ -49,7 +47,7 @@ def decide_many(
     commands: Sequence[Command],
     *,
     now: datetime,
-    limits: Limits = _DEFAULT_LIMITS,
+    limits: Limits = DEFAULT_LIMITS,
     token_holder: HookHolder | None = None,
     run_id: str | None = None,
 ) -> BatchDecision:

@@ -21,12 +21,10 @@ from runfold.kernel._rules.waits import WAIT_RULES
 from runfold.kernel.commands import Command, Decision
 from runfold.kernel.errors import HistoryLimitExceeded, InvalidCommand, Rejection, RunNotSupported
 from runfold.kernel.index import HookHolder
-from runfold.kernel.limits import SPEC_VERSION, Limits
+from runfold.kernel.limits import DEFAULT_LIMITS, SPEC_VERSION, Limits
 from runfold.kernel.snapshot import Snapshot
 
 __all__ = ["decide"]
-
-_DEFAULT_LIMITS = Limits()
 
 
 _RULES: dict[type[Command], Rule] = {**RUN_RULES, **STEP_RULES, **WAIT_RULES, **HOOK_RULES}
@@ -38,7 +36,7 @@ def decide(
     command: Command,
     *,
     now: datetime,
-    limits: Limits = _DEFAULT_LIMITS,
+    limits: Limits = DEFAULT_LIMITS,
     token_holder: HookHolder | None = None,
     run_id: str | None = None,
 ) -> Decision:

@@ -7,6 +7,7 @@ from datetime import timedelta
 import attrs
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "MAX_BACKOFF_COEFFICIENT",
     "MAX_RETRY_ATTEMPTS",
     "MAX_RETRY_INTERVAL",
@@ -53,3 +54,7 @@ class Limits:
     """Longest attribute value, in UTF-8 bytes."""
     max_token_retention: timedelta = timedelta(days=30)
     """Furthest a hook may retain its token past `now`."""
+
+
+DEFAULT_LIMITS = Limits()
+"""The `Limits` every function that takes `limits` uses when given none."""

@@ -26,14 +26,13 @@ from runfold.kernel._fast import compile_unpacker
 from runfold.kernel._gc import in_bulk
 from runfold.kernel.codec import decode_events, default_codec, load_payloads
 from runfold.kernel.events import Event, make_envelope, make_envelopes
-from runfold.kernel.limits import Limits
+from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot import Snapshot, project_run
 from runfold.kernel.snapshot._builder import Builder, start_builder
 from runfold.kernel.snapshot._handlers import FIELD_HANDLERS, HANDLERS
 
 __all__ = ["project_rows"]
 
-_DEFAULT_LIMITS = Limits()
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -77,7 +76,7 @@ def project_rows(
     payloads: Sequence[bytes],
     times: Sequence[int],
     *,
-    limits: Limits = _DEFAULT_LIMITS,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Snapshot:
     """The snapshot of `run_id`'s stored rows: `project_run` of the envelopes they decode into.
 

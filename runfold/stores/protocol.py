@@ -32,6 +32,7 @@ from runfold.kernel import (
     Wakeup,
     project_run,
 )
+from runfold.kernel.limits import DEFAULT_LIMITS
 
 __all__ = [
     "EventStore",
@@ -57,7 +58,6 @@ __all__ = [
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-_DEFAULT_LIMITS = Limits()
 T = TypeVar("T")
 
 
@@ -332,7 +332,7 @@ class Replayer(Protocol):
     conformance kit checks it (`Capabilities(replay=True)`).
     """
 
-    async def replay(self, run_id: str, *, limits: Limits = _DEFAULT_LIMITS) -> ReplayedRun | None:
+    async def replay(self, run_id: str, *, limits: Limits = DEFAULT_LIMITS) -> ReplayedRun | None:
         """The run's snapshot (`project_run(read(run_id), limits=limits)`) and feed positions.
 
         Returns:
@@ -347,7 +347,7 @@ class Replayer(Protocol):
 
 
 async def replay_run(
-    store: EventStore, run_id: str, *, limits: Limits = _DEFAULT_LIMITS
+    store: EventStore, run_id: str, *, limits: Limits = DEFAULT_LIMITS
 ) -> ReplayedRun | None:
     """The run's `store.replay` if the store is a `Replayer`, else the same from `read`.
 

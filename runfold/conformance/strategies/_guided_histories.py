@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from runfold.conformance.strategies._arbitrary_commands import commands, create_runs
 from runfold.conformance.strategies._odds import choose, optional, weighted
 from runfold.conformance.strategies._pools import (
-    DEFAULT_LIMITS,
     DEFAULT_RUN_ID,
     DELIVERY_IDS,
     FOREIGN_RUN_ID,
@@ -71,6 +70,7 @@ from runfold.kernel import (
     decide,
     project_run,
 )
+from runfold.kernel.limits import DEFAULT_LIMITS
 
 __all__ = ["envelopes_after", "ids_where", "snapshots", "valid_histories"]
 

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from runfold.kernel import Limits
-
 __all__ = [
     "ATTRIBUTE_KEYS",
-    "DEFAULT_LIMITS",
     "DEFAULT_RUN_ID",
     "DELIVERY_IDS",
     "FOREIGN_RUN_ID",
@@ -54,5 +51,3 @@ ATTRIBUTE_KEYS = ("k0", "k1", "k2", "$sys")
 """Attribute keys `commands()` draws, `$sys` among them for the reserved prefix."""
 REASONS: tuple[str | None, ...] = (None, "user", "shutdown")
 """Cancellation and time-out reasons both strategies draw."""
-DEFAULT_LIMITS = Limits()
-"""The kernel's default limits: what histories obey and invalid values exceed."""

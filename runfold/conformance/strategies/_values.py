@@ -16,8 +16,9 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import strategies as st
 
 from runfold.conformance.strategies._odds import optional, weighted
-from runfold.conformance.strategies._pools import ATTRIBUTE_KEYS, DEFAULT_LIMITS, STEP_IDS
+from runfold.conformance.strategies._pools import ATTRIBUTE_KEYS, STEP_IDS
 from runfold.kernel import AttributeChange, LazyStep, RetryPolicy, StepWriter, WorkflowWriter
+from runfold.kernel.limits import DEFAULT_LIMITS
 
 __all__ = [
     "ANY_BYTES",

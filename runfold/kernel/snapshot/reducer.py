@@ -18,14 +18,12 @@ from collections.abc import Iterable, Sequence
 from runfold.kernel._gc import in_bulk
 from runfold.kernel.errors import HistoryError
 from runfold.kernel.events import Envelope
-from runfold.kernel.limits import Limits
+from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot._builder import Builder, resume_builder, start_builder
 from runfold.kernel.snapshot._handlers import HANDLERS
 from runfold.kernel.snapshot.states import Snapshot
 
 __all__ = ["apply", "project_run"]
-
-_DEFAULT_LIMITS = Limits()
 
 
 def _fold(b: Builder, envelopes: Iterable[Envelope]) -> Snapshot:
@@ -50,7 +48,7 @@ def _fold(b: Builder, envelopes: Iterable[Envelope]) -> Snapshot:
     return b.freeze()
 
 
-def project_run(history: Sequence[Envelope], *, limits: Limits = _DEFAULT_LIMITS) -> Snapshot:
+def project_run(history: Sequence[Envelope], *, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
     """Fold a run's whole history into its snapshot.
 
     Raises `HistoryError(run_id, sequence, reason)` for a history that breaks a law of the
@@ -66,7 +64,7 @@ def project_run(history: Sequence[Envelope], *, limits: Limits = _DEFAULT_LIMITS
 
 
 def apply(
-    snapshot: Snapshot, envelopes: Iterable[Envelope], *, limits: Limits = _DEFAULT_LIMITS
+    snapshot: Snapshot, envelopes: Iterable[Envelope], *, limits: Limits = DEFAULT_LIMITS
 ) -> Snapshot:
     """Catch `snapshot` up with the events that follow it, in time proportional to those events.
 

@@ -25,6 +25,7 @@ from runfold.kernel import (
     Wakeup,
     make_envelope,
 )
+from runfold.kernel.limits import DEFAULT_LIMITS
 from runfold.stores import _conninfo, arguments
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
@@ -52,8 +53,6 @@ from runfold.stores.postgres.writer import Writer
 from runfold.stores.protocol import ReplayedRun, time_key
 
 __all__ = ["PostgresStore"]
-
-_DEFAULT_LIMITS = Limits()
 
 
 class PostgresStore(IndexReads):
@@ -256,7 +255,7 @@ class PostgresStore(IndexReads):
         arguments.check_read(run_id, after=after, limit=limit, descending=descending)
         return await self._read(run_id, None, after, limit, descending)
 
-    async def replay(self, run_id: str, *, limits: Limits = _DEFAULT_LIMITS) -> ReplayedRun | None:
+    async def replay(self, run_id: str, *, limits: Limits = DEFAULT_LIMITS) -> ReplayedRun | None:
         """The run's snapshot folded as its rows are read (`Replayer.replay`)."""
         arguments.check_text(run_id, "run_id")
         rows = await self._read_rows(run_id, None, 0, None, False)

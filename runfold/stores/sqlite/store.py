@@ -27,6 +27,7 @@ from runfold.kernel import (
     StoreUnavailable,
     Wakeup,
 )
+from runfold.kernel.limits import DEFAULT_LIMITS
 from runfold.stores import arguments
 from runfold.stores._sql import (
     IndexReads,
@@ -54,7 +55,6 @@ from runfold.stores.sqlite.writer import Append, append_batch, settle
 
 __all__ = ["SQLiteStore", "Synchronous"]
 
-_DEFAULT_LIMITS = Limits()
 
 T = TypeVar("T")
 _CLOSED = frozenset({"no active connection", "Connection closed"})
@@ -326,7 +326,7 @@ class SQLiteStore(IndexReads):
         rows = await self._run(read_rows, run_id, None, after, limit, descending)
         return envelopes_from_rows(rows, run_id)
 
-    async def replay(self, run_id: str, *, limits: Limits = _DEFAULT_LIMITS) -> ReplayedRun | None:
+    async def replay(self, run_id: str, *, limits: Limits = DEFAULT_LIMITS) -> ReplayedRun | None:
         """The run's snapshot folded as its rows are read (`Replayer.replay`)."""
         arguments.check_text(run_id, "run_id")
         rows = await self._run(read_rows, run_id, None, 0, None, False)
