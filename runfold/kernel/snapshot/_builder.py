@@ -179,10 +179,6 @@ class Builder:
             record = self.hooks_new[hook_id] = base.clone()
         return record
 
-    def has_step(self, step_id: str) -> bool:
-        """True when the run has a step of that id, in its snapshot or from this fold."""
-        return step_id in self.steps_new or self.steps.raw(step_id) is not None
-
     def own_attributes(self) -> dict[str, str]:
         """The run's attributes as a dict of this fold's own, copied on the first change."""
         if not isinstance(self.attributes, dict):
