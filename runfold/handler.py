@@ -29,6 +29,7 @@ from runfold.kernel import (
     InvalidArgument,
     InvalidCommand,
     Limits,
+    Ownership,
     ReceiveHook,
     Rejection,
     RunNotFound,
@@ -150,6 +151,7 @@ class CommandHandler:
         *,
         known_sequence: int | None = None,
         now: datetime | None = None,
+        acting_as: Ownership | None = None,
     ) -> Outcome:
         """Decide `command` on the run's freshest snapshot and append the result atomically.
 
@@ -165,12 +167,14 @@ class CommandHandler:
             now: The time of the decision, for every attempt (default: the clock's time at each
                 attempt): the `recorded_at` of the events, so a host that showed its workflow
                 the events before appending them can append them as shown.
+            acting_as: The worker of a fleet the command is made for; it must own the run.
 
         Returns:
             The run after the command, what was appended (nothing for a no-op) and what was missed.
 
         Raises:
-            Rejection: `decide` refused the command; nothing was written.
+            Rejection: `decide` refused the command; nothing was written (`OwnershipLost`:
+                `acting_as` does not own the run).
             SequenceConflict: The run kept moving under the command for `max_attempts` tries.
             TokenConflict: The store kept refusing a hook token for as many re-decisions.
             CorruptEvent: A stored event of the run does not decode.
@@ -178,7 +182,9 @@ class CommandHandler:
             StoreUnavailable: The store could not be reached (safe to retry).
             StoreClosed: The store was closed.
         """
-        return await self.execute_many(run_id, (command,), known_sequence=known_sequence, now=now)
+        return await self.execute_many(
+            run_id, (command,), known_sequence=known_sequence, now=now, acting_as=acting_as
+        )
 
     async def execute_many(
         self,
@@ -188,6 +194,7 @@ class CommandHandler:
         known_sequence: int | None = None,
         now: datetime | None = None,
         decided: BatchDecision | None = None,
+        acting_as: Ownership | None = None,
     ) -> Outcome:
         """Decide `commands` as one (`decide_many`) and append all their events in one append.
 
@@ -199,6 +206,10 @@ class CommandHandler:
         handler's limits, for a caller that decided them already (a host showing its workflow
         the result): when it was decided on the very snapshot the handler holds, the handler
         appends it as it is instead of deciding again.
+
+        `acting_as` is the worker of a fleet the commands are made for (`decide`'s argument):
+        each is refused with `OwnershipLost` unless that worker owns the run, on every attempt,
+        so a worker displaced while it waited for the store records nothing.
 
         Raises:
             Rejection: A command was refused (its `command_index` says which); nothing was
@@ -231,6 +242,7 @@ class CommandHandler:
                         limits=self.limits,
                         token_holder=token_holder,
                         run_id=run_id,
+                        acting_as=acting_as,
                     )
                 )
             except Rejection:

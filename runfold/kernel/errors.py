@@ -29,10 +29,12 @@ __all__ = [
     "InvalidAttributes",
     "InvalidCommand",
     "NonDeterministic",
+    "OwnershipLost",
     "Rejection",
     "RunExpired",
     "RunNotFound",
     "RunNotSupported",
+    "RunOwned",
     "RunfoldError",
     "SequenceConflict",
     "StepNotFound",
@@ -163,6 +165,33 @@ class AttemptsExhausted(Rejection):
     """
 
     code = "attempts_exhausted"
+    status = 409
+
+
+class RunOwned(Rejection):
+    """A worker claimed a run that another worker owns (and the claim did not displace it).
+
+    `owner_id` is the run's owner. A claim displaces an owner only when it names it, which a
+    worker does once it found that owner's lease lapsed.
+    """
+
+    code = "run_owned"
+    status = 409
+
+    def __init__(self, message: str, *, run_id: str | None = None, owner_id: str) -> None:
+        super().__init__(message, run_id=run_id)
+        self.owner_id = owner_id
+
+
+class OwnershipLost(Rejection):
+    """A command made on a worker's behalf, but that worker no longer owns the run.
+
+    Another claim took the run (the worker's lease lapsed: it was paused, cut off or too slow to
+    renew), or the worker released it. Nothing was written: a displaced worker records nothing,
+    and should drop the run.
+    """
+
+    code = "ownership_lost"
     status = 409
 
 
