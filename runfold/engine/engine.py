@@ -30,6 +30,7 @@ import attrs
 
 from runfold.engine.drive import Drive
 from runfold.engine.errors import RunDefinitionConflict, WorkflowNotServed
+from runfold.engine.lease import Lease
 from runfold.engine.retry import DEFAULT_JITTER
 from runfold.engine.runtime import EngineObserver, WorkflowRuntime
 from runfold.handler import CommandHandler, Outcome, new_run_id
@@ -42,9 +43,12 @@ from runfold.kernel import (
     CreateRun,
     EntityConflict,
     Envelope,
+    Ownership,
+    OwnershipLost,
     RequestCancel,
     RunCreated,
     RunExpired,
+    RunOwned,
     RunStatus,
     RunSummary,
     Snapshot,
@@ -123,6 +127,11 @@ class Engine:
         max_replay_iterations: How often one `drive` may ask the runtime before it raises
             `ReplayLimitExceeded`.
         jitter: The share of a retry delay the replay-stable jitter may take off.
+        lease: The lease of the fleet worker this engine drives runs for (a `Worker` sets
+            it). With one, every drive first claims its run for the worker (the claim goes in
+            the drive's first append), acts only as its owner, and releases the run when it
+            waits; a run another live worker owns is left alone. Without one, runs are driven
+            unowned, as by a single process.
 
     Raises:
         ValueError: `max_replay_iterations` is below 1, `jitter` is outside [0, 1], or the
@@ -137,6 +146,7 @@ class Engine:
         *,
         max_replay_iterations: int = 1024,
         jitter: float = DEFAULT_JITTER,
+        lease: Lease | None = None,
     ) -> None:
         if max_replay_iterations < 1:
             raise ValueError("max_replay_iterations must be at least 1")
@@ -152,6 +162,7 @@ class Engine:
         self.jitter = jitter
         self.workflow_names: frozenset[str] = frozenset(served)
         self._in_flight: set[tuple[str, str]] = set()
+        self.lease = lease
 
     # --- run lifecycle ------------------------------------------------------------------------
 
@@ -208,9 +219,12 @@ class Engine:
             raise RunDefinitionConflict(
                 f"run {run_id!r} already exists with another definition", run_id=run_id
             )
-        return await self._drive(current)
+        try:
+            return await self._drive(current)
+        except RunOwned:  # another live worker drives it: the start took effect
+            return await self.handler.snapshot(run_id)
 
-    async def drive(self, run_id: str) -> Snapshot:
+    async def drive(self, run_id: str, *, displacing: str | None = None) -> Snapshot:
         """Apply the runtime's next decisions for the run until it ends or waits.
 
         It waits on a timer, a hook, a delayed retry, or steps this engine is running. A pending
@@ -225,14 +239,17 @@ class Engine:
                 `TerminalState`, …).
             InvalidDecision: The runtime returned a decision the engine cannot apply.
             ReplayLimitExceeded: The run did not settle within `max_replay_iterations`.
+            RunOwned: With a `lease`: another worker owns the run (and is not `displacing`,
+                the owner whose lease the caller found lapsed).
+            OwnershipLost: With a `lease`: the worker lost the run while driving it.
         """
-        return await self._drive(await self.handler.snapshot(run_id))
+        return await self._drive(await self.handler.snapshot(run_id), displacing)
 
-    async def _drive(self, snapshot: Snapshot) -> Snapshot:
+    async def _drive(self, snapshot: Snapshot, displacing: str | None = None) -> Snapshot:
         self._check_served(snapshot.run_id, snapshot.workflow_name)
         if snapshot.is_terminal:
             return snapshot
-        return await Drive(self, snapshot.run_id, snapshot).run()
+        return await Drive(self, snapshot.run_id, snapshot, displacing=displacing).run()
 
     async def resume_wait(self, run_id: str, wait_id: str) -> Snapshot:
         """Complete a wait (due or not: the caller decides when) and drive the run.
@@ -286,6 +303,9 @@ class Engine:
                 snapshot = await self.drive(run_id)
             except (StoreUnavailable, StoreClosed):
                 raise
+            except (RunOwned, OwnershipLost) as exc:
+                _log.debug("run %r is another worker's: %s", run_id, exc)
+                continue
             except Exception as exc:
                 _log.warning("resuming run %r failed: %r", run_id, exc)
                 resumed.append(
@@ -323,6 +343,9 @@ class Engine:
                         snapshot = await self.drive(summary.run_id)
                     except (StoreUnavailable, StoreClosed):
                         raise
+                    except (RunOwned, OwnershipLost) as exc:
+                        _log.debug("run %r is another worker's: %s", summary.run_id, exc)
+                        continue
                     except Exception as exc:
                         _log.warning("recovering run %r failed: %r", summary.run_id, exc)
                         resumed.append(
@@ -499,10 +522,16 @@ class Engine:
         known_sequence: int | None = None,
         now: datetime | None = None,
         decided: BatchDecision | None = None,
+        acting_as: Ownership | None = None,
     ) -> Outcome:
         """`CommandHandler.execute_many`, then the observers see what was appended."""
         outcome = await self.handler.execute_many(
-            run_id, commands, known_sequence=known_sequence, now=now, decided=decided
+            run_id,
+            commands,
+            known_sequence=known_sequence,
+            now=now,
+            decided=decided,
+            acting_as=acting_as,
         )
         if self.observers:
             await self._notify(outcome.appended)
