@@ -14,6 +14,7 @@ from runfold.engine.errors import (
     RunDefinitionConflict,
     WorkflowNotServed,
 )
+from runfold.engine.lease import DEFAULT_LEASE, Lease, new_worker_id
 from runfold.engine.retry import (
     DEFAULT_JITTER,
     DEFAULT_RETRY,
@@ -40,9 +41,11 @@ from runfold.engine.runtime import (
     WorkflowInvocation,
     WorkflowRuntime,
 )
+from runfold.engine.worker import Worker, WorkerCounts
 
 __all__ = [
     "DEFAULT_JITTER",
+    "DEFAULT_LEASE",
     "DEFAULT_RETRY",
     "LONGEST_RETRY_INTERVAL",
     "AwaitHook",
@@ -54,6 +57,7 @@ __all__ = [
     "EngineSummary",
     "Fail",
     "InvalidDecision",
+    "Lease",
     "LinkChildOperation",
     "ReplayLimitExceeded",
     "ReportProgress",
@@ -69,9 +73,12 @@ __all__ = [
     "TimeOut",
     "UpdateAttributes",
     "WaitUntil",
+    "Worker",
+    "WorkerCounts",
     "WorkflowInvocation",
     "WorkflowNotServed",
     "WorkflowRuntime",
     "jitter_fraction",
+    "new_worker_id",
     "retry_delay",
 ]

@@ -404,7 +404,12 @@ class Drive(StepRunner):
         A claim that is all that is pending is dropped instead: nothing happened, so nothing is
         written.
         """
-        if self.ownership is None or not self.snapshot.is_live:
+        view = self.snapshot
+        if self.ownership is None or not view.is_live:
+            return
+        running = self.engine.running
+        if any(s not in self.claims and running(self.run_id, s) for s in view.live_step_ids):
+            self.ownership = None  # another drive of this engine runs a step: it keeps the run
             return
         if len(self.pending) == 1 and isinstance(self.pending[0], ClaimRun):
             self.pending.clear()

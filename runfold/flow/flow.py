@@ -10,16 +10,18 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Collection, Iterable
 from contextvars import ContextVar
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
 
 from runfold.engine import (
+    DEFAULT_LEASE,
     Engine,
     Resumption,
     RuntimeDecision,
     StepInvocation,
+    Worker,
     WorkflowInvocation,
 )
 from runfold.flow.definition import Workflow, registered_workflows
@@ -99,6 +101,8 @@ class Flow:
             self.workflows, self.codec, self.handler.clock, max_sessions=max_sessions
         )
         self.engine = Engine(self.handler, self, observers=(self,))
+        self.worker: Worker | None = None
+        """The worker `serve` runs, while it serves."""
 
     # --- what people call ---------------------------------------------------------------------
 
@@ -149,6 +153,48 @@ class Flow:
             resumed.extend(found)
             if all(r.error is not None for r in found):
                 return tuple(resumed)
+
+    async def serve(
+        self,
+        *,
+        worker_id: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        concurrency: int = 16,
+        poll_interval: float = 1.0,
+        grace: float = 30.0,
+        handle_signals: bool = True,
+    ) -> None:
+        """Serve this Flow's workflows as one worker of a fleet, until SIGTERM, Ctrl-C or `stop`.
+
+        Any number of processes may serve one store: each run is driven by one worker at a time
+        (its owner), due sleeps and retries and the runs of dead workers go to exactly one of
+        them. Runs this Flow `start`s while it serves are claimed by this worker. The
+        arguments are `Worker`'s; `handle_signals` makes SIGTERM and SIGINT stop gracefully.
+
+        Raises:
+            TypeError: The store keeps no worker leases (`WorkerLeases`).
+        """
+        worker = Worker(
+            self.engine,
+            worker_id=worker_id,
+            lease=lease,
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            grace=grace,
+        )
+        self.worker = worker
+        if handle_signals:
+            worker.install_signal_handlers()
+        try:
+            await worker.serve()
+        finally:
+            self.worker = None
+            self.engine.lease = None
+
+    def stop(self) -> None:
+        """Stop `serve` gracefully (what SIGTERM does); no-op when not serving."""
+        if self.worker is not None:
+            self.worker.stop()
 
     async def result(self, run_id: str) -> FlowRun:
         """The run as it stands.
