@@ -27,6 +27,7 @@ from runfold.cli.exit_codes import (
     EXIT_USAGE,
     CliError,
 )
+from runfold.cli.fleet import worker, workers
 from runfold.cli.inspection import history, runs, show, ui
 from runfold.cli.intervention import cancel, delete, resume
 from runfold.cli.maintenance import migrate, verify
@@ -109,6 +110,8 @@ def _scrub(message: str, arguments: Sequence[str]) -> str:
         cancel,
         resume,
         delete,
+        worker,
+        workers,
         conformance,
     ],
 )

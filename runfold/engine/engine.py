@@ -178,12 +178,16 @@ class Engine:
         attributes: Mapping[str, str] | None = None,
         parent_run_id: str | None = None,
         deadline: datetime | None = None,
+        queued: bool = False,
     ) -> Snapshot:
         """Create and start a run (a new id unless `run_id` is given), then `drive` it.
 
         The run's creation goes in one append with the workflow's first decision. Idempotent
         for a given `run_id`: the same definition again drives the existing run (or just
         returns it once ended).
+
+        `queued` only records the run (pending, owned by nobody) and returns it: a `Worker` of
+        the fleet starts and drives it. A process that runs no workflows starts runs this way.
 
         Raises:
             RunDefinitionConflict: `run_id` belongs to a run created with another definition.
@@ -211,6 +215,8 @@ class Engine:
         current = None if generated else await self.handler.lookup(run_id)
         if current is None:
             self._check_served(run_id, workflow_name)
+            if queued:
+                return (await self.execute(run_id, (create,))).snapshot
             return await Drive(self, run_id, None, (StartRun(create=create),)).run()
         first = (await self.handler.history(run_id, limit=1))[0].event
         if not isinstance(first, RunCreated) or not isinstance(intended, RunCreated):
@@ -219,6 +225,8 @@ class Engine:
             raise RunDefinitionConflict(
                 f"run {run_id!r} already exists with another definition", run_id=run_id
             )
+        if queued:
+            return current
         try:
             return await self._drive(current)
         except RunOwned:  # another live worker drives it: the start took effect

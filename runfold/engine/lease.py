@@ -19,9 +19,10 @@ from datetime import timedelta
 __all__ = ["DEFAULT_LEASE", "Lease", "new_worker_id"]
 
 DEFAULT_LEASE = timedelta(seconds=15)
-"""How long a worker's lease holds without a renewal; a worker renews it every third of that,
-and another worker takes its runs over once it lapsed (so within about twice this after a
-worker dies)."""
+"""How long a worker's lease holds without a renewal.
+
+A worker renews it every third of that, and another worker takes its runs over once it lapsed
+(so within about twice this after a worker dies)."""
 
 
 def new_worker_id(prefix: str | None = None) -> str:

@@ -8,6 +8,7 @@ kernel). A worker finds its work in three places:
   they began to wait;
 - orphans: live runs whose owner's lease lapsed (it died, hung or lost the store), taken over with
   a claim that displaces that owner;
+- queued runs: created and not started (`Engine.start(..., queued=True)`), owned by nobody;
 - what the process itself starts (`Engine.start` claims the new run in its first append).
 
 Each candidate is driven by one task that first claims the run: when two workers go for the same
@@ -184,6 +185,19 @@ class Worker:
                     break
                 if summary.run_id not in self._drives and summary.owner_id is not None:
                     self._start(summary.run_id, displacing=summary.owner_id)
+                    room -= 1
+        for workflow_name in sorted(self.engine.workflow_names):
+            if room <= 0:
+                break
+            page = await self.engine.handler.store.list_runs(
+                workflow_name=workflow_name, status="pending", limit=_BATCH
+            )
+            queued = [s.run_id for s in page.items if s.owner_id is None]
+            for run_id in random.sample(queued, len(queued)):
+                if room <= 0:
+                    break
+                if run_id not in self._drives:
+                    self._start(run_id)
                     room -= 1
         if room > 0:
             due = await self.engine.handler.store.due_wakeups(

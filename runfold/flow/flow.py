@@ -7,6 +7,7 @@ the engine records everything through the `CommandHandler`, one commit per step.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable, Collection, Iterable
 from contextvars import ContextVar
@@ -106,10 +107,15 @@ class Flow:
 
     # --- what people call ---------------------------------------------------------------------
 
-    async def start(self, workflow: Workflow, input: Any, *, run_id: str | None = None) -> FlowRun:
+    async def start(
+        self, workflow: Workflow, input: Any, *, run_id: str | None = None, queued: bool = False
+    ) -> FlowRun:
         """Start a run of `workflow` with `input` and drive it until it ends or waits.
 
         Idempotent for a given `run_id`: the same input again returns the existing run.
+        `queued` records the run and returns it pending, without running anything: a worker of
+        the fleet (`serve`, in this process or another) starts it. `result(run_id, wait=...)`
+        waits for its end.
 
         Raises:
             UnknownWorkflow: This Flow does not serve `workflow`.
@@ -118,7 +124,11 @@ class Flow:
         """
         if workflow.name not in self.workflows:
             raise UnknownWorkflow(f"this Flow does not serve workflow {workflow.name!r}")
-        snapshot = await self.engine.start(workflow.name, self.codec.encode(input), run_id=run_id)
+        snapshot = await self.engine.start(
+            workflow.name, self.codec.encode(input), run_id=run_id, queued=queued
+        )
+        if queued and self.worker is not None:
+            self.worker.wake()
         return self.report(snapshot)
 
     async def deliver(self, token: str, payload: Any, *, delivery_id: str | None = None) -> FlowRun:
@@ -196,13 +206,27 @@ class Flow:
         if self.worker is not None:
             self.worker.stop()
 
-    async def result(self, run_id: str) -> FlowRun:
-        """The run as it stands.
+    async def result(self, run_id: str, *, wait: float | None = None) -> FlowRun:
+        """The run as it stands; with `wait`, once it ended or `wait` seconds passed.
+
+        Any process may wait, one that serves no workflow included: it reads what the run
+        appended since (one read) at growing intervals, from 10 ms to at most 0.5 s, so a run
+        that ends is seen within half a second of it.
 
         Raises:
             RunNotFound: The run has no history.
         """
-        return self.report(await self.handler.snapshot(run_id))
+        snapshot = await self.handler.snapshot(run_id)
+        if wait is None or snapshot.is_terminal:
+            return self.report(snapshot)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        pause = 0.01
+        while not snapshot.is_terminal and loop.time() < deadline:
+            await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
+            pause = min(pause * 2, 0.5)
+            snapshot = await self.handler.snapshot(run_id)
+        return self.report(snapshot)
 
     def report(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` as a `FlowRun`."""
