@@ -7,14 +7,15 @@ with real processes under SIGKILL and SIGSTOP is `tests/test_fleet_chaos.py`.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+import itertools
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from runfold import MemoryStore
 from runfold.engine import Worker
-from runfold.flow import Flow
+from runfold.flow import Flow, workflow
 from runfold.stores import EventStore, WorkerLeases
 from tests.fleet_workflows import EXPECTED, LEDGER_ENV, fleet_run, overlaps, ran_twice, read_ledger
 
@@ -75,3 +76,33 @@ async def test_a_worker_needs_a_store_that_keeps_leases(store: EventStore) -> No
         return
     with pytest.raises(TypeError, match="keeps no worker leases"):
         Worker(flow.engine)
+
+
+@workflow(name="test-fleet-tick", schedule="* * * * * *")
+async def every_second(tick: str) -> str:
+    return tick
+
+
+async def test_a_schedule_starts_one_run_per_tick_across_the_fleet() -> None:
+    store = MemoryStore()
+    flows = [Flow(store, [every_second]) for _ in range(3)]
+    serving = [
+        asyncio.create_task(flow.serve(poll_interval=0.05, handle_signals=False)) for flow in flows
+    ]
+    await asyncio.sleep(3.6)
+    for flow in flows:
+        flow.stop()
+    await asyncio.gather(*serving)
+    page = await store.list_runs(workflow_name="test-fleet-tick", limit=100)
+    outputs = [(await flows[0].result(s.run_id)).output for s in page.items]
+    ticks = sorted(datetime.fromisoformat(output) for output in outputs)
+    assert len(ticks) >= 3, ticks
+    assert len(set(ticks)) == len(ticks) == len(page.items)
+    # One run per tick, none missed: consecutive seconds.
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(ticks)), ticks
+    assert all(s.status == "completed" for s in page.items)
+
+
+def test_a_bad_schedule_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a cron expression"):
+        workflow(name="test-fleet-bad", schedule="every tuesday")(every_second.fn)

@@ -41,6 +41,7 @@ from runfold.engine.runtime import (
     WorkflowInvocation,
     WorkflowRuntime,
 )
+from runfold.engine.schedule import Schedule
 from runfold.engine.worker import Worker, WorkerCounts
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "Resumption",
     "RunDefinitionConflict",
     "RuntimeDecision",
+    "Schedule",
     "ScheduleStep",
     "ScheduleSteps",
     "StepFailure",

@@ -30,13 +30,15 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Iterable
-from datetime import timedelta
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 
 import attrs
 
 from runfold.engine.engine import Engine
+from runfold.engine.errors import RunDefinitionConflict
 from runfold.engine.lease import DEFAULT_LEASE, Lease, new_worker_id
+from runfold.engine.schedule import Schedule
 from runfold.kernel import (
     OwnershipLost,
     RunOwned,
@@ -80,6 +82,7 @@ class Worker:
         poll_interval: Seconds: the longest it sleeps before looking for work again (it wakes
             earlier for the next due wakeup it knows of, and on `wake()`).
         grace: Seconds `stop` gives running drives to finish before cancelling them.
+        schedules: Workflows to start at each tick of a cron expression, once across the fleet.
 
     Raises:
         TypeError: The engine's store keeps no worker leases.
@@ -95,6 +98,7 @@ class Worker:
         concurrency: int = 16,
         poll_interval: float = 1.0,
         grace: float = 30.0,
+        schedules: Sequence[Schedule] = (),
     ) -> None:
         store = engine.handler.store
         if not isinstance(store, WorkerLeases):
@@ -109,6 +113,8 @@ class Worker:
         self.poll_interval = poll_interval
         self.grace = grace
         self.counts = WorkerCounts()
+        self.schedules = tuple(schedules)
+        self._ticked: datetime | None = None  # when the ticks were last turned into runs
         self._drives: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -148,6 +154,7 @@ class Worker:
             StoreClosed: The store was closed under the worker.
         """
         await self._join()
+        self._ticked = self.engine.handler.clock()
         heartbeat = asyncio.create_task(self._heartbeat(), name=f"lease {self.worker_id}")
         _log.info("worker %s serving %s", self.worker_id, sorted(self.engine.workflow_names))
         try:
@@ -175,6 +182,7 @@ class Worker:
         """Claim what there is room for; the seconds to sleep before looking again."""
         room = self.concurrency - len(self._drives)
         now = self.engine.handler.clock()
+        await self._tick(now)
         if room > 0:
             orphans = await self.leases.orphaned_runs(
                 now, limit=_BATCH, workflow_names=self.engine.workflow_names
@@ -217,6 +225,23 @@ class Worker:
         if nxt is not None:
             pause = min(pause, max((nxt.due_at - self.engine.handler.clock()).total_seconds(), 0))
         return pause
+
+    async def _tick(self, now: datetime) -> None:
+        """Record a queued run for each tick of each schedule since the last look."""
+        after, self._ticked = self._ticked, now
+        if after is None:
+            return
+        for schedule in self.schedules:
+            for tick in schedule.ticks(after, now):
+                try:
+                    await self.engine.start(
+                        schedule.workflow_name,
+                        schedule.input_for(tick),
+                        run_id=schedule.run_id(tick),
+                        queued=True,
+                    )
+                except RunDefinitionConflict as exc:  # the id holds a run of other input
+                    _log.error("schedule of %r: %s", schedule.workflow_name, exc)
 
     def _start(self, run_id: str, *, displacing: str | None = None) -> None:
         task = asyncio.create_task(self._drive(run_id, displacing), name=f"drive {run_id}")

@@ -21,6 +21,7 @@ from runfold.engine import (
     Engine,
     Resumption,
     RuntimeDecision,
+    Schedule,
     StepInvocation,
     Worker,
     WorkflowInvocation,
@@ -178,12 +179,22 @@ class Flow:
 
         Any number of processes may serve one store: each run is driven by one worker at a time
         (its owner), due sleeps and retries and the runs of dead workers go to exactly one of
-        them. Runs this Flow `start`s while it serves are claimed by this worker. The
-        arguments are `Worker`'s; `handle_signals` makes SIGTERM and SIGINT stop gracefully.
+        them. Runs this Flow `start`s while it serves are claimed by this worker; workflows
+        with a `schedule` are started at each tick. The arguments are `Worker`'s;
+        `handle_signals` makes SIGTERM and SIGINT stop gracefully.
 
         Raises:
             TypeError: The store keeps no worker leases (`WorkerLeases`).
         """
+        schedules = [
+            Schedule(
+                workflow_name=w.name,
+                cron=w.schedule,
+                input_for=lambda tick: self.codec.encode(tick.isoformat()),
+            )
+            for w in self.workflows.values()
+            if w.schedule is not None
+        ]
         worker = Worker(
             self.engine,
             worker_id=worker_id,
@@ -191,6 +202,7 @@ class Flow:
             concurrency=concurrency,
             poll_interval=poll_interval,
             grace=grace,
+            schedules=schedules,
         )
         self.worker = worker
         if handle_signals:
