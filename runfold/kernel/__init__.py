@@ -45,6 +45,7 @@ from runfold.kernel.commands import (
 from runfold.kernel.decide import decide
 from runfold.kernel.errors import (
     AttemptsExhausted,
+    CommitUnknown,
     CorruptEvent,
     CorruptIndex,
     EntityConflict,
@@ -67,6 +68,7 @@ from runfold.kernel.errors import (
     StoreClosed,
     StoreError,
     StoreOpenError,
+    StoreTimeout,
     StoreUnavailable,
     TerminalState,
     TokenConflict,
@@ -163,6 +165,7 @@ __all__ = [
     "Cancellation",
     "ChildLinked",
     "Command",
+    "CommitUnknown",
     "CompleteRun",
     "CompleteStep",
     "CompleteWait",
@@ -243,6 +246,7 @@ __all__ = [
     "StoreClosed",
     "StoreError",
     "StoreOpenError",
+    "StoreTimeout",
     "StoreUnavailable",
     "TerminalState",
     "TimeOutRun",
