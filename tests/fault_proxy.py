@@ -41,12 +41,18 @@ Cut = Literal["before", "during", "after"]
 Plan = Callable[[], Cut | None]
 
 
-def random_plan(rate: float, cuts: tuple[Cut, ...] = ("before", "during", "after")) -> Plan:
-    """A plan that cuts `rate` of appends, at a place drawn from `cuts`."""
-    rng = random.Random(29)
+def random_plan(
+    rate: float, cuts: tuple[Cut, ...] = ("before", "during", "after"), *, seed: int = 29
+) -> Plan:
+    """A plan that cuts `rate` of appends (of the append statements the proxy sees: a group
+    commit is one), at a place drawn from `cuts`; the third append is always cut, so that a
+    short test meets at least one fault."""
+    rng = random.Random(seed)
+    seen = [0]
 
     def plan() -> Cut | None:
-        return rng.choice(cuts) if rng.random() < rate else None
+        seen[0] += 1
+        return rng.choice(cuts) if seen[0] == 3 or rng.random() < rate else None
 
     return plan
 
@@ -123,6 +129,8 @@ class _Link:
                     cut, self.cut_at_sync = self.cut_at_sync, None
                     await self.server_writer.drain()
                     if cut == "during":
+                        if self.proxy.hole_after_cut:
+                            self.proxy.black_hole()
                         return
                     self.drop_reply = True
                 await self.server_writer.drain()
@@ -157,6 +165,8 @@ class _Link:
                     return
                 if self.drop_reply:
                     if kind == b"Z":
+                        if self.proxy.hole_after_cut:
+                            self.proxy.black_hole()
                         return  # the reply is gone, and so is the connection
                     continue
                 self.client_writer.write(kind + struct.pack("!i", length) + body)
@@ -174,6 +184,8 @@ class FaultProxy:
         self.links: set[_Link] = set()
         self.cuts: dict[Cut, int] = {"before": 0, "during": 0, "after": 0}
         self.holding = False
+        self.hole_after_cut = False
+        """Set: a cut during or after an append also turns the proxy into a black hole."""
         self._healed_links: set[_Link] = set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()

@@ -54,12 +54,12 @@ _override: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 
 class Deadline:
-    """`async with Deadline(at):` the block ends by loop time `at` (plus `CANCEL_GRACE`), or
-    raises `StoreTimeout`.
+    """`async with Deadline(at, what):` the block ends by loop time `at`, or `StoreTimeout`.
 
-    Two `asyncio.Timeout`s: the first cancels the statement at `at` (a server that answers
-    cancels it, and the connection stays usable); the second, `CANCEL_GRACE` later, interrupts
-    psycopg's wait for that answer, which closes the connection.
+    It may take `CANCEL_GRACE` more to cancel the statement. Two `asyncio.Timeout`s: the
+    first cancels the statement at `at` (a server that answers cancels it, and the connection
+    stays usable); the second, `CANCEL_GRACE` later, interrupts psycopg's wait for that answer,
+    which closes the connection.
     """
 
     __slots__ = ("_inner", "_outer", "what")
@@ -179,8 +179,10 @@ class Connections:
             await self.pool.putconn(conn)
 
     def discard(self, conn: Connection) -> None:
-        """Close `conn`, given back just now, so that the pool makes another in its place (on a
-        read-only server: a new connection may reach the primary)."""
+        """Close `conn`, given back just now, so that the pool makes another in its place.
+
+        On a read-only server: a new connection may reach the primary.
+        """
         if conn in self._held:
             self._held.remove(conn)
             self.background(self._discard(conn))
@@ -249,8 +251,11 @@ class Connections:
             self._checking = False
 
     async def fetch(self, query: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        """The rows of `query`, in binary; `StoreClosed` once closed, driver errors translated,
-        `StoreTimeout` past the call's deadline."""
+        """The rows of `query`, in binary, or a runfold error.
+
+        `StoreClosed` once closed, driver errors translated, `StoreTimeout` past the call's
+        deadline.
+        """
         self.check_open()
         try:
             async with Deadline(self.deadline(), "a read"):

@@ -198,9 +198,10 @@ class PostgresStore(IndexReads):
         self._connections.check_open()
 
     def timeout(self, seconds: float) -> contextlib.AbstractContextManager[None]:
-        """`with store.timeout(2.0):` the store's calls in the block (made by this task, and
-        tasks it starts there) have `seconds` each instead of `call_timeout`.
+        """`with store.timeout(2.0):` the store's calls in the block have `seconds` each.
 
+        That is, instead of `call_timeout`, for the calls this task makes in the block and those
+        of the tasks it starts there.
         The server's `statement_timeout` stays `call_timeout`. Raises `ValueError` unless
         `seconds` is positive.
         """
