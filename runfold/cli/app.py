@@ -89,8 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _scrub(message: str, arguments: Sequence[str]) -> str:
-    """`message` without any password that an argument or `$RUNFOLD_STORE` holds."""
-    for given in (*arguments, os.environ.get("RUNFOLD_STORE", "")):
+    """`message` without any password that an argument, `$RUNFOLD_STORE` or
+    `$RUNFOLD_READ_STORE` holds."""
+    environment = (os.environ.get(name, "") for name in ("RUNFOLD_STORE", "RUNFOLD_READ_STORE"))
+    for given in (*arguments, *environment):
         message = _conninfo.scrub(message, given)
     return message
 

@@ -47,6 +47,7 @@ from runfold.kernel.commands import (
 from runfold.kernel.decide import decide
 from runfold.kernel.errors import (
     AttemptsExhausted,
+    CommitUnknown,
     CorruptEvent,
     CorruptIndex,
     EntityConflict,
@@ -71,6 +72,7 @@ from runfold.kernel.errors import (
     StoreClosed,
     StoreError,
     StoreOpenError,
+    StoreTimeout,
     StoreUnavailable,
     TerminalState,
     TokenConflict,
@@ -172,6 +174,7 @@ __all__ = [
     "ChildLinked",
     "ClaimRun",
     "Command",
+    "CommitUnknown",
     "CompleteRun",
     "CompleteStep",
     "CompleteWait",
@@ -258,6 +261,7 @@ __all__ = [
     "StoreClosed",
     "StoreError",
     "StoreOpenError",
+    "StoreTimeout",
     "StoreUnavailable",
     "TerminalState",
     "TimeOutRun",

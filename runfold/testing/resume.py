@@ -140,7 +140,8 @@ async def crash_and_resume(
 
     `events` maps hook tokens to the payloads delivered to them once their hooks are live.
     After a `stop` a fresh `Flow` (a new process) recovers and carries on; after a `fail` the
-    same `Flow` does, as a process that saw a transient store error would.
+    same `Flow` does, as a process that saw a transient store error would. The Flows' handlers
+    do not retry store faults (`store_retry=None`), so that each `fail` reaches them.
 
     Raises:
         AssertionError: More than `max_restarts` faults, or a run that does not end.
@@ -154,7 +155,7 @@ async def crash_and_resume(
     crashing = CrashingStore(store, schedule)
     clock = RoundClock()
     restarts = 0
-    flow = Flow(crashing, [workflow], codec=codec, clock=clock)
+    flow = _unretried(Flow(crashing, [workflow], codec=codec, clock=clock))
     while True:
         try:
             actual = await run_to_end(
@@ -166,10 +167,16 @@ async def crash_and_resume(
                 raise AssertionError(f"more than {max_restarts} restarts") from None
             if isinstance(exc, SimulatedCrash):  # a new process: nothing kept in memory
                 crashing.restart()
-                flow = Flow(crashing, [workflow], codec=codec, clock=clock)
+                flow = _unretried(Flow(crashing, [workflow], codec=codec, clock=clock))
             # A failed write leaves the process as it was: the same Flow carries on, its live
             # coroutines facing a store that may or may not hold what they were shown.
             continue
         return CrashOutcome(
             expected=expected, actual=actual, restarts=restarts, struck=tuple(crashing.struck)
         )
+
+
+def _unretried(flow: Flow) -> Flow:
+    """`flow`, its handler raising store faults at once: a `fail` is seen where it strikes."""
+    flow.handler.store_retry = None
+    return flow

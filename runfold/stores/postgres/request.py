@@ -48,6 +48,7 @@ class Append:
         "attributes",
         "claims",
         "count",
+        "deadline",
         "encoded",
         "events",
         "expected",
@@ -82,6 +83,7 @@ class Append:
         self.recorded_at = recorded_at
         self.future: asyncio.Future[int] | None = None
         self.ticket = -1  # its place among the appends queued, once queued
+        self.deadline = 0.0  # the event loop time by which it must be settled (the store's)
         self.claims = index.claims_at(recorded_at)
         self.encoded = [encode_event(event) for event in events]
         attributes = index.summary.attributes

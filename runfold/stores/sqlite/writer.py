@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from runfold.kernel import (
+    CommitUnknown,
     Envelope,
     Event,
     RunIndex,
     SequenceConflict,
     StoreError,
+    StoreUnavailable,
     TokenConflict,
     correlation_id,
     encode_event,
@@ -26,7 +28,7 @@ from runfold.stores.protocol import time_key
 from runfold.stores.sqlite.index import IndexRows, live_claims, write_index
 from runfold.stores.sqlite.reads import read_head
 
-__all__ = ["Append", "append_batch", "settle"]
+__all__ = ["Append", "append_batch", "settle", "settle_commit"]
 
 
 class Append:
@@ -163,9 +165,57 @@ def append_batch(
                 cursor.execute("RELEASE one_append")
             outcomes.append(envelopes)
         if conn.in_transaction:  # a lone append that failed has rolled it back already
-            cursor.execute("COMMIT")
+            try:
+                cursor.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    raise  # still open: rolled back below, nothing was written
+                return settle_commit(conn, batch, outcomes, exc)
     except BaseException:
         if conn.in_transaction:
             cursor.execute("ROLLBACK")
         raise
     return outcomes
+
+
+_WRITTEN = (
+    "SELECT type, schema_version, payload, correlation_id, recorded_at FROM events "
+    "WHERE run_id = ? AND sequence > ? ORDER BY sequence LIMIT ?"
+)
+
+
+def settle_commit(
+    conn: sqlite3.Connection,
+    batch: list[Append],
+    outcomes: list[list[Envelope] | BaseException],
+    error: sqlite3.Error,
+) -> list[list[Envelope] | BaseException]:
+    """The outcomes of `batch` after its `COMMIT` raised `error` and ended the transaction.
+
+    Whether it committed is unknown, so each append meant to be written is read back: its own
+    rows at `expected + 1 …` mean it was (its envelopes stand); else it was not
+    (`StoreUnavailable`). A file that cannot be read gives `CommitUnknown`.
+    """
+    settled: list[list[Envelope] | BaseException] = []
+    for request, outcome in zip(batch, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            settled.append(outcome)  # refused before the commit
+            continue
+        stamp = time_key(request.recorded_at)
+        try:
+            rows = conn.execute(_WRITTEN, (request.run_id, request.expected, len(request.rows)))
+            found = [tuple(row) for row in rows.fetchall()]
+        except sqlite3.Error as again:
+            unknown = CommitUnknown(request.run_id, request.expected, f"{error}; then {again}")
+            settled.append(unknown)
+            continue
+        if found == [(*row, stamp) for row in request.rows]:
+            settled.append(outcome)
+        else:
+            settled.append(
+                StoreUnavailable(
+                    f"SQLite could not commit the append to {request.run_id!r}: {error}; it "
+                    "was not written"
+                )
+            )
+    return settled
