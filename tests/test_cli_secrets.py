@@ -191,7 +191,7 @@ def test_several_hosts_are_shown_each_with_its_port(dsn: str, shown_as: str) -> 
     # What is shown names the same servers: libpq reads it back to the same hosts and ports.
     if "%2C" not in described:
         again = conninfo_to_dict(described)
-        given = conninfo_to_dict(dsn)
+        given = {key: str(value) for key, value in conninfo_to_dict(dsn).items()}
         assert (again.get("host"), again.get("port", "")) == (
             given.get("host"),
             ",".join([given["port"]] * len(given["host"].split(",")))
