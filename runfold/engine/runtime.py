@@ -78,8 +78,9 @@ class WorkflowInvocation:
 class StepInvocation:
     """One attempt of a step body, run at least once.
 
-    `idempotency_key` is stable for the attempt, so a body with side effects can pass it on (to
-    a payment API, say).
+    `idempotency_key` is the same on every attempt of the step (a retry, or a new attempt after
+    a crash), so a body with side effects passes it on (to a payment API, say) and the side
+    effect happens once; `attempt` tells the attempts apart.
     """
 
     run_id: str
@@ -92,8 +93,8 @@ class StepInvocation:
 
     @property
     def idempotency_key(self) -> str:
-        """`run_id/step_id/attempt`: the same for every execution of this attempt."""
-        return f"{self.run_id}/{self.step_id}/{self.attempt}"
+        """`run_id/step_id`: the same on every attempt of this step, crashes included."""
+        return f"{self.run_id}/{self.step_id}"
 
 
 class StepFailure(Exception):
