@@ -38,7 +38,8 @@ def charge(amount: int) -> str:
 
 @workflow(name="test-key-payment")
 async def payment(amount: int) -> str:
-    return await step(charge, amount)
+    done: str = await step(charge, amount)
+    return done
 
 
 async def open_backend(args: dict[str, Any]) -> EventStore:

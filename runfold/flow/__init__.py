@@ -22,6 +22,7 @@ from runfold.flow.errors import (
     UnsupportedAwait,
 )
 from runfold.flow.flow import Flow, FlowRun, current_step
+from runfold.flow.info import WorkflowInfo, workflow_info
 
 __all__ = [
     "DuplicateWorkflow",
@@ -38,10 +39,12 @@ __all__ = [
     "UnknownWorkflow",
     "UnsupportedAwait",
     "Workflow",
+    "WorkflowInfo",
     "current_step",
     "registered_workflows",
     "sleep",
     "step",
     "wait_for_event",
     "workflow",
+    "workflow_info",
 ]

@@ -7,8 +7,11 @@ the engine records everything through the `CommandHandler`, one commit per step.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import inspect
 from collections.abc import Callable, Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -25,6 +28,7 @@ from runfold.engine import (
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import FlowError, UnknownWorkflow
+from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.interpreter import Interpreter
 from runfold.handler import CommandHandler
 from runfold.kernel import Envelope, Snapshot
@@ -73,9 +77,13 @@ class Flow:
         codec: Encodes inputs, outputs, step arguments and results (default `JsonCodec`).
         clock: The time source of the handler and of new sleeps (default: UTC now).
         max_sessions: How many live workflow coroutines to keep between decisions.
+        step_threads: How many threads run plain `def` step bodies (an `async def` body runs
+            on the event loop), so a slow or blocking body never stalls other runs.
+        version: Recorded as the workflow version of every run this Flow starts
+            (`workflow_info().workflow_version`; DBOS's application version).
 
     Raises:
-        ValueError: There is no workflow to serve.
+        ValueError: There is no workflow to serve, or `step_threads` is below 1.
     """
 
     def __init__(
@@ -86,10 +94,17 @@ class Flow:
         codec: PayloadCodec | None = None,
         clock: Callable[[], datetime] | None = None,
         max_sessions: int = 1024,
+        step_threads: int = 16,
+        version: str | None = None,
     ) -> None:
         served = tuple(workflows) if workflows is not None else registered_workflows()
         if not served:
             raise ValueError("a Flow needs at least one @workflow to serve")
+        if step_threads < 1:
+            raise ValueError("step_threads must be at least 1")
+        self.step_threads = step_threads
+        self.version = version
+        self._threads: ThreadPoolExecutor | None = None  # made on the first `def` step
         self.codec: PayloadCodec = codec if codec is not None else JsonCodec()
         self.handler = (
             CommandHandler(store) if clock is None else CommandHandler(store, clock=clock)
@@ -114,7 +129,9 @@ class Flow:
         """
         if workflow.name not in self.workflows:
             raise UnknownWorkflow(f"this Flow does not serve workflow {workflow.name!r}")
-        snapshot = await self.engine.start(workflow.name, self.codec.encode(input), run_id=run_id)
+        snapshot = await self.engine.start(
+            workflow.name, self.codec.encode(input), run_id=run_id, workflow_version=self.version
+        )
         return self.report(snapshot)
 
     async def deliver(self, token: str, payload: Any, *, delivery_id: str | None = None) -> FlowRun:
@@ -195,22 +212,41 @@ class Flow:
         if held is not None:  # the run's coroutine is at this step: its own call
             fn = held[1].fn
             args = interpreter.arguments(held, invocation.input)
+            info = held[0].info
         else:
             found = interpreter.bodies.get(invocation.step_name)
             if found is None:
                 raise FlowError(f"no function is known for step {invocation.step_name!r}")
             fn, args = found, self.codec.decode(invocation.input)
+            info = WorkflowInfo.of(await self.handler.snapshot(invocation.run_id))
         token = _CURRENT_STEP.set(invocation)
+        info_token = CURRENT_INFO.set(info)
         try:
-            result = fn(*args)
-            if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
-                result = await result
+            if inspect.iscoroutinefunction(fn):
+                result = await fn(*args)
+            else:  # a plain `def` may block: it runs in the pool, with this context
+                context = contextvars.copy_context()
+                result = await asyncio.get_running_loop().run_in_executor(
+                    self.threads, context.run, fn, *args
+                )
+                if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
+                    result = await result
         finally:
+            CURRENT_INFO.reset(info_token)
             _CURRENT_STEP.reset(token)
         output = self.codec.encode(result)
         if held is not None:
             interpreter.ran(held, invocation.step_id, output, result)
         return output
+
+    @property
+    def threads(self) -> ThreadPoolExecutor:
+        """The pool that runs plain `def` step bodies (`step_threads` threads at most)."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(
+                max_workers=self.step_threads, thread_name_prefix="runfold-step"
+            )
+        return self._threads
 
     async def on_event(self, envelope: Envelope) -> None:
         """Confirm what the engine appended to the live sessions."""

@@ -46,6 +46,7 @@ from runfold.flow.errors import (
     UnknownWorkflow,
     UnsupportedAwait,
 )
+from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.kernel import (
     Envelope,
     RunCancelled,
@@ -81,14 +82,16 @@ class Session:
         "coro",
         "failure",
         "finished",
+        "info",
         "position",
         "produced",
         "result",
         "unconfirmed",
     )
 
-    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, Any], info: WorkflowInfo) -> None:
         self.coro = coro
+        self.info = info  # what `workflow_info()` answers in the run's code
         self.position = 0  # calls issued so far; the current one has id str(position)
         self.call: Call | None = None
         self.call_input: bytes | None = None  # the current step call's arguments, encoded
@@ -103,6 +106,7 @@ class Session:
     def resume(self, value: Any = None, error: BaseException | None = None) -> None:
         """Run the coroutine to its next call (or its end), sending `value` or throwing `error`."""
         token = IN_WORKFLOW.set(True)
+        info_token = CURRENT_INFO.set(self.info)
         try:
             yielded = self.coro.throw(error) if error is not None else self.coro.send(value)
         except StopIteration as stop:
@@ -112,6 +116,7 @@ class Session:
             self.finished, self.failure, self.call = True, exc, None
             return
         finally:
+            CURRENT_INFO.reset(info_token)
             IN_WORKFLOW.reset(token)
         if not isinstance(yielded, StepCall | SleepCall | EventCall):
             self.coro.close()
@@ -251,7 +256,7 @@ class Interpreter:
                 f"run {snapshot.run_id!r} is of workflow {snapshot.workflow_name!r}, which "
                 "this Flow does not serve"
             )
-        session = Session(found.fn(self.codec.decode(snapshot.input)))
+        session = Session(found.fn(self.codec.decode(snapshot.input)), WorkflowInfo.of(snapshot))
         self.replays += 1
         session.resume()
         self.sessions[snapshot.run_id] = session
