@@ -24,6 +24,7 @@ from runfold.engine.retry import (
 from runfold.engine.runtime import (
     AwaitHook,
     Cancel,
+    CloseHook,
     Complete,
     EngineObserver,
     Fail,
@@ -47,6 +48,7 @@ __all__ = [
     "LONGEST_RETRY_INTERVAL",
     "AwaitHook",
     "Cancel",
+    "CloseHook",
     "Complete",
     "Engine",
     "EngineError",

@@ -25,6 +25,7 @@ from runfold.kernel._fast import fast_inits
 __all__ = [
     "AwaitHook",
     "Cancel",
+    "CloseHook",
     "Complete",
     "EngineObserver",
     "Fail",
@@ -197,6 +198,16 @@ class AwaitHook:
 
 
 @attrs.frozen(kw_only=True)
+class CloseHook:
+    """Dispose the active hook `hook_id`: it takes no more deliveries and frees its token.
+
+    A workflow closes a hook it is done with (to wait on its token again, or at a time-out).
+    """
+
+    hook_id: str
+
+
+@attrs.frozen(kw_only=True)
 class ReportProgress:
     """Record a progress entry (once per `progress_id`)."""
 
@@ -239,6 +250,7 @@ RuntimeDecision: TypeAlias = (
     | ScheduleSteps
     | WaitUntil
     | AwaitHook
+    | CloseHook
     | ReportProgress
     | LinkChildOperation
     | UpdateAttributes
@@ -259,6 +271,7 @@ fast_inits(
         ScheduleSteps,
         WaitUntil,
         AwaitHook,
+        CloseHook,
         ReportProgress,
         LinkChildOperation,
     ]

@@ -61,10 +61,14 @@ class SleepCall:
 
 @attrs.frozen(kw_only=True)
 class EventCall:
-    """`await wait_for_event(hook_id, token=...)`: resume with the first payload delivered."""
+    """`await wait_for_event(hook_id, token=...)`: resume with the first payload delivered.
+
+    With a `timeout`, resume with None once it passed without a delivery.
+    """
 
     hook_id: str
     token: str = attrs.field(repr=False)
+    timeout: timedelta | None = None
 
 
 Call: TypeAlias = StepCall | SleepCall | EventCall
@@ -118,12 +122,24 @@ def sleep(delay: timedelta | float) -> Any:
     return _Pending(SleepCall(delay=delay))
 
 
-def wait_for_event(hook_id: str, *, token: str) -> Any:
+def wait_for_event(hook_id: str, *, token: str, timeout: timedelta | float | None = None) -> Any:
     """Suspend until a payload is delivered to `token` (`Flow.deliver`), and resume with it.
 
     `hook_id` names the event in the run (it is recorded as the hook's metadata); `token` is the
-    secret the sender uses, unique among live hooks. The first delivery resumes the workflow.
+    secret the sender uses, unique among live hooks. The first delivery resumes the workflow,
+    and the hook stays open (holding its token) until another `wait_for_event` of the run asks
+    for the same token, which closes it first. With a `timeout` (a timedelta, or seconds, from
+    when the call is first reached), a durable timer runs beside the hook: once it is due
+    without a delivery, the hook is closed (a late delivery gets `HookNotFound`) and the
+    workflow resumes with None.
+
+    Raises:
+        ValueError: `hook_id` is empty or `timeout` is negative.
     """
     if not hook_id:
         raise ValueError("wait_for_event needs a hook_id")
-    return _Pending(EventCall(hook_id=hook_id, token=token))
+    if timeout is not None and not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=timeout)
+    if timeout is not None and timeout < timedelta(0):
+        raise ValueError("a wait_for_event timeout cannot be negative")
+    return _Pending(EventCall(hook_id=hook_id, token=token, timeout=timeout))

@@ -30,6 +30,7 @@ from typing import Any, TypeAlias
 from runfold.engine import (
     AwaitHook,
     Cancel,
+    CloseHook,
     Complete,
     Fail,
     RuntimeDecision,
@@ -49,6 +50,7 @@ from runfold.flow.errors import (
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.kernel import (
     Envelope,
+    HookDisposed,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -65,10 +67,20 @@ _log = logging.getLogger("runfold.flow")
 _MAX_ERROR_CHARS = 4096
 # The events `observe` acts on: outcomes a session may have consumed, and the run's ends.
 _OBSERVED = frozenset(
-    {StepCompleted, StepFailed, WaitCompleted, RunCompleted, RunFailed, RunCancelled, RunTimedOut}
+    {
+        StepCompleted,
+        StepFailed,
+        WaitCompleted,
+        HookDisposed,
+        RunCompleted,
+        RunFailed,
+        RunCancelled,
+        RunTimedOut,
+    }
 )
 
-# A result a session consumed: ("step", id) -> (status, payload); ("wait", id) -> ("completed",).
+# A result a session consumed: ("step", id) -> (status, payload); ("wait", id) -> ("completed",);
+# ("hook", id) -> ("disposed",): a wait_for_event that timed out.
 Consumed: TypeAlias = tuple[str, str]
 Expected: TypeAlias = tuple[str, bytes | None]
 
@@ -141,6 +153,9 @@ def _agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
             return False
         payload = step.output if step.status == "completed" else step.error
         return (step.status, payload) == expected
+    if kind == "hook":
+        hook = snapshot.hooks.get(entity_id)
+        return hook is not None and hook.status != "active" and not hook.deliveries
     wait = snapshot.waits.get(entity_id)
     return wait is not None and wait.status == "completed"
 
@@ -161,13 +176,13 @@ def _describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:
     step = snapshot.steps.get(entity_id)
     if step is not None:
         return f"step {step.step_name!r}"
-    if entity_id in snapshot.waits:
-        return "a sleep"
-    hook = snapshot.hooks.get(entity_id)
+    hook = snapshot.hooks.get(entity_id)  # before the waits: a timeout's wait shares its id
     if hook is not None:
         return f"wait_for_event({(hook.metadata or b'').decode(errors='replace')!r})"
     if entity_id in snapshot.hook_conflicts:
         return "a wait_for_event"
+    if entity_id in snapshot.waits:
+        return "a sleep"
     return None
 
 
@@ -317,6 +332,8 @@ class Interpreter:
             key, expected = ("step", event.step_id), ("failed", event.error)
         elif isinstance(event, WaitCompleted):
             key, expected = ("wait", event.wait_id), ("completed", None)
+        elif isinstance(event, HookDisposed):
+            key, expected = ("hook", event.hook_id), ("disposed", None)
         else:  # the run ended
             self.forget(envelope.run_id)
             return
@@ -366,7 +383,7 @@ class Interpreter:
                 case SleepCall():
                     decision = self.on_sleep(session, snapshot, durable, call, call_id)
                 case EventCall():
-                    decision = self.on_event(session, snapshot, call, call_id)
+                    decision = self.on_event(session, snapshot, durable, call, call_id)
             if decision is not None:
                 return decision
 
@@ -441,7 +458,7 @@ class Interpreter:
     ) -> RuntimeDecision | None:
         """Create or keep waiting on the wait, or resume the coroutine once it completed."""
         wait = snapshot.waits.get(call_id)
-        if wait is None:
+        if wait is None or call_id in snapshot.hooks:  # a hook: a wait_for_event's time-out
             self.other_kind(session, snapshot, call_id)
             return WaitUntil(wait_id=call_id, resume_at=self.clock() + call.delay)
         if wait.status == "waiting":
@@ -451,24 +468,55 @@ class Interpreter:
         return None
 
     def on_event(
-        self, session: Session, snapshot: Snapshot, call: EventCall, call_id: str
+        self,
+        session: Session,
+        snapshot: Snapshot,
+        durable: Snapshot | None,
+        call: EventCall,
+        call_id: str,
     ) -> RuntimeDecision | None:
-        """Create or keep awaiting the hook, or resume the coroutine with its first delivery."""
+        """Create or keep awaiting the hook, or resume the coroutine with its first delivery
+        (or None once its timeout passed; the hook is closed first)."""
         metadata = call.hook_id.encode()
         hook = snapshot.hooks.get(call_id)
         if hook is None:
-            if call_id in snapshot.hook_conflicts:
-                session.resume(error=TokenInUse(call.hook_id))
+            conflict = snapshot.hook_conflicts.get(call_id)
+            if conflict is not None:
+                error = TokenInUse(call.hook_id, conflict.holder_run_id, run_id=snapshot.run_id)
+                session.resume(error=error)
                 return None
             self.other_kind(session, snapshot, call_id)
+            earlier = _earlier_holder(snapshot, call.token)
+            if earlier is not None:  # a finished wait_for_event of this run: free the token
+                return CloseHook(hook_id=earlier)
             return AwaitHook(hook_id=call_id, token=call.token, metadata=metadata)
         if hook.metadata != metadata:
             recorded = _describe_recorded(snapshot, call_id) or "a wait_for_event"
             self.mismatch(session, snapshot, recorded)
         if hook.token != call.token:
             self.mismatch(session, snapshot, f"wait_for_event({call.hook_id!r}) with another token")
-        if not hook.deliveries:
+        if hook.deliveries:
+            # Deliveries are appended before anyone is shown them: nothing to confirm.
+            session.resume(self.codec.decode(hook.deliveries[0].payload))
+            return None
+        if call.timeout is None:
             return AwaitHook(hook_id=call_id, token=call.token, metadata=metadata)
-        # Deliveries are appended before anyone is shown them: nothing to confirm.
-        session.resume(self.codec.decode(hook.deliveries[0].payload))
-        return None
+        if hook.status != "active":  # closed at its time-out, before any delivery
+            self.consumed(session, durable, ("hook", call_id), ("disposed", None))
+            session.resume(None)
+            return None
+        wait = snapshot.waits.get(call_id)
+        if wait is None:
+            return WaitUntil(wait_id=call_id, resume_at=self.clock() + call.timeout)
+        if wait.status == "waiting":  # suspends the run until it is due, then completes it
+            return WaitUntil(wait_id=call_id, resume_at=wait.resume_at)
+        return CloseHook(hook_id=call_id)  # time is up: no delivery may win after this
+
+
+def _earlier_holder(snapshot: Snapshot, token: str) -> str | None:
+    """The active hook of the run holding `token`, if any: a finished `wait_for_event`'s, since
+    the run awaits one call at a time."""
+    for hook_id in snapshot.active_hook_ids:
+        if snapshot.hooks[hook_id].token == token:
+            return hook_id
+    return None
