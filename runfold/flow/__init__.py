@@ -7,7 +7,7 @@ crash: `Flow.recover()` in a fresh process carries every live run on from its hi
 `docs/tutorials/durable-functions.md`.
 """
 
-from runfold.flow.calls import sleep, step, wait_for_event
+from runfold.flow.calls import report_progress, set_attributes, sleep, step, wait_for_event
 from runfold.flow.definition import Workflow, registered_workflows, workflow
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import (
@@ -42,6 +42,8 @@ __all__ = [
     "WorkflowInfo",
     "current_step",
     "registered_workflows",
+    "report_progress",
+    "set_attributes",
     "sleep",
     "step",
     "wait_for_event",

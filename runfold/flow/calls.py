@@ -1,4 +1,6 @@
-"""What workflow code awaits: `step`, `sleep` and `wait_for_event`.
+"""What workflow code awaits: `step`, `sleep`, `wait_for_event` and the run's records.
+
+The records are `set_attributes` and `report_progress`.
 
 Each returns an awaitable that hands a call description to the interpreter driving the
 workflow coroutine (`runfold.flow.interpreter`) and resumes with the call's recorded result.
@@ -8,7 +10,7 @@ raise `NotInWorkflow` instead of reaching the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any, TypeAlias, TypeVar
@@ -18,7 +20,20 @@ import attrs
 from runfold.flow.errors import NotInWorkflow
 from runfold.kernel import RetryPolicy
 
-__all__ = ["Call", "EventCall", "SleepCall", "StepCall", "sleep", "step", "wait_for_event"]
+__all__ = [
+    "CALL_TYPES",
+    "AttributesCall",
+    "Call",
+    "EventCall",
+    "ProgressCall",
+    "SleepCall",
+    "StepCall",
+    "report_progress",
+    "set_attributes",
+    "sleep",
+    "step",
+    "wait_for_event",
+]
 
 T = TypeVar("T")
 
@@ -71,8 +86,29 @@ class EventCall:
     timeout: timedelta | None = None
 
 
-Call: TypeAlias = StepCall | SleepCall | EventCall
+def _frozen_changes(value: Mapping[str, str | None]) -> Mapping[str, str | None]:
+    return dict(value)
+
+
+@attrs.frozen(kw_only=True)
+class AttributesCall:
+    """`await set_attributes(changes)`: record attribute changes on the run, once."""
+
+    changes: Mapping[str, str | None] = attrs.field(converter=_frozen_changes)
+
+
+@attrs.frozen(kw_only=True)
+class ProgressCall:
+    """`await report_progress(completed, ...)`: record a progress report, once."""
+
+    completed: int
+    total: int | None = None
+    message: str | None = None
+
+
+Call: TypeAlias = StepCall | SleepCall | EventCall | AttributesCall | ProgressCall
 """Everything workflow code can await."""
+CALL_TYPES = (StepCall, SleepCall, EventCall, AttributesCall, ProgressCall)
 
 
 class _Pending:
@@ -143,3 +179,28 @@ def wait_for_event(hook_id: str, *, token: str, timeout: timedelta | float | Non
     if timeout is not None and timeout < timedelta(0):
         raise ValueError("a wait_for_event timeout cannot be negative")
     return _Pending(EventCall(hook_id=hook_id, token=token, timeout=timeout))
+
+
+def set_attributes(changes: Mapping[str, str | None]) -> Any:
+    """Set the run's attributes (a None value removes the key), recorded once, in order.
+
+    They are what `runfold show`, `runfold runs --attr KEY=VALUE` and the inspector show and
+    filter by: a stage, a customer id. A key starting with `$` is reserved to runfold.
+
+    Raises:
+        InvalidAttributes: (from the Flow call driving the run) a key or value the kernel refuses.
+    """
+    return _Pending(AttributesCall(changes=changes))
+
+
+def report_progress(completed: int, *, total: int | None = None, message: str | None = None) -> Any:
+    """Record a progress report (`completed` of `total`, with a message), once, in order.
+
+    The latest report is what `runfold show` and the inspector show as the run's progress.
+
+    Raises:
+        ValueError: `completed` is negative or `total` is below it.
+    """
+    if completed < 0 or (total is not None and total < completed):
+        raise ValueError("progress needs 0 <= completed <= total")
+    return _Pending(ProgressCall(completed=completed, total=total, message=message))

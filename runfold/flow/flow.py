@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -117,20 +117,45 @@ class Flow:
 
     # --- what people call ---------------------------------------------------------------------
 
-    async def start(self, workflow: Workflow, input: Any, *, run_id: str | None = None) -> FlowRun:
+    async def start(
+        self,
+        workflow: Workflow,
+        input: Any,
+        *,
+        run_id: str | None = None,
+        timeout: timedelta | None = None,
+    ) -> FlowRun:
         """Start a run of `workflow` with `input` and drive it until it ends or waits.
 
-        Idempotent for a given `run_id`: the same input again returns the existing run.
+        Idempotent for a given `run_id`: the same input again returns the existing run. With a
+        `timeout`, the run times out (`timed_out`, its timers and open work with it) that long
+        after its first start: a retried start of the same run keeps the first deadline.
 
         Raises:
             UnknownWorkflow: This Flow does not serve `workflow`.
-            RunDefinitionConflict: `run_id` is a run with another workflow or input.
+            RunDefinitionConflict: `run_id` is a run with another workflow or input (or
+                a deadline where none was asked, or none where one was).
             FlowNonDeterminism: The code asks for something other than the history holds.
+            ValueError: `timeout` is not positive.
         """
         if workflow.name not in self.workflows:
             raise UnknownWorkflow(f"this Flow does not serve workflow {workflow.name!r}")
+        deadline = None
+        if timeout is not None:
+            if timeout <= timedelta(0):
+                raise ValueError("a run's timeout must be positive")
+            # The deadline is fixed at the first start: a retry finds it recorded.
+            existing = None if run_id is None else await self.handler.lookup(run_id)
+            if existing is not None and existing.deadline is not None:
+                deadline = existing.deadline
+            else:
+                deadline = self.handler.clock() + timeout
         snapshot = await self.engine.start(
-            workflow.name, self.codec.encode(input), run_id=run_id, workflow_version=self.version
+            workflow.name,
+            self.codec.encode(input),
+            run_id=run_id,
+            workflow_version=self.version,
+            deadline=deadline,
         )
         return self.report(snapshot)
 

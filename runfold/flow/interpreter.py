@@ -33,11 +33,22 @@ from runfold.engine import (
     CloseHook,
     Complete,
     Fail,
+    ReportProgress,
     RuntimeDecision,
     ScheduleStep,
+    UpdateAttributes,
     WaitUntil,
 )
-from runfold.flow.calls import IN_WORKFLOW, Call, EventCall, SleepCall, StepCall
+from runfold.flow.calls import (
+    CALL_TYPES,
+    IN_WORKFLOW,
+    AttributesCall,
+    Call,
+    EventCall,
+    ProgressCall,
+    SleepCall,
+    StepCall,
+)
 from runfold.flow.definition import Workflow
 from runfold.flow.encoding import ROUND_TRIP_TYPES, JsonCodec, PayloadCodec, round_trips
 from runfold.flow.errors import (
@@ -49,8 +60,10 @@ from runfold.flow.errors import (
 )
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.kernel import (
+    AttributesSet,
     Envelope,
     HookDisposed,
+    ProgressRecorded,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -72,6 +85,8 @@ _OBSERVED = frozenset(
         StepFailed,
         WaitCompleted,
         HookDisposed,
+        AttributesSet,
+        ProgressRecorded,
         RunCompleted,
         RunFailed,
         RunCancelled,
@@ -80,7 +95,8 @@ _OBSERVED = frozenset(
 )
 
 # A result a session consumed: ("step", id) -> (status, payload); ("wait", id) -> ("completed",);
-# ("hook", id) -> ("disposed",): a wait_for_event that timed out.
+# ("hook", id) -> ("disposed",): a wait_for_event that timed out; ("attributes", id) and
+# ("progress", id) -> ("recorded",): a set_attributes or report_progress the code went past.
 Consumed: TypeAlias = tuple[str, str]
 Expected: TypeAlias = tuple[str, bytes | None]
 
@@ -130,11 +146,12 @@ class Session:
         finally:
             CURRENT_INFO.reset(info_token)
             IN_WORKFLOW.reset(token)
-        if not isinstance(yielded, StepCall | SleepCall | EventCall):
+        if not isinstance(yielded, CALL_TYPES):
             self.coro.close()
             raise UnsupportedAwait(
-                f"workflow code awaited {yielded!r}; it may await only step, sleep and "
-                "wait_for_event (everything a workflow waits on must be durable)"
+                f"workflow code awaited {yielded!r}; it may await only runfold.flow's calls "
+                "(step, sleep, wait_for_event, ...): everything a workflow waits on must be "
+                "durable"
             )
         self.position += 1
         self.call = yielded
@@ -156,6 +173,10 @@ def _agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
     if kind == "hook":
         hook = snapshot.hooks.get(entity_id)
         return hook is not None and hook.status != "active" and not hook.deliveries
+    if kind == "attributes":
+        return entity_id in snapshot.attribute_write_ids
+    if kind == "progress":
+        return entity_id in snapshot.progress
     wait = snapshot.waits.get(entity_id)
     return wait is not None and wait.status == "completed"
 
@@ -168,6 +189,8 @@ def _recorded(snapshot: Snapshot, entity_id: str) -> bool:
         or entity_id in snapshot.waits
         or entity_id in snapshot.hooks
         or entity_id in snapshot.hook_conflicts
+        or entity_id in snapshot.attribute_write_ids
+        or entity_id in snapshot.progress
     )
 
 
@@ -183,6 +206,10 @@ def _describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:
         return "a wait_for_event"
     if entity_id in snapshot.waits:
         return "a sleep"
+    if entity_id in snapshot.attribute_write_ids:
+        return "set_attributes"
+    if entity_id in snapshot.progress:
+        return "report_progress"
     return None
 
 
@@ -194,6 +221,10 @@ def _describe_call(call: Call | None) -> str:
             return "a sleep"
         case EventCall():
             return f"wait_for_event({call.hook_id!r})"
+        case AttributesCall():
+            return "set_attributes"
+        case ProgressCall():
+            return "report_progress"
     return "the end of the workflow"
 
 
@@ -334,6 +365,12 @@ class Interpreter:
             key, expected = ("wait", event.wait_id), ("completed", None)
         elif isinstance(event, HookDisposed):
             key, expected = ("hook", event.hook_id), ("disposed", None)
+        elif isinstance(event, AttributesSet):
+            if event.write_id is None:
+                return
+            key, expected = ("attributes", event.write_id), ("recorded", None)
+        elif isinstance(event, ProgressRecorded):
+            key, expected = ("progress", event.progress_id), ("recorded", None)
         else:  # the run ended
             self.forget(envelope.run_id)
             return
@@ -384,6 +421,8 @@ class Interpreter:
                     decision = self.on_sleep(session, snapshot, durable, call, call_id)
                 case EventCall():
                     decision = self.on_event(session, snapshot, durable, call, call_id)
+                case AttributesCall() | ProgressCall():
+                    decision = self.on_record(session, snapshot, durable, call, call_id)
             if decision is not None:
                 return decision
 
@@ -464,6 +503,36 @@ class Interpreter:
         if wait.status == "waiting":
             return WaitUntil(wait_id=call_id, resume_at=wait.resume_at)
         self.consumed(session, durable, ("wait", call_id), ("completed", None))
+        session.resume(None)
+        return None
+
+    def on_record(
+        self,
+        session: Session,
+        snapshot: Snapshot,
+        durable: Snapshot | None,
+        call: AttributesCall | ProgressCall,
+        call_id: str,
+    ) -> RuntimeDecision | None:
+        """Record the attributes or the progress report under the call's id, then go on."""
+        if isinstance(call, AttributesCall):
+            kind, done = "attributes", call_id in snapshot.attribute_write_ids
+        else:
+            kind, done = "progress", call_id in snapshot.progress
+        if not done:
+            self.other_kind(session, snapshot, call_id)
+            if isinstance(call, AttributesCall):
+                return UpdateAttributes(changes=call.changes, write_id=call_id)
+            return ReportProgress(
+                progress_id=call_id,
+                completed=call.completed,
+                total=call.total,
+                message=call.message,
+            )
+        recorded = _describe_recorded(snapshot, call_id)
+        if recorded != _describe_call(call):
+            self.mismatch(session, snapshot, recorded or "nothing")
+        self.consumed(session, durable, (kind, call_id), ("recorded", None))
         session.resume(None)
         return None
 
