@@ -10,6 +10,7 @@ raise `NotInWorkflow` instead of reaching the event loop.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Generator, Mapping
 from contextvars import ContextVar
 from datetime import timedelta
@@ -25,6 +26,7 @@ __all__ = [
     "AttributesCall",
     "Call",
     "EventCall",
+    "Pending",
     "ProgressCall",
     "SleepCall",
     "StepCall",
@@ -111,10 +113,18 @@ Call: TypeAlias = StepCall | SleepCall | EventCall | AttributesCall | ProgressCa
 CALL_TYPES = (StepCall, SleepCall, EventCall, AttributesCall, ProgressCall)
 
 
-class _Pending:
-    """The awaitable a call returns: it yields the call to the interpreter, once."""
+class Pending:
+    """The awaitable a call returns: it yields the call to the interpreter, once.
 
-    __slots__ = ("call",)
+    It also passes for an asyncio future (`_asyncio_future_blocking`, `add_done_callback`,
+    `result`, ...), so that `asyncio.gather(step(a), step(b))` takes it as it is instead of
+    wrapping it in a task on the event loop: the gathering future the workflow then awaits
+    reaches the interpreter, which runs the steps together and `resolve`s each (see
+    `runfold.flow.parallel`). Nothing else ever completes it.
+    """
+
+    __slots__ = ("_callbacks", "_outcome", "call")
+    _asyncio_future_blocking = False  # what `asyncio.isfuture` looks for
 
     def __init__(self, call: Call) -> None:
         self.call = call
@@ -125,6 +135,56 @@ class _Pending:
                 f"{type(self.call).__name__} was awaited outside a workflow run by a Flow"
             )
         return (yield self.call)
+
+    # --- what asyncio.gather asks of a future -------------------------------------------------
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop (the one the interpreter runs on)."""
+        if not IN_WORKFLOW.get():
+            raise NotInWorkflow(
+                f"{type(self.call).__name__} was gathered outside a workflow run by a Flow"
+            )
+        return asyncio.get_running_loop()
+
+    def add_done_callback(self, fn: Callable[[Pending], object], *, context: Any = None) -> None:
+        """Call `fn(self)` once `resolve`d (at once, by the interpreter)."""
+        self._callbacks = (*getattr(self, "_callbacks", ()), fn)
+
+    def remove_done_callback(self, fn: Callable[[Pending], object]) -> int:
+        """Forget `fn`; how many were removed."""
+        kept = tuple(cb for cb in getattr(self, "_callbacks", ()) if cb != fn)
+        removed = len(getattr(self, "_callbacks", ())) - len(kept)
+        self._callbacks = kept
+        return removed
+
+    def done(self) -> bool:
+        """Whether the call's outcome is known."""
+        return hasattr(self, "_outcome")
+
+    def cancelled(self) -> bool:
+        """Never: a durable call is not cancelled from workflow code."""
+        return False
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Refused (False): a durable call is not cancelled from workflow code."""
+        return False
+
+    def exception(self) -> BaseException | None:
+        """The call's error, once resolved."""
+        return self._outcome[1]
+
+    def result(self) -> Any:
+        """The call's result, once resolved; its error raised."""
+        value, error = self._outcome
+        if error is not None:
+            raise error
+        return value
+
+    def resolve(self, value: Any = None, error: BaseException | None = None) -> None:
+        """Record the call's outcome and run the callbacks (gather's bookkeeping)."""
+        self._outcome = (value, error)
+        for callback in getattr(self, "_callbacks", ()):
+            callback(self)
 
 
 def step(
@@ -142,7 +202,7 @@ def step(
     to steps created after it.
     """
     chosen = name if name is not None else getattr(fn, "__qualname__", type(fn).__name__)
-    return _Pending(StepCall(fn=fn, args=args, name=chosen, retry=retry))
+    return Pending(StepCall(fn=fn, args=args, name=chosen, retry=retry))
 
 
 def sleep(delay: timedelta | float) -> Any:
@@ -155,7 +215,7 @@ def sleep(delay: timedelta | float) -> Any:
         delay = timedelta(seconds=delay)
     if delay < timedelta(0):
         raise ValueError("a sleep cannot be negative")
-    return _Pending(SleepCall(delay=delay))
+    return Pending(SleepCall(delay=delay))
 
 
 def wait_for_event(hook_id: str, *, token: str, timeout: timedelta | float | None = None) -> Any:
@@ -178,7 +238,7 @@ def wait_for_event(hook_id: str, *, token: str, timeout: timedelta | float | Non
         timeout = timedelta(seconds=timeout)
     if timeout is not None and timeout < timedelta(0):
         raise ValueError("a wait_for_event timeout cannot be negative")
-    return _Pending(EventCall(hook_id=hook_id, token=token, timeout=timeout))
+    return Pending(EventCall(hook_id=hook_id, token=token, timeout=timeout))
 
 
 def set_attributes(changes: Mapping[str, str | None]) -> Any:
@@ -190,7 +250,7 @@ def set_attributes(changes: Mapping[str, str | None]) -> Any:
     Raises:
         InvalidAttributes: (from the Flow call driving the run) a key or value the kernel refuses.
     """
-    return _Pending(AttributesCall(changes=changes))
+    return Pending(AttributesCall(changes=changes))
 
 
 def report_progress(completed: int, *, total: int | None = None, message: str | None = None) -> Any:
@@ -203,4 +263,4 @@ def report_progress(completed: int, *, total: int | None = None, message: str | 
     """
     if completed < 0 or (total is not None and total < completed):
         raise ValueError("progress needs 0 <= completed <= total")
-    return _Pending(ProgressCall(completed=completed, total=total, message=message))
+    return Pending(ProgressCall(completed=completed, total=total, message=message))

@@ -59,6 +59,7 @@ from runfold.flow.errors import (
     UnsupportedAwait,
 )
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
+from runfold.flow.parallel import Gathered, gathered, on_gathered
 from runfold.kernel import (
     AttributesSet,
     Envelope,
@@ -121,7 +122,7 @@ class Session:
         self.coro = coro
         self.info = info  # what `workflow_info()` answers in the run's code
         self.position = 0  # calls issued so far; the current one has id str(position)
-        self.call: Call | None = None
+        self.call: Call | Gathered | None = None
         self.call_input: bytes | None = None  # the current step call's arguments, encoded
         self.finished = False
         self.result: Any = None
@@ -147,6 +148,12 @@ class Session:
             CURRENT_INFO.reset(info_token)
             IN_WORKFLOW.reset(token)
         if not isinstance(yielded, CALL_TYPES):
+            children = gathered(yielded)
+            if children is not None:  # asyncio.gather(step(a), step(b), ...)
+                self.call = Gathered(children, self.position + 1)
+                self.position += len(children)
+                self.call_input = self.produced = None
+                return
             self.coro.close()
             raise UnsupportedAwait(
                 f"workflow code awaited {yielded!r}; it may await only runfold.flow's calls "
@@ -213,8 +220,10 @@ def _describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:
     return None
 
 
-def _describe_call(call: Call | None) -> str:
+def _describe_call(call: Call | Gathered | None) -> str:
     match call:
+        case Gathered():
+            return f"asyncio.gather of {len(call.children)} steps"
         case StepCall():
             return f"step {call.name!r}"
         case SleepCall():
@@ -319,6 +328,9 @@ class Interpreter:
         call = session.call
         if isinstance(call, StepCall) and str(session.position) == step_id:
             return session, call
+        if isinstance(call, Gathered):
+            found = call.at(step_id)
+            return None if found is None else (session, found)
         return None
 
     def arguments(self, held: tuple[Session, StepCall], step_input: bytes) -> Sequence[Any]:
@@ -423,6 +435,8 @@ class Interpreter:
                     decision = self.on_event(session, snapshot, durable, call, call_id)
                 case AttributesCall() | ProgressCall():
                     decision = self.on_record(session, snapshot, durable, call, call_id)
+                case Gathered():
+                    decision = on_gathered(self, session, snapshot, durable, call)
             if decision is not None:
                 return decision
 
@@ -434,6 +448,10 @@ class Interpreter:
             recorded=recorded,
             asked=_describe_call(session.call),
         )
+
+    def recorded_at(self, snapshot: Snapshot, call_id: str) -> str | None:
+        """What the history holds at `call_id`, described, or None when nothing."""
+        return _describe_recorded(snapshot, call_id) if _recorded(snapshot, call_id) else None
 
     def other_kind(self, session: Session, snapshot: Snapshot, call_id: str) -> None:
         """Raise if the history holds another kind of call at `call_id`."""
