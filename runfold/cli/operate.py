@@ -87,9 +87,10 @@ def _wants_store(factory: Callable[..., Any]) -> bool:
 def make_runtime(
     target: str, factory: Callable[..., Any], store: EventStore | None = None
 ) -> WorkflowRuntime:
-    """The runtime `factory` makes: called with `store` when it takes one (a parameter named
-    `store`, or one positional parameter: `lambda store: Flow(store)`), else with nothing.
+    """The runtime `factory` makes, handed `store` when it takes one.
 
+    It takes one through a parameter named `store`, or one positional parameter
+    (`lambda store: Flow(store)`); otherwise it is called with nothing.
     A factory handed the store makes a runtime whose own writes (a `Flow` starting a child, a
     step delivering to another run) go to the same store as the command's.
 

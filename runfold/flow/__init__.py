@@ -7,10 +7,20 @@ crash: `Flow.recover()` in a fresh process carries every live run on from its hi
 `docs/tutorials/durable-functions.md`.
 """
 
-from runfold.flow.calls import report_progress, set_attributes, sleep, step, wait_for_event
+from runfold.flow.calls import (
+    ChildHandle,
+    child,
+    report_progress,
+    set_attributes,
+    sleep,
+    start_child,
+    step,
+    wait_for_event,
+)
 from runfold.flow.definition import Workflow, registered_workflows, workflow
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import (
+    ChildWorkflowError,
     DuplicateWorkflow,
     FlowError,
     FlowNonDeterminism,
@@ -25,6 +35,8 @@ from runfold.flow.flow import Flow, FlowRun, current_step
 from runfold.flow.info import WorkflowInfo, workflow_info
 
 __all__ = [
+    "ChildHandle",
+    "ChildWorkflowError",
     "DuplicateWorkflow",
     "Flow",
     "FlowError",
@@ -40,11 +52,13 @@ __all__ = [
     "UnsupportedAwait",
     "Workflow",
     "WorkflowInfo",
+    "child",
     "current_step",
     "registered_workflows",
     "report_progress",
     "set_attributes",
     "sleep",
+    "start_child",
     "step",
     "wait_for_event",
     "workflow",

@@ -14,25 +14,33 @@ import asyncio
 from collections.abc import Callable, Generator, Mapping
 from contextvars import ContextVar
 from datetime import timedelta
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import attrs
 
 from runfold.flow.errors import NotInWorkflow
 from runfold.kernel import RetryPolicy
 
+if TYPE_CHECKING:
+    from runfold.flow.definition import Workflow
+
 __all__ = [
     "CALL_TYPES",
     "AttributesCall",
     "Call",
+    "ChildHandle",
+    "ChildResultCall",
     "EventCall",
     "Pending",
     "ProgressCall",
     "SleepCall",
+    "StartChildCall",
     "StepCall",
+    "child",
     "report_progress",
     "set_attributes",
     "sleep",
+    "start_child",
     "step",
     "wait_for_event",
 ]
@@ -108,9 +116,61 @@ class ProgressCall:
     message: str | None = None
 
 
-Call: TypeAlias = StepCall | SleepCall | EventCall | AttributesCall | ProgressCall
+@attrs.frozen(kw_only=True)
+class StartChildCall:
+    """`await start_child(workflow, input, ...)`: create a child run, linked to this one."""
+
+    workflow: Workflow
+    input: Any
+    run_id: str | None = None
+    timeout: timedelta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ChildHandle:
+    """A child run started by `start_child`: its `run_id`, and `await handle.result()`."""
+
+    run_id: str
+    workflow_name: str
+    call_id: str
+    """The id of the `start_child` call in the parent's history (its link's `reference_id`)."""
+
+    def result(self) -> Any:
+        """Suspend until the child run ends; its output, decoded.
+
+        Raises:
+            ChildWorkflowError: The child failed, was cancelled or timed out.
+        """
+        return Pending(ChildResultCall(handle=self))
+
+
+@attrs.frozen(kw_only=True)
+class ChildResultCall:
+    """`await handle.result()`: resume with the child's output once it ended."""
+
+    handle: ChildHandle
+
+
+Call: TypeAlias = (
+    StepCall
+    | SleepCall
+    | EventCall
+    | AttributesCall
+    | ProgressCall
+    | StartChildCall
+    | ChildResultCall
+)
 """Everything workflow code can await."""
-CALL_TYPES = (StepCall, SleepCall, EventCall, AttributesCall, ProgressCall)
+CALL_TYPES = (
+    StepCall,
+    SleepCall,
+    EventCall,
+    AttributesCall,
+    ProgressCall,
+    StartChildCall,
+    ChildResultCall,
+)
+"""The classes of `Call`, for `isinstance`."""
 
 
 class Pending:
@@ -264,3 +324,40 @@ def report_progress(completed: int, *, total: int | None = None, message: str | 
     if completed < 0 or (total is not None and total < completed):
         raise ValueError("progress needs 0 <= completed <= total")
     return Pending(ProgressCall(completed=completed, total=total, message=message))
+
+
+def start_child(
+    workflow: Workflow,
+    input: Any,
+    *,
+    run_id: str | None = None,
+    timeout: timedelta | None = None,
+) -> Any:
+    """Start a child run of `workflow` with `input`; resume with its `ChildHandle` at once.
+
+    The child is linked to this run (`child_linked`, and the child's `parent_run_id`); its id
+    is `run_id`, else `<this run's id>/<call id>`, so a replay finds the same child. It runs
+    on its own (the `Flow` drives it as soon as the parent's decision is recorded); `await
+    handle.result()` suspends the parent until it ends, without polling. When the parent ends
+    (completed, failed, cancelled or timed out) while a child is still live, the child is
+    cancelled. `timeout` gives the child a deadline from its creation (see `Flow.start`).
+    """
+    if timeout is not None and timeout <= timedelta(0):
+        raise ValueError("a child's timeout must be positive")
+    return Pending(StartChildCall(workflow=workflow, input=input, run_id=run_id, timeout=timeout))
+
+
+async def child(
+    workflow: Workflow,
+    input: Any,
+    *,
+    run_id: str | None = None,
+    timeout: timedelta | None = None,
+) -> Any:
+    """`await start_child(...)`, then `await handle.result()`: the child's output.
+
+    Raises:
+        ChildWorkflowError: The child failed, was cancelled or timed out.
+    """
+    handle: ChildHandle = await start_child(workflow, input, run_id=run_id, timeout=timeout)
+    return await handle.result()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from runfold.kernel import RunfoldError
 
 __all__ = [
+    "ChildWorkflowError",
     "DuplicateWorkflow",
     "FlowError",
     "FlowNonDeterminism",
@@ -129,3 +130,21 @@ class TokenInUse(FlowError):
         super().__init__(f"the token of wait_for_event({hook_id!r}) is held by {holder}")
         self.hook_id = hook_id
         self.holder_run_id = holder_run_id
+
+
+class ChildWorkflowError(FlowError):
+    """Raised into workflow code by `await handle.result()`: the child run did not complete.
+
+    `child_run_id` is the child, `child_status` how it ended (failed, cancelled or timed_out)
+    and `child_error` its recorded error, if any. Uncaught, it fails the parent.
+    """
+
+    code = "child_workflow_failed"
+    status = 500
+
+    def __init__(self, child_run_id: str, child_status: str, child_error: str) -> None:
+        detail = f": {child_error}" if child_error else ""
+        super().__init__(f"child run {child_run_id!r} ended {child_status}{detail}")
+        self.child_run_id = child_run_id
+        self.child_status = child_status
+        self.child_error = child_error

@@ -19,7 +19,9 @@ from typing import Any
 import attrs
 
 from runfold.engine import (
+    AwaitHook,
     Engine,
+    LinkChildOperation,
     Resumption,
     RuntimeDecision,
     StepInvocation,
@@ -28,13 +30,25 @@ from runfold.engine import (
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import FlowError, UnknownWorkflow
+from runfold.flow.family import Family
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.interpreter import Interpreter
 from runfold.handler import CommandHandler
-from runfold.kernel import Envelope, Snapshot
+from runfold.kernel import (
+    Envelope,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunTimedOut,
+    Snapshot,
+)
 from runfold.stores.protocol import EventStore
 
 __all__ = ["Flow", "FlowRun", "current_step"]
+
+_RUN_ENDS = frozenset({RunCompleted, RunFailed, RunCancelled, RunTimedOut})
+# The decisions the Family acts on (a child's creation, a wait on a child).
+_FAMILY_DECISIONS = frozenset({LinkChildOperation, AwaitHook})
 
 # What a step body commonly returns, and can never be awaited: `inspect.isawaitable` is skipped.
 _NEVER_AWAITABLE = frozenset({str, bytes, int, float, bool, type(None), list, dict, tuple})
@@ -114,6 +128,7 @@ class Flow:
             self.workflows, self.codec, self.handler.clock, max_sessions=max_sessions
         )
         self.engine = Engine(self.handler, self, observers=(self,))
+        self.family = Family(self.engine, self.interpreter, self.codec, lambda: self.version)
 
     # --- what people call ---------------------------------------------------------------------
 
@@ -157,7 +172,7 @@ class Flow:
             workflow_version=self.version,
             deadline=deadline,
         )
-        return self.report(snapshot)
+        return await self.settled(snapshot)
 
     async def deliver(self, token: str, payload: Any, *, delivery_id: str | None = None) -> FlowRun:
         """Deliver `payload` to the `wait_for_event` holding `token`, and drive its run.
@@ -171,14 +186,35 @@ class Flow:
             EntityConflict: `delivery_id` was already received with another payload.
         """
         encoded = self.codec.encode(payload)
-        return self.report(await self.engine.deliver(token, encoded, delivery_id))
+        return await self.settled(await self.engine.deliver(token, encoded, delivery_id))
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> FlowRun:
+        """Cancel a live run (and, as it ends, its live children), and drive it to its end.
+
+        Raises:
+            RunNotFound: The run has no history.
+            TerminalState: The run already ended otherwise.
+            EntityConflict: The run is already cancelling for another reason.
+        """
+        return await self.settled(await self.engine.request_cancel(run_id, reason))
+
+    async def settled(self, snapshot: Snapshot) -> FlowRun:
+        """`snapshot` reported once the follow-ups of children and parents are done.
+
+        It is read again if they did anything: they may have moved the run.
+        """
+        if await self.family.settle():
+            snapshot = await self.handler.snapshot(snapshot.run_id)
+        return self.report(snapshot)
 
     async def recover(self) -> tuple[Resumption, ...]:
         """Drive every live run of the served workflows once (at start-up).
 
         A run that fails to drive is reported in its `Resumption` and does not stop the others.
         """
-        return await self.engine.recover()
+        resumed = await self.engine.recover()
+        await self.family.settle()
+        return resumed
 
     async def run_until_idle(self, now: datetime | None = None) -> tuple[Resumption, ...]:
         """Resume due sleeps and retries until nothing is due at `now` (default: the clock).
@@ -188,6 +224,7 @@ class Flow:
         resumed: list[Resumption] = []
         while True:
             found = await self.engine.resume_due(now)
+            await self.family.settle()
             resumed.extend(found)
             if all(r.error is not None for r in found):
                 return tuple(resumed)
@@ -228,7 +265,10 @@ class Flow:
         durable = None
         if replay and _has_results(snapshot):
             durable = await self.handler.lookup(snapshot.run_id)
-        return self.interpreter.decide(snapshot, durable, replay=replay)
+        decision = self.interpreter.decide(snapshot, durable, replay=replay)
+        if type(decision) in _FAMILY_DECISIONS:
+            await self.family.decided(snapshot, decision)
+        return decision
 
     async def run_step(self, invocation: StepInvocation) -> bytes:
         """Run the step's function on its decoded arguments; its result, encoded."""
@@ -274,7 +314,9 @@ class Flow:
         return self._threads
 
     async def on_event(self, envelope: Envelope) -> None:
-        """Confirm what the engine appended to the live sessions."""
+        """Confirm what the engine appended to the live sessions; note runs that ended."""
+        if type(envelope.event) in _RUN_ENDS:
+            self.family.ended(envelope.run_id)
         self.interpreter.observe(envelope)
 
 

@@ -44,11 +44,14 @@ from runfold.flow.calls import (
     IN_WORKFLOW,
     AttributesCall,
     Call,
+    ChildResultCall,
     EventCall,
     ProgressCall,
     SleepCall,
+    StartChildCall,
     StepCall,
 )
+from runfold.flow.children import on_child_result, on_start_child
 from runfold.flow.definition import Workflow
 from runfold.flow.encoding import ROUND_TRIP_TYPES, JsonCodec, PayloadCodec, round_trips
 from runfold.flow.errors import (
@@ -62,6 +65,7 @@ from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.parallel import Gathered, gathered, on_gathered
 from runfold.kernel import (
     AttributesSet,
+    ChildLinked,
     Envelope,
     HookDisposed,
     ProgressRecorded,
@@ -88,6 +92,7 @@ _OBSERVED = frozenset(
         HookDisposed,
         AttributesSet,
         ProgressRecorded,
+        ChildLinked,
         RunCompleted,
         RunFailed,
         RunCancelled,
@@ -110,6 +115,7 @@ class Session:
         "call_input",
         "coro",
         "failure",
+        "family",
         "finished",
         "info",
         "position",
@@ -121,6 +127,7 @@ class Session:
     def __init__(self, coro: Coroutine[Any, Any, Any], info: WorkflowInfo) -> None:
         self.coro = coro
         self.info = info  # what `workflow_info()` answers in the run's code
+        self.family = False  # whether the code started a child (its end concerns them)
         self.position = 0  # calls issued so far; the current one has id str(position)
         self.call: Call | Gathered | None = None
         self.call_input: bytes | None = None  # the current step call's arguments, encoded
@@ -184,6 +191,8 @@ def _agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
         return entity_id in snapshot.attribute_write_ids
     if kind == "progress":
         return entity_id in snapshot.progress
+    if kind == "child":
+        return entity_id in snapshot.children
     wait = snapshot.waits.get(entity_id)
     return wait is not None and wait.status == "completed"
 
@@ -198,6 +207,7 @@ def _recorded(snapshot: Snapshot, entity_id: str) -> bool:
         or entity_id in snapshot.hook_conflicts
         or entity_id in snapshot.attribute_write_ids
         or entity_id in snapshot.progress
+        or entity_id in snapshot.children
     )
 
 
@@ -217,6 +227,9 @@ def _describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:
         return "set_attributes"
     if entity_id in snapshot.progress:
         return "report_progress"
+    link = snapshot.children.get(entity_id)
+    if link is not None:
+        return f"start_child of {link.operation_id!r}"
     return None
 
 
@@ -234,6 +247,10 @@ def _describe_call(call: Call | Gathered | None) -> str:
             return "set_attributes"
         case ProgressCall():
             return "report_progress"
+        case StartChildCall():
+            return f"start_child of {call.workflow.name!r}"
+        case ChildResultCall():
+            return f"the result of child {call.handle.run_id!r}"
     return "the end of the workflow"
 
 
@@ -383,6 +400,8 @@ class Interpreter:
             key, expected = ("attributes", event.write_id), ("recorded", None)
         elif isinstance(event, ProgressRecorded):
             key, expected = ("progress", event.progress_id), ("recorded", None)
+        elif isinstance(event, ChildLinked):
+            key, expected = ("child", event.reference_id), ("linked", None)
         else:  # the run ended
             self.forget(envelope.run_id)
             return
@@ -437,6 +456,11 @@ class Interpreter:
                     decision = self.on_record(session, snapshot, durable, call, call_id)
                 case Gathered():
                     decision = on_gathered(self, session, snapshot, durable, call)
+                case StartChildCall():
+                    session.family = True
+                    decision = on_start_child(self, session, snapshot, durable, call, call_id)
+                case ChildResultCall():
+                    decision = on_child_result(self, session, snapshot, call, call_id)
             if decision is not None:
                 return decision
 
@@ -562,8 +586,10 @@ class Interpreter:
         call: EventCall,
         call_id: str,
     ) -> RuntimeDecision | None:
-        """Create or keep awaiting the hook, or resume the coroutine with its first delivery
-        (or None once its timeout passed; the hook is closed first)."""
+        """Create or keep awaiting the hook, or resume the coroutine with its first delivery.
+
+        With a timeout, resume it with None once the timeout passed (the hook closed first).
+        """
         metadata = call.hook_id.encode()
         hook = snapshot.hooks.get(call_id)
         if hook is None:
