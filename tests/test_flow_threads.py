@@ -54,6 +54,16 @@ async def test_a_sleeping_def_step_does_not_delay_another_runs_steps(store: Even
     assert order == ["slow started", *(f"quick {i}" for i in range(5)), "slow ended"], MARKS
 
 
-def test_step_threads_must_be_positive() -> None:
+def test_step_threads_cannot_be_negative() -> None:
     with pytest.raises(ValueError, match="step_threads"):
-        Flow(MemoryStore(), [slow_run], step_threads=0)
+        Flow(MemoryStore(), [slow_run], step_threads=-1)
+
+
+async def test_no_step_threads_runs_def_bodies_on_the_loop() -> None:
+    @workflow(name="test-on-the-loop")
+    async def on_the_loop(_: None) -> str:
+        name: str = await step(lambda: threading.current_thread().name, name="thread")
+        return name
+
+    done = await Flow(MemoryStore(), [on_the_loop], step_threads=0).start(on_the_loop, None)
+    assert done.output == threading.current_thread().name
