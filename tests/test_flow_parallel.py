@@ -131,3 +131,23 @@ async def test_a_gather_of_a_coroutine_is_refused(store: EventStore) -> None:
 
     with pytest.raises(UnsupportedAwait):
         await Flow(store, [mixed]).start(mixed, None)
+
+
+async def instant(i: int) -> int:
+    return i
+
+
+@workflow(name="test-instant-fan-out")
+async def instant_fan_out(n: int) -> list[int]:
+    return list(await asyncio.gather(*(step(instant, i) for i in range(n))))
+
+
+async def test_outcomes_known_together_are_committed_together(store: EventStore) -> None:
+    appends = Appends(store)
+    done = await Flow(appends, [instant_fan_out]).start(instant_fan_out, 10, run_id="i")
+    assert done.output == list(range(10))
+    # The creation with the ten starts; the ten outcomes, in call order, with the run's end.
+    assert len(appends.batches) == 2, appends.batches
+    assert appends.batches[1] == ["step_completed"] * 10 + ["run_completed"]
+    completed = [e.event for e in await store.read("i") if e.event.event_type == "step_completed"]
+    assert [e.step_id for e in completed] == [str(i) for i in range(1, 11)]
