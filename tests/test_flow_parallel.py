@@ -11,7 +11,7 @@ from hypothesis import given, settings
 
 from runfold import EventStore, MemoryStore
 from runfold.flow import Flow, StepError, UnsupportedAwait, current_step, step, workflow
-from runfold.kernel import RetryPolicy
+from runfold.kernel import RetryPolicy, StepCompleted
 from runfold.testing import DelegatingStore, Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
 from tests.conftest import Clock
@@ -149,5 +149,6 @@ async def test_outcomes_known_together_are_committed_together(store: EventStore)
     # The creation with the ten starts; the ten outcomes, in call order, with the run's end.
     assert len(appends.batches) == 2, appends.batches
     assert appends.batches[1] == ["step_completed"] * 10 + ["run_completed"]
-    completed = [e.event for e in await store.read("i") if e.event.event_type == "step_completed"]
-    assert [e.step_id for e in completed] == [str(i) for i in range(1, 11)]
+    events = [e.event for e in await store.read("i")]
+    completed = [e.step_id for e in events if isinstance(e, StepCompleted)]
+    assert completed == [str(i) for i in range(1, 11)]

@@ -10,6 +10,7 @@ crash: `Flow.recover()` in a fresh process carries every live run on from its hi
 from runfold.flow.calls import (
     ChildHandle,
     child,
+    recv,
     report_progress,
     set_attributes,
     sleep,
@@ -54,6 +55,7 @@ __all__ = [
     "WorkflowInfo",
     "child",
     "current_step",
+    "recv",
     "registered_workflows",
     "report_progress",
     "set_attributes",

@@ -33,10 +33,12 @@ __all__ = [
     "EventCall",
     "Pending",
     "ProgressCall",
+    "RecvCall",
     "SleepCall",
     "StartChildCall",
     "StepCall",
     "child",
+    "recv",
     "report_progress",
     "set_attributes",
     "sleep",
@@ -117,6 +119,14 @@ class ProgressCall:
 
 
 @attrs.frozen(kw_only=True)
+class RecvCall:
+    """`await recv(topic, timeout=...)`: the next message sent to the run on `topic`."""
+
+    topic: str | None = None
+    timeout: timedelta | None = None
+
+
+@attrs.frozen(kw_only=True)
 class StartChildCall:
     """`await start_child(workflow, input, ...)`: create a child run, linked to this one."""
 
@@ -159,6 +169,7 @@ Call: TypeAlias = (
     | ProgressCall
     | StartChildCall
     | ChildResultCall
+    | RecvCall
 )
 """Everything workflow code can await."""
 CALL_TYPES = (
@@ -169,6 +180,7 @@ CALL_TYPES = (
     ProgressCall,
     StartChildCall,
     ChildResultCall,
+    RecvCall,
 )
 """The classes of `Call`, for `isinstance`."""
 
@@ -361,3 +373,23 @@ async def child(
     """
     handle: ChildHandle = await start_child(workflow, input, run_id=run_id, timeout=timeout)
     return await handle.result()
+
+
+def recv(topic: str | None = None, *, timeout: timedelta | float | None = None) -> Any:
+    """The next message `Flow.send` sent to this run on `topic` (DBOS's `recv`), or None.
+
+    Messages are kept in the run (a hook per topic) from the moment they are sent, before the
+    workflow asks or while it does; each `recv` of a topic takes the next one, in the order
+    they were recorded, so each message is received once. Without one waiting, the run
+    suspends until one is sent, or, with a `timeout` (a timedelta, or seconds, from when the
+    call is first reached), until the timeout passed: then it resumes with None, and a
+    message sent later is left for the next `recv`.
+
+    Raises:
+        ValueError: `timeout` is negative.
+    """
+    if timeout is not None and not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=timeout)
+    if timeout is not None and timeout < timedelta(0):
+        raise ValueError("a recv timeout cannot be negative")
+    return Pending(RecvCall(topic=topic, timeout=timeout))

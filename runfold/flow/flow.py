@@ -8,6 +8,7 @@ the engine records everything through the `CommandHandler`, one commit per step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 from collections.abc import Callable, Collection, Iterable
@@ -33,9 +34,13 @@ from runfold.flow.errors import FlowError, UnknownWorkflow
 from runfold.flow.family import Family
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.interpreter import Interpreter
+from runfold.flow.messages import mailbox_hook
 from runfold.handler import CommandHandler
 from runfold.kernel import (
+    CreateHook,
+    EntityConflict,
     Envelope,
+    HookNotFound,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -189,6 +194,39 @@ class Flow:
         """
         encoded = self.codec.encode(payload)
         return await self.settled(await self.engine.deliver(token, encoded, delivery_id))
+
+    async def send(
+        self,
+        run_id: str,
+        message: Any,
+        *,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> FlowRun:
+        """Send `message` to the run on `topic` (DBOS's `send`), for its `recv` to take.
+
+        It is recorded in the run at once (a delivery of the run's mailbox hook for the topic,
+        which this call creates when the workflow has not asked yet), so it is kept until a
+        `recv` takes it; the run is then driven. The same `idempotency_key` again records the
+        message once.
+
+        Raises:
+            RunNotFound: The run has no history.
+            TerminalState: The run has ended.
+            EntityConflict: `idempotency_key` was already used with another message.
+        """
+        hook_id, token, metadata = mailbox_hook(run_id, topic)
+        encoded = self.codec.encode(message)
+        for _ in range(2):
+            try:
+                snapshot = await self.engine.deliver(token, encoded, idempotency_key)
+            except HookNotFound:  # no mailbox yet: make it, then deliver
+                create = CreateHook(hook_id=hook_id, token=token, metadata=metadata)
+                with contextlib.suppress(EntityConflict):  # made meanwhile
+                    await self.engine.execute(run_id, (create,))
+                continue
+            return await self.settled(snapshot)
+        raise AssertionError("a mailbox hook created just now took no delivery")
 
     async def cancel(self, run_id: str, reason: str | None = None) -> FlowRun:
         """Cancel a live run (and, as it ends, its live children), and drive it to its end.

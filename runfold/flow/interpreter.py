@@ -47,6 +47,7 @@ from runfold.flow.calls import (
     ChildResultCall,
     EventCall,
     ProgressCall,
+    RecvCall,
     SleepCall,
     StartChildCall,
     StepCall,
@@ -62,6 +63,7 @@ from runfold.flow.errors import (
     UnsupportedAwait,
 )
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
+from runfold.flow.messages import on_recv
 from runfold.flow.parallel import Gathered, gathered, on_gathered
 from runfold.kernel import (
     AttributesSet,
@@ -120,6 +122,7 @@ class Session:
         "info",
         "position",
         "produced",
+        "received",
         "result",
         "unconfirmed",
     )
@@ -128,6 +131,7 @@ class Session:
         self.coro = coro
         self.info = info  # what `workflow_info()` answers in the run's code
         self.family = False  # whether the code started a child (its end concerns them)
+        self.received: dict[str, int] = {}  # messages taken so far, by mailbox hook id
         self.position = 0  # calls issued so far; the current one has id str(position)
         self.call: Call | Gathered | None = None
         self.call_input: bytes | None = None  # the current step call's arguments, encoded
@@ -251,6 +255,8 @@ def _describe_call(call: Call | Gathered | None) -> str:
             return f"start_child of {call.workflow.name!r}"
         case ChildResultCall():
             return f"the result of child {call.handle.run_id!r}"
+        case RecvCall():
+            return f"recv({call.topic!r})"
     return "the end of the workflow"
 
 
@@ -461,6 +467,8 @@ class Interpreter:
                     decision = on_start_child(self, session, snapshot, durable, call, call_id)
                 case ChildResultCall():
                     decision = on_child_result(self, session, snapshot, call, call_id)
+                case RecvCall():
+                    decision = on_recv(self, session, snapshot, durable, call, call_id)
             if decision is not None:
                 return decision
 
