@@ -4,6 +4,7 @@ and `delete` act on such runs."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -15,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from runfold.flow import Flow
+from runfold.stores import SQLiteStore
+from runfold.testing import CrashingStore, Fault, SimulatedCrash
 from tests.cli_support import ROOT, ok, one_line_error, run_ids, runfold_cli
 
 DEMO_RUNTIME = "runfold.cli.demo:OrderFulfilment"
@@ -169,3 +173,51 @@ def test_delete_run_id_removes_that_ended_run_only(url: str) -> None:
         runfold_cli("delete", live, "--ended-before", "2026-01-01T00:00:00Z", "--store", url), 2
     )
     assert "give a RUN_ID or --ended-before" in both
+
+
+RELAY_RUNTIME = """
+from runfold.flow import Flow, step, wait_for_event, workflow
+
+FLOW = None
+
+
+async def tell(token):
+    await FLOW.deliver(token, "from the relay")  # a write of the runtime's own
+    return "told"
+
+
+@workflow(name="test-cli-relay")
+async def relay(token):
+    return await step(tell, token)
+
+
+@workflow(name="test-cli-listener")
+async def listener(token):
+    return await wait_for_event("told", token=token)
+
+
+def make(store):
+    global FLOW
+    FLOW = Flow(store, [relay, listener])
+    return FLOW
+"""
+
+
+async def test_resume_hands_the_store_to_a_factory_that_takes_one(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "relay_runtime.py").write_text(RELAY_RUNTIME)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("relay_runtime")
+    async with await SQLiteStore.open(tmp_path / "ops.db") as store:
+        flow = module.make(store)
+        await flow.start(module.listener, "told-token", run_id="L")
+        dying = Flow(CrashingStore(store, [Fault(write=1, moment="after", kind="stop")]))
+        with pytest.raises(SimulatedCrash):  # the relay's step started, never ran
+            await dying.start(module.relay, "told-token", run_id="R")
+    resumed = ok(
+        runfold_cli("resume", "--runtime", "relay_runtime:make", "R", "--store", url, cwd=tmp_path)
+    )
+    assert resumed.strip() == "run R  completed"
+    listened = json.loads(ok(runfold_cli("show", "L", "--json", "--store", url)))
+    assert listened["status"] == "completed"

@@ -67,11 +67,15 @@ def resume(
     if (run_id is None) == (not due):
         raise click.UsageError("give a RUN_ID or --due (one of them)", ctx)
     try:
-        runtime = operate.load_runtime(target)
+        factory = operate.resolve_factory(target)
     except operate.RuntimeLoadError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
 
     async def work(store: EventStore, terminal: Terminal) -> int:
+        try:  # made on the command's store: a factory that takes one gets it
+            runtime = operate.make_runtime(target, factory, store)
+        except operate.RuntimeLoadError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
         resumed = await operate.resume(store, runtime, run_id)
         failed = False
         for one in resumed:

@@ -25,6 +25,7 @@ from runfold.engine.retry import (
 from runfold.engine.runtime import (
     AwaitHook,
     Cancel,
+    CloseHook,
     Complete,
     EngineObserver,
     Fail,
@@ -51,6 +52,7 @@ __all__ = [
     "LONGEST_RETRY_INTERVAL",
     "AwaitHook",
     "Cancel",
+    "CloseHook",
     "Complete",
     "Engine",
     "EngineError",

@@ -20,6 +20,7 @@ from runfold.engine.errors import InvalidDecision, ReplayLimitExceeded, RunDefin
 from runfold.engine.runtime import (
     AwaitHook,
     Cancel,
+    CloseHook,
     Complete,
     Fail,
     LinkChildOperation,
@@ -42,6 +43,7 @@ from runfold.kernel import (
     CompleteWait,
     CreateHook,
     CreateWait,
+    DisposeHook,
     EntityConflict,
     Event,
     FailRun,
@@ -217,6 +219,8 @@ class Drive(StepRunner):
                 )
             case UpdateAttributes():
                 command = SetAttributes(changes=decision.changes, write_id=decision.write_id)
+            case CloseHook():
+                command = DisposeHook(hook_id=decision.hook_id)
             case _:
                 raise InvalidDecision(
                     f"run_workflow returned {decision!r}, which is not a RuntimeDecision",
