@@ -149,6 +149,7 @@ class PostgresStore(IndexReads):
             store = cls(pool, schema, owns_pool=True, feed_wait=feed_wait)
             try:
                 await pool.open(wait=False)  # its connections are made in the background meanwhile
+                store._connections.guard_exit()
                 await store._prepare_schema(probe, migrate)
             except BaseException:
                 await store.close()
