@@ -8,6 +8,7 @@ See `docs/reference/engine.md`.
 
 from runfold.engine.engine import Engine, EngineSummary, Resumption, Suspension, SuspensionKind
 from runfold.engine.errors import (
+    BaseExceptionRaised,
     EngineError,
     InvalidDecision,
     ReplayLimitExceeded,
@@ -51,6 +52,7 @@ __all__ = [
     "DEFAULT_RETRY",
     "LONGEST_RETRY_INTERVAL",
     "AwaitHook",
+    "BaseExceptionRaised",
     "Cancel",
     "CloseHook",
     "Complete",

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from runfold.engine.errors import InvalidDecision, ReplayLimitExceeded, RunDefinitionConflict
+from runfold.engine.raised import as_failure, is_code_failure
 from runfold.engine.runtime import (
     AwaitHook,
     Cancel,
@@ -175,7 +176,12 @@ class Drive(StepRunner):
             )
         if view.status == "pending":
             return await self.record(StartRun(), "starting the run")
-        decision = await self.engine.runtime.run_workflow(WorkflowInvocation(snapshot=view))
+        try:
+            decision = await self.engine.runtime.run_workflow(WorkflowInvocation(snapshot=view))
+        except BaseException as exc:  # SystemExit and the like: an error to report, not an exit
+            if isinstance(exc, Exception) or not is_code_failure(exc):
+                raise
+            raise as_failure(exc, run_id=self.run_id, where="run_workflow") from exc
         command: Command
         match decision:
             case ScheduleStep():

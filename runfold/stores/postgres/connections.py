@@ -123,6 +123,7 @@ class Connections:
         """Seconds: the default deadline of a call (`PostgresStore.open`'s `call_timeout`)."""
         self._held: list[Connection] = []  # see `putconn`
         self._tasks: set[asyncio.Task[None]] = set()  # see `background`
+        self._exit_guard: asyncio.Task[None] | None = None  # see `guard_exit`
         self._checking = False
         # The types of `append_request` values and arrays, once the schema is known.
         self.request: type[Wire] = Wire
@@ -210,6 +211,26 @@ class Connections:
             self._held.remove(conn)
             self.background(self.pool.putconn(conn))
 
+    def guard_exit(self) -> None:
+        """Close the owned pool if the event loop cancels the store's tasks before `close`.
+
+        `asyncio.run` ends by cancelling every task left and waiting for them all. psycopg_pool's
+        workers take a cancellation that lands while they connect for a failed connection
+        attempt (3.3: `CLIENT_EXCEPTIONS` includes `CancelledError`), schedule another and wait
+        for work for ever; a script that raised with its store open then never exits. Cancelled
+        with them, this task closes the pool, which stops its workers.
+        """
+        self._exit_guard = asyncio.create_task(self._close_pool_when_cancelled())
+
+    async def _close_pool_when_cancelled(self) -> None:
+        try:
+            await asyncio.get_running_loop().create_future()  # until cancelled
+        except asyncio.CancelledError:
+            if not self.closed:  # cancelled from outside, not by `close`
+                self.closed = True
+                await self.pool.close(timeout=1.0)
+            raise
+
     def background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` as a task the store keeps a reference to (and `close` waits for)."""
         task = asyncio.create_task(work)
@@ -293,6 +314,10 @@ class Connections:
 
         The caller has set `closed` and let the appends already accepted finish.
         """
+        if self._exit_guard is not None:
+            self._exit_guard.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._exit_guard
         while self._held:
             await self.pool.putconn(self._held.pop())
         while self._tasks:

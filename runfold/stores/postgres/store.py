@@ -168,6 +168,7 @@ class PostgresStore(IndexReads):
             store._connections.call_timeout = call_timeout
             try:
                 await pool.open(wait=False)  # its connections are made in the background meanwhile
+                store._connections.guard_exit()
                 await store._prepare_schema(probe, migrate)
             except BaseException:
                 await store.close()
