@@ -69,6 +69,7 @@ from runfold.stores import SQLiteStore
 from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
 from runfold.stores.sqlite import SCHEMA_VERSION, reads
 from runfold.stores.sqlite.retention import ENDED_RUNS, chosen_ended_runs
+from runfold.stores.sqlite.schema import MIGRATIONS
 from tests.conftest import T0, Clock
 from tests.sqlite_worker import (
     CRASH_RUNS,
@@ -187,9 +188,14 @@ def as_older_file(path: Path, version: int) -> None:
     """Make the runfold file at `path` the file a runfold of schema `version` wrote."""
     conn = sqlite3.connect(path)
     try:
-        if version < 3:  # no type triggers yet
+        if version < 4:  # no run owners, no leases (the triggers of version 3 come back below)
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
                 conn.execute(f'DROP TRIGGER "{name}"')
+            conn.execute("DROP INDEX runs_owner")
+            conn.execute("ALTER TABLE runs DROP COLUMN owner_id")
+            conn.execute("DROP TABLE leases")
+        if version == 3:  # its type triggers
+            conn.executescript(MIGRATIONS[2])
         if version < 2:  # no feed high-water mark yet
             conn.execute("DROP TABLE feed_high_water")
         conn.execute("DELETE FROM runfold_schema WHERE version > ?", (version,))
@@ -254,10 +260,7 @@ async def test_migrate_brings_a_file_put_back_to_an_older_version_forward(tmp_pa
         await write(store, "r", *started())
         await store.migrate()  # current: nothing to do
         assert store.migrated_from == 0
-        for (trigger,) in plain_query(path, "SELECT name FROM sqlite_master WHERE type='trigger'"):
-            plain_execute(path, f"DROP TRIGGER {trigger}")  # as a version-1 runfold left it:
-        plain_execute(path, "DROP TABLE feed_high_water")  # no triggers, no high-water table
-        plain_execute(path, "DELETE FROM runfold_schema WHERE version > 1")
+        as_older_file(path, 1)  # as a version-1 runfold left it, while the store is open
         await store.migrate()
         assert store.migrated_from == 1
         await write(store, "s", *started())
