@@ -75,7 +75,13 @@ async def test_orphaned_runs_are_the_live_runs_of_lapsed_or_unknown_owners(
 
 @pytest.mark.parametrize(
     ("worker_id", "lease_until", "now"),
-    [("", T0, T0), (1, T0, T0), ("\ud800", T0, T0), ("a", T0.replace(tzinfo=None), T0)],
+    [
+        ("", T0, T0),
+        (1, T0, T0),
+        ("\ud800", T0, T0),
+        ("a\x00b", T0, T0),
+        ("a", T0.replace(tzinfo=None), T0),
+    ],
 )
 async def test_bad_lease_arguments_are_refused(
     store: EventStore, worker_id: object, lease_until: object, now: object

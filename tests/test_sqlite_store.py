@@ -68,6 +68,7 @@ from runfold import (
 from runfold.stores import SQLiteStore
 from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
 from runfold.stores.sqlite import SCHEMA_VERSION, reads
+from runfold.stores.sqlite.leases import orphaned_runs_query
 from runfold.stores.sqlite.retention import ENDED_RUNS, chosen_ended_runs
 from runfold.stores.sqlite.schema import MIGRATIONS
 from tests.conftest import T0, Clock
@@ -736,6 +737,17 @@ async def test_retention_walks_the_index_of_ended_runs_whatever_the_statistics(
         assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=2) == 2
         assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=5, run_ids=["r5"] * 2) == 1
         assert [s.run_id for s in (await store.list_runs(limit=10)).items] == ["r4", "r2", "r0"]
+
+
+@pytest.mark.parametrize("served", [None, 2])
+async def test_orphaned_runs_walk_the_index_of_owned_runs(
+    tmp_path: Path, served: int | None
+) -> None:
+    path = tmp_path / "runfold.db"
+    await ended_runs(path, 6)  # runs nobody owns: the walk never meets them
+    plain_execute(path, "ANALYZE")
+    walked = plan(path, orphaned_runs_query(served), (0, 10, *(["wf"] * (served or 0))))
+    assert "USING INDEX runs_owner" in walked[0], walked
 
 
 async def test_served_workflow_names_are_matched_whatever_they_hold(tmp_path: Path) -> None:

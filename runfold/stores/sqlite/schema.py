@@ -144,9 +144,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE runs ADD COLUMN owner_id TEXT;
     CREATE INDEX runs_owner ON runs (owner_id) WHERE owner_id IS NOT NULL;
     CREATE TABLE leases (
-        worker_id TEXT PRIMARY KEY,
-        lease_until INTEGER NOT NULL,
-        started_at INTEGER NOT NULL
+        worker_id TEXT PRIMARY KEY CHECK (typeof(worker_id) = 'text'),
+        lease_until INTEGER NOT NULL CHECK (typeof(lease_until) = 'integer'),
+        started_at INTEGER NOT NULL CHECK (typeof(started_at) = 'integer')
     ) WITHOUT ROWID;
     CREATE INDEX leases_until ON leases (lease_until);
     """
