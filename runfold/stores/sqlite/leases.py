@@ -69,8 +69,11 @@ def _leases(conn: sqlite3.Connection) -> list[Any]:
 
 
 def _orphans(conn: sqlite3.Connection, now: int, limit: int, served: list[str] | None) -> list[Any]:
-    query = orphaned_runs_query(None if served is None else len(served))
-    return conn.execute(query, (now, limit, *(served or ()))).fetchall()
+    # No names at all are bound as one NULL, which matches none: SQLite proves `IN ()` false,
+    # and then `INDEXED BY` has no plan to hold to ("no query solution").
+    names: list[str | None] | None = None if served is None else [*served] or [None]
+    query = orphaned_runs_query(None if names is None else len(names))
+    return conn.execute(query, (now, limit, *(names or ()))).fetchall()
 
 
 def lease_from_row(row: Any) -> WorkerLease:
