@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from runfold import ClaimRun, CommandHandler, CompleteRun, ReleaseRun, RunSummary, StartRun
 from runfold.kernel import InvalidArgument
 from runfold.stores import EventStore, WorkerLeases
+from runfold.testing import DelegatingStore
 from tests.conftest import T0
 from tests.rules_helpers import create
 
@@ -75,10 +78,49 @@ async def test_orphaned_runs_are_the_live_runs_of_lapsed_or_unknown_owners(
 
 @pytest.mark.parametrize(
     ("worker_id", "lease_until", "now"),
-    [("", T0, T0), (1, T0, T0), ("\ud800", T0, T0), ("a", T0.replace(tzinfo=None), T0)],
+    [
+        ("", T0, T0),
+        (1, T0, T0),
+        ("\ud800", T0, T0),
+        ("a\x00b", T0, T0),
+        ("a", T0.replace(tzinfo=None), T0),
+    ],
 )
 async def test_bad_lease_arguments_are_refused(
     store: EventStore, worker_id: object, lease_until: object, now: object
 ) -> None:
     with pytest.raises(InvalidArgument):
         await leases(store).renew_lease(worker_id, lease_until=lease_until, now=now)  # type: ignore[arg-type]
+
+
+class CountingStore(DelegatingStore):
+    """A `DelegatingStore` that counts the calls it passes on."""
+
+    calls = 0
+
+    async def pause(self) -> None:
+        self.calls += 1
+
+
+async def test_a_delegating_store_keeps_leases_when_its_inner_store_does(
+    store: EventStore,
+) -> None:
+    wrapper = CountingStore(store)
+    held = leases(wrapper)
+    assert await held.renew_lease("a", lease_until=T0 + LEASE, now=T0)
+    assert [lease.worker_id for lease in await held.list_leases()] == ["a"]
+    assert await held.orphaned_runs(T0 + LEASE, limit=5) == []
+    await held.drop_lease("a")
+    assert await leases(store).list_leases() == []
+    assert wrapper.calls == 4
+
+
+async def test_a_delegating_store_keeps_no_leases_when_its_inner_store_does_not(
+    tmp_path: Path,
+) -> None:
+    # The store of the docs' example, which keeps no leases (found by name, as the conformance
+    # tests find it: the docs are no package of the type checker's).
+    example = importlib.import_module("docs.examples.thirdparty.jsonl_store")
+    async with await example.JsonlStore.open(tmp_path / "runs.jsonl") as inner:
+        assert not isinstance(inner, WorkerLeases)
+        assert not isinstance(DelegatingStore(inner), WorkerLeases)

@@ -16,6 +16,7 @@ share a clock within a small part of the lease.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -62,11 +63,22 @@ class WorkerLeases(Protocol):
         ...
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""What the kernel refuses in an id (`ClaimRun.owner_id` among them)."""
+
+
 def check_worker_id(worker_id: object) -> None:
-    """The argument of `drop_lease`, and the worker id of `renew_lease`."""
+    """The argument of `drop_lease`, and the worker id of `renew_lease`.
+
+    Non-empty text without a control character: the kernel refuses those in the `owner_id` of
+    a claim, so no run could name such a worker (and PostgreSQL's text holds no NUL).
+    """
     check_text(worker_id, "worker_id")
+    assert isinstance(worker_id, str)
     if not worker_id:
         raise InvalidArgument("worker_id", "must not be empty")
+    if _CONTROL.search(worker_id):
+        raise InvalidArgument("worker_id", "contains a control character")
 
 
 def check_renew_lease(worker_id: object, *, lease_until: object, now: object) -> None:

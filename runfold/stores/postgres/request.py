@@ -120,6 +120,7 @@ class Append:
             "completed_at": None if completed_at is None else time_key(completed_at),
             "last_sequence": summary.last_sequence,
             "attributes": self.attributes,
+            "owner_id": summary.owner_id,
             "expected": self.expected,
             "expected_position": self.expected_position,
             "run_id": self.run_id,
@@ -156,6 +157,7 @@ class Append:
                 *(claims_fields(self.claims) if self.claims else NO_CLAIMS),
                 *(wakeups_fields(index.wakeups) if index.wakeups else NO_WAKEUPS),
                 int8_field(self.expected_position),
+                text_field(summary.owner_id),
             )
         )
 

@@ -43,6 +43,7 @@ from runfold.stores._sql import (
 from runfold.stores.postgres.connections import Connection, Connections, Pool
 from runfold.stores.postgres.feed import EVENT_COLUMNS, Feed
 from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
+from runfold.stores.postgres.leases import PostgresLeases
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.retention import DELETE_RUNS, DROP_UNBORN_RUN
 from runfold.stores.postgres.schema import (
@@ -57,8 +58,11 @@ from runfold.stores.protocol import ReplayedRun, time_key
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(IndexReads):
-    """An `EventStore` in a PostgreSQL schema, opened with `await PostgresStore.open(dsn)`."""
+class PostgresStore(IndexReads, PostgresLeases):
+    """An `EventStore` in a PostgreSQL schema, opened with `await PostgresStore.open(dsn)`.
+
+    It keeps worker leases too (`WorkerLeases`), so a fleet of workers can share the schema.
+    """
 
     MARK = "%s"
 
