@@ -39,6 +39,8 @@ from runfold.stores import open_store
 from tests.fleet_workflows import EXPECTED, LEDGER_ENV, RETRY, fleet_run, read_ledger
 
 ROOT = Path(__file__).resolve().parent.parent
+_STARTUP = 5.0
+"""Seconds a worker process may take to start serving (imports, opening the store)."""
 
 
 @dataclass
@@ -47,12 +49,13 @@ class Chaos:
 
     kills: list[tuple[int, int]] = field(default_factory=list)  # (pid, at)
     stops: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, from, to)
+    spawned: float = 0.0  # when a worker last started or resumed (monotonic seconds)
 
 
 def _worker(store: str, lease: float, ledger: Path) -> subprocess.Popen[bytes]:
     runfold = Path(sys.executable).with_name("runfold")
     command = [str(runfold), "worker", "--app", "tests.fleet_workflows", "--store", store]
-    command += ["--lease", str(lease), "--poll", "0.05", "--grace", "1", "--concurrency", "8"]
+    command += ["--lease", str(lease), "--poll", "0.05", "--grace", "1", "--concurrency", "4"]
     env = {**os.environ, LEDGER_ENV: str(ledger)}
     return subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -66,7 +69,7 @@ async def run_chaos(
     runs: int,
     every: float,
     lease: float,
-    work: float = 0.02,
+    work: float = 0.05,
     limit: float = 240.0,
     ledger: Path | None = None,
 ) -> dict[str, Any]:
@@ -94,6 +97,8 @@ async def run_chaos(
                 next_chaos = time.monotonic() + every
                 await _strike(fleet, chaos, store_url, lease, ledger)
         seconds = time.monotonic() - began
+        # A worker SIGTERMed while it still imports dies of it: let the last one start serving.
+        await asyncio.sleep(max(0.0, chaos.spawned + _STARTUP - time.monotonic()))
         for process in fleet:
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)
@@ -126,11 +131,13 @@ async def _strike(
         victim.wait()
         chaos.kills.append((victim.pid, time.monotonic_ns()))
         fleet[place] = _worker(store, lease, ledger)
+        chaos.spawned = time.monotonic()
     else:
         pause = lease * 1.5
         start = time.monotonic_ns()
         victim.send_signal(signal.SIGSTOP)
         chaos.stops.append((victim.pid, start, start + int(pause * 1e9)))
+        chaos.spawned = max(chaos.spawned, time.monotonic() + pause)
 
         async def resume() -> None:
             await asyncio.sleep(pause)
