@@ -49,4 +49,6 @@ def test_chaos_loses_nothing_and_never_runs_a_step_twice_at_once(
     assert figures["past_budget"] == 0, figures
     assert figures["ran_twice"] == figures["explained"], figures
     assert figures["kills"] + figures["stops"] >= 3, figures
+    # A killed worker's runs are taken over within twice the lease (issue's takeover bound).
+    assert figures["takeover_seconds"] <= 2 * figures["lease_seconds"], figures
     assert set(figures["exit_codes"]) == {0}, figures
