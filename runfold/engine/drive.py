@@ -412,14 +412,15 @@ class Drive(StepRunner):
         """The run waits: release it with what is pending (another worker resumes it when due).
 
         A claim that is all that is pending is dropped instead: nothing happened, so nothing is
-        written.
+        written. The drive keeps acting as the owner until what is pending is appended, so that
+        append is fenced like every other; a run that another drive of this engine is running a
+        step of stays claimed: that drive releases it.
         """
         view = self.snapshot
         if self.ownership is None or not view.is_live:
             return
         running = self.engine.running
         if any(s not in self.claims and running(self.run_id, s) for s in view.live_step_ids):
-            self.ownership = None  # another drive of this engine runs a step: it keeps the run
             return
         if len(self.pending) == 1 and isinstance(self.pending[0], ClaimRun):
             self.pending.clear()
@@ -427,9 +428,9 @@ class Drive(StepRunner):
             self.created.clear()
             self.at = None
             self.view = self.durable
+            self.ownership = None
         else:
             self.propose(ReleaseRun(owner_id=self.ownership.owner_id))
-        self.ownership = None
 
     def check_lease(self) -> None:
         """Refuse to write for a worker whose lease no longer holds by this process's clock.
