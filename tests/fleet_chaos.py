@@ -7,7 +7,9 @@ then resumed. When every run ended it stops the fleet with SIGTERM and reads wha
 the ledger (each body's start and end, with its process) and the runs' histories:
 
 - `ran_twice`: step bodies started more than once; `explained` those of them whose earlier body
-  was cut by a kill or a stop (the only re-runs allowed);
+  was in flight at a kill or a stop of its process (from its start until the step's next body
+  began: its outcome was not durable yet), the only re-runs allowed; `lapses`: leases that
+  lapsed in a worker nobody paused (a loaded machine), which also re-run bodies;
 - `overlaps_live`: two bodies of one step running at once in two processes, neither of them
   stopped or killed meanwhile (never allowed: two workers that both held a lease);
 - `zombie_outcomes`: step outcomes recorded from a body that was not the run's owner's;
@@ -57,9 +59,8 @@ def _worker(store: str, lease: float, ledger: Path) -> subprocess.Popen[bytes]:
     command = [str(runfold), "worker", "--app", "tests.fleet_workflows", "--store", store]
     command += ["--lease", str(lease), "--poll", "0.05", "--grace", "1", "--concurrency", "4"]
     env = {**os.environ, LEDGER_ENV: str(ledger)}
-    return subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    with open(ledger.with_suffix(".log"), "ab") as log:
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
 
 
 async def run_chaos(
@@ -105,7 +106,9 @@ async def run_chaos(
                 process.send_signal(signal.SIGTERM)
         codes = [process.wait(timeout=30) for process in fleet]
         figures = await _count(flow, ids, ledger, chaos, lease)
+        log = ledger.with_suffix(".log").read_text(errors="replace")
         figures.update(
+            lapses=log.count("let its lease lapse"),
             seconds=round(seconds, 2),
             unfinished=len(pending),
             exit_codes=codes,
@@ -177,7 +180,13 @@ async def _count(
         spans.sort()
         if len(spans) > 1:
             ran_twice += 1
-            if all(cut(pid, start, end) for start, end, pid, _ in spans[:-1]):
+            # A body is in flight from its start until its outcome is durable: until the next
+            # body of the step began, at the latest.
+            later = [span[0] for span in spans[1:]]
+            if all(
+                cut(pid, start, nxt)
+                for (start, _, pid, _), nxt in zip(spans[:-1], later, strict=True)
+            ):
                 explained += 1
         for i, (start, end, pid, _) in enumerate(spans):
             for other_start, other_end, other_pid, _ in spans[i + 1 :]:

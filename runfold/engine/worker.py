@@ -220,10 +220,14 @@ class Worker:
                     room -= 1
             if len(due) >= _BATCH and room > 0:
                 return 0.0  # more is due than one look found
+        # Sleep until the next wakeup that is not due yet: what is due now was taken, is being
+        # driven here, or waits for room (a drive that ends wakes the loop).
         nxt = await self.engine.next_wakeup()
         pause = self.poll_interval
         if nxt is not None:
-            pause = min(pause, max((nxt.due_at - self.engine.handler.clock()).total_seconds(), 0))
+            ahead = (nxt.due_at - self.engine.handler.clock()).total_seconds()
+            if ahead > 0:
+                pause = min(pause, ahead)
         return pause
 
     async def _tick(self, now: datetime) -> None:
