@@ -225,8 +225,8 @@ def test_migrate_says_what_it_did(tmp_path: Path) -> None:
     version = SQLITE_SCHEMA_VERSION
     assert ok(runfold_cli("--store", url, "migrate")).strip() == f"migrated {url}: 0 -> {version}"
     assert (tmp_path / "new.db").exists()
-    said = ok(runfold_cli("--store", url, "migrate")).strip()
-    assert said == f"{url} is already at version {version}"
+    already = f"{url} is already at version {version}"
+    assert ok(runfold_cli("--store", url, "migrate")).strip() == already
     assert ok(runfold_cli("--store", url, "runs")).splitlines()[1:] == []
     said = ok(runfold_cli("--store", "memory://", "migrate"))
     assert said.strip() == "MemoryStore keeps no schema: nothing to migrate"
