@@ -115,13 +115,18 @@ node)
     start_node "$node"
     ;;
 stop)
-    for pidfile in "$dir"/node*.pid "$dir"/etcd.pid; do
-        [[ -f $pidfile ]] && kill "$(cat "$pidfile")" 2>/dev/null || true
-    done
-    sleep 2
+    # The nodes first (Patroni stops its PostgreSQL, and needs etcd meanwhile), then etcd.
     for n in 1 2; do
+        [[ -f $dir/node$n.pid ]] && kill "$(cat "$dir/node$n.pid")" 2>/dev/null || true
+    done
+    for n in 1 2; do
+        for _ in $(seq 300); do
+            [[ -f $dir/node$n.pid ]] && kill -0 "$(cat "$dir/node$n.pid")" 2>/dev/null || break
+            sleep 0.1
+        done
         [[ -f $dir/node$n/postmaster.pid ]] && as_postgres "$bin/pg_ctl" -D "$dir/node$n" stop -m immediate >/dev/null 2>&1 || true
     done
+    [[ -f $dir/etcd.pid ]] && kill "$(cat "$dir/etcd.pid")" 2>/dev/null || true
     ;;
 *)
     echo "unknown action $action" >&2
