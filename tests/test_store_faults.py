@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool
 
 from runfold import (
     CommitUnknown,
@@ -30,6 +31,7 @@ from runfold import (
 )
 from runfold.conformance._support import created, envelopes_for, index_after, log
 from runfold.stores import PostgresStore, SQLiteStore
+from runfold.stores.postgres.connections import ReconnectingPool, _Backoff
 from runfold.stores.sqlite.writer import Append, append_batch, settle_commit
 from tests.conftest import T0
 from tests.fault_proxy import Cut, FaultProxy
@@ -217,3 +219,17 @@ async def test_sqlite_settles_a_commit_that_raised_by_reading_the_run_back(tmp_p
         assert settle_commit(conn, [lost], [refused], failure) == [refused]
     finally:
         conn.close()
+
+
+def test_the_store_s_pool_tries_a_lost_server_again_at_least_every_second() -> None:
+    # psycopg_pool waits 1 s, 2 s, 4 s, 8 s … between attempts; the store's pool starts its
+    # attempts with its own backoff through the one method it overrides, which must still be
+    # psycopg_pool's.
+    assert "_add_connection" in vars(AsyncConnectionPool)
+    assert "_add_connection" in vars(ReconnectingPool)
+    attempt = _Backoff(timeout=300.0)
+    delays = []
+    for _ in range(12):
+        attempt.update_delay(0.0)
+        delays.append(attempt.delay)
+    assert delays[0] <= 0.11 and delays == sorted(delays) and max(delays) == 1.0

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, AsyncCursor, errors
 from psycopg_pool import AsyncConnectionPool, PoolClosed
+from psycopg_pool.base import AttemptWithBackoff
 
 from runfold.kernel import StoreClosed, StoreError, StoreTimeout, StoreUnavailable
 from runfold.stores.postgres.wire import Wire, WireDumper
@@ -30,6 +31,7 @@ __all__ = [
     "Deadline",
     "Identity",
     "Pool",
+    "ReconnectingPool",
 ]
 
 Connection = AsyncConnection[tuple[Any, ...]]
@@ -38,6 +40,39 @@ Cursor = AsyncCursor[tuple[Any, ...]]
 """A cursor of a `Connection`."""
 Pool = AsyncConnectionPool[Connection]
 """The pool the store takes its connections from."""
+
+
+class _Backoff(AttemptWithBackoff):
+    """Tries again 0.1 s after a failed connection attempt, the wait growing by half, at most
+    1 s (see `ReconnectingPool`)."""
+
+    INITIAL_DELAY = 0.1
+    DELAY_BACKOFF = 1.5
+    MAX_DELAY = 1.0
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, self.MAX_DELAY)
+
+
+class ReconnectingPool(AsyncConnectionPool[Connection]):
+    """The pool a store makes: a server it cannot reach is tried again at least every second.
+
+    psycopg_pool waits a second after a failed connection attempt and doubles the wait each
+    time, so after a failover of ten seconds it may wait eight more before it finds the new
+    primary, and the store's appends wait with it. This pool waits 0.1 s, growing by half, at
+    most 1 s. psycopg_pool has no setting for it: `_add_connection` is overridden to start its
+    attempts with `_Backoff` (`tests/test_store_faults.py` checks the method is still there).
+    """
+
+    async def _add_connection(
+        self, attempt: AttemptWithBackoff | None, growing: bool = False
+    ) -> None:
+        if attempt is None:
+            attempt = _Backoff(timeout=self.reconnect_timeout)
+        await super()._add_connection(attempt, growing)
+
+
 Identity = tuple[int, str, int]
 """A connection's server backend: its process id, and the host and port it was reached at."""
 

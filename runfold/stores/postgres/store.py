@@ -11,7 +11,6 @@ from typing import Any, Self
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool
 
 from runfold.kernel import (
     TERMINAL_RUN_STATUSES,
@@ -40,7 +39,12 @@ from runfold.stores._sql import (
     wakeup_from_row,
     wakeups_query,
 )
-from runfold.stores.postgres.connections import Connection, Connections, Pool
+from runfold.stores.postgres.connections import (
+    Connection,
+    Connections,
+    Pool,
+    ReconnectingPool,
+)
 from runfold.stores.postgres.feed import EVENT_COLUMNS, Feed
 from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.leases import PostgresLeases
@@ -158,7 +162,7 @@ class PostgresStore(IndexReads, PostgresLeases):
             kwargs: dict[str, Any] = {"autocommit": True}
             if "connect_timeout" not in conninfo_to_dict(dsn or ""):
                 kwargs["connect_timeout"] = max(2, round(timeout))
-            pool = AsyncConnectionPool(
+            pool = ReconnectingPool(
                 dsn or "",
                 min_size=pool_min,
                 max_size=pool_max,
