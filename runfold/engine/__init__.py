@@ -13,6 +13,7 @@ from runfold.engine.errors import (
     InvalidDecision,
     ReplayLimitExceeded,
     RunDefinitionConflict,
+    StepTimedOut,
     WorkflowNotServed,
 )
 from runfold.engine.retry import (
@@ -23,6 +24,7 @@ from runfold.engine.retry import (
     retry_delay,
 )
 from runfold.engine.runtime import (
+    DEFAULT_STEP_TIMEOUT,
     AwaitHook,
     Cancel,
     Complete,
@@ -45,6 +47,7 @@ from runfold.engine.runtime import (
 __all__ = [
     "DEFAULT_JITTER",
     "DEFAULT_RETRY",
+    "DEFAULT_STEP_TIMEOUT",
     "LONGEST_RETRY_INTERVAL",
     "AwaitHook",
     "BaseExceptionRaised",
@@ -66,6 +69,7 @@ __all__ = [
     "ScheduleSteps",
     "StepFailure",
     "StepInvocation",
+    "StepTimedOut",
     "Suspension",
     "SuspensionKind",
     "TimeOut",

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from runfold.engine.errors import InvalidDecision, ReplayLimitExceeded, RunDefinitionConflict
-from runfold.engine.raised import as_failure, is_code_failure
+from runfold.engine.raised import as_failure, error_payload, is_code_failure, unrecordable
 from runfold.engine.runtime import (
     AwaitHook,
     Cancel,
@@ -46,6 +46,8 @@ from runfold.kernel import (
     Event,
     FailRun,
     FailStep,
+    HistoryLimitExceeded,
+    InvalidCommand,
     LinkChild,
     NonDeterministic,
     RecordProgress,
@@ -121,7 +123,11 @@ class Drive(StepRunner):
                     if await self.flush() == "shown":
                         return self.snapshot
                     continue
-                if await self.advance():
+                try:
+                    moved = await self.advance()
+                except (InvalidDecision, HistoryLimitExceeded) as exc:
+                    moved = self.fail_run(exc)  # the workflow's mistake: asking again is no use
+                if moved:
                     continue
                 if await self.flush() == "shown":  # it waits: what led there is recorded
                     return self.snapshot
@@ -249,9 +255,11 @@ class Drive(StepRunner):
         try:
             if self.propose(command):
                 return True
-        except Rejection:
+        except Rejection as exc:
             if await self.moved_on():
                 return True
+            if isinstance(exc, InvalidCommand):  # the decision itself is malformed
+                raise unrecordable(what, exc, self.run_id) from exc
             raise
         if await self.moved_on():
             return True
@@ -260,6 +268,17 @@ class Drive(StepRunner):
             "same question again",
             run_id=self.run_id,
         )
+
+    def fail_run(self, exc: InvalidDecision | HistoryLimitExceeded) -> bool:
+        """Propose the run's failure with `exc`, a decision that can never be recorded.
+
+        Raises `exc` itself if even the failure cannot be (the run ended meanwhile, say).
+        """
+        failure = FailRun(error=error_payload(exc), error_code=type(exc).__name__)
+        try:
+            return self.propose(failure)
+        except Rejection:
+            raise exc from None
 
     async def flush(self) -> Flushed:
         """Append what is pending in one batch.
