@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import attrs
 import pytest
 
 from runfold import (
@@ -17,6 +18,7 @@ from runfold import (
     InvalidCommand,
     RecordLog,
     StartRun,
+    StepCompleted,
     StepNotFound,
     decide_many,
     project_run,
@@ -201,6 +203,25 @@ async def test_a_cache_of_zero_reads_every_time(store: EventStore, clock: Clock)
     counting.calls = 0
     await handler.execute("r", log())
     assert counting.calls == 2
+
+
+async def test_a_wrong_decision_handed_in_is_refused_and_nothing_is_written(
+    store: EventStore, clock: Clock
+) -> None:
+    """`decided` on the very snapshot the handler holds, but not what the kernel decides: a
+    step completed that never existed. It used to be appended as it was, and the run no longer
+    replayed."""
+    handler = CommandHandler(store, clock=clock)
+    before = (await handler.execute("r", START)).snapshot
+    commands = [log("mine")]
+    right = decide_many(before, commands, now=clock.now, run_id="r")
+    bogus = attrs.evolve(right, events=(StepCompleted(step_id="nobody", output=b"x"),))
+    with pytest.raises(InvalidCommand, match="does not hold on run 'r'"):
+        await handler.execute_many("r", commands, now=clock.now, decided=bogus)
+    assert await store.head("r") == before.last_sequence
+    project_run(await store.read("r"))  # the run replays
+    outcome = await handler.execute_many("r", commands, now=clock.now, decided=right)
+    assert outcome.snapshot == await fresh(store, "r") and outcome.snapshot.log_count == 1
 
 
 async def test_a_decision_made_on_another_snapshot_is_decided_again(

@@ -5,7 +5,7 @@ arguments, so every function is replayable and property-testable.
 """
 
 from runfold.kernel import errors
-from runfold.kernel.batch import BatchDecision, decide_many
+from runfold.kernel.batch import BatchDecision, decide_many, recheck_decision
 from runfold.kernel.codec import (
     EventCodec,
     Upcaster,
@@ -272,5 +272,6 @@ __all__ = [
     "make_envelopes",
     "project_rows",
     "project_run",
+    "recheck_decision",
     "run_index",
 ]

@@ -15,13 +15,13 @@ import attrs
 from runfold.kernel._fast import fast_init
 from runfold.kernel.commands import Command, StartStep
 from runfold.kernel.decide import decide
-from runfold.kernel.errors import InvalidCommand, Rejection
+from runfold.kernel.errors import HistoryError, InvalidCommand, Rejection
 from runfold.kernel.events import Event, StepCreated, make_envelope
 from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot import Snapshot, apply, project_run
 
-__all__ = ["BatchDecision", "decide_many"]
+__all__ = ["BatchDecision", "decide_many", "recheck_decision"]
 
 
 @fast_init
@@ -115,4 +115,56 @@ def decide_many(
         created_steps=tuple(created),
         decided_on=snapshot,
         now=now,
+    )
+
+
+def recheck_decision(
+    decided: BatchDecision,
+    snapshot: Snapshot | None,
+    *,
+    run_id: str,
+    limits: Limits = DEFAULT_LIMITS,
+) -> BatchDecision:
+    """`decided`, a decision handed in from elsewhere, checked against `snapshot`.
+
+    Its events are folded onto `snapshot` by the kernel (the half of `decide_many` after
+    `decide`): the result holds the kernel's own snapshot, never the one handed in, and events
+    that break a law of history there (a step finished twice, a gap, something not an event)
+    are refused, so a wrong decision never reaches a store and leaves the run unreadable.
+
+    Raises:
+        InvalidCommand: The events do not hold on `snapshot`, or `decided` has no `now`.
+    """
+    events = decided.events
+    if decided.now is None or (snapshot is None and not events):
+        raise InvalidCommand(
+            f"the decision handed in for run {run_id!r} was not made by decide_many on it",
+            run_id=run_id,
+        )
+    if not events:
+        return BatchDecision(events=(), snapshot=snapshot, decided_on=snapshot, now=decided.now)
+    head = snapshot.last_sequence if snapshot is not None else 0
+    try:
+        if not all(isinstance(event, Event) for event in events):
+            raise HistoryError(run_id, head + 1, "not an event")
+        envelopes = [
+            make_envelope(run_id, head + 1 + k, event, decided.now, None)
+            for k, event in enumerate(events)
+        ]
+        after = (
+            project_run(envelopes, limits=limits)
+            if snapshot is None
+            else apply(snapshot, envelopes, limits=limits)
+        )
+    except HistoryError as exc:
+        raise InvalidCommand(
+            f"the decision handed in does not hold on run {run_id!r} as stored: {exc}",
+            run_id=run_id,
+        ) from None
+    return BatchDecision(
+        events=events,
+        snapshot=after,
+        created_steps=decided.created_steps,
+        decided_on=snapshot,
+        now=decided.now,
     )
