@@ -21,10 +21,12 @@ from runfold import (
     StepCompleted,
     StepNotFound,
     decide_many,
+    join_decisions,
     project_run,
+    recheck_decision,
     run_index,
 )
-from tests.conftest import Clock
+from tests.conftest import T0, Clock
 from tests.test_handler import (
     CREATE,
     START,
@@ -222,6 +224,24 @@ async def test_a_wrong_decision_handed_in_is_refused_and_nothing_is_written(
     project_run(await store.read("r"))  # the run replays
     outcome = await handler.execute_many("r", commands, now=clock.now, decided=right)
     assert outcome.snapshot == await fresh(store, "r") and outcome.snapshot.log_count == 1
+
+
+def test_the_kernels_own_decisions_are_taken_as_they_are_and_joined() -> None:
+    now = T0
+    start = decide_many(None, [CREATE, START], now=now, run_id="r")
+    first = decide_many(start.snapshot, [log("a")], now=now)
+    then = decide_many(first.snapshot, [log("b")], now=now)
+    assert recheck_decision(first, start.snapshot, run_id="r") is first  # not folded again
+    joined = join_decisions(first, then)
+    assert joined.events == first.events + then.events and joined.snapshot is then.snapshot
+    assert recheck_decision(joined, start.snapshot, run_id="r") is joined
+    copy = attrs.evolve(first)  # equal, but made by hand: folded, and found to hold
+    rechecked = recheck_decision(copy, start.snapshot, run_id="r")
+    assert rechecked is not copy and rechecked.snapshot == first.snapshot
+    with pytest.raises(ValueError, match="made by decide_many"):
+        join_decisions(copy, then)
+    with pytest.raises(ValueError, match="first one's snapshot"):
+        join_decisions(then, first)
 
 
 async def test_a_decision_made_on_another_snapshot_is_decided_again(

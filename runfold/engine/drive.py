@@ -60,6 +60,7 @@ from runfold.kernel import (
     TimeOutRun,
     decide,
     decide_many,
+    join_decisions,
 )
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class Drive(StepRunner):
         "at",
         "claims",
         "created",
+        "decision",
         "durable",
         "engine",
         "pending",
@@ -109,6 +111,7 @@ class Drive(StepRunner):
         self.created: list[str] = []  # the steps their lazy starts created
         self.at: datetime | None = None  # when they were decided: the append's decision time
         self.claims: set[str] = set()  # step ids this drive runs or holds an outcome of
+        self.decision: BatchDecision | None = None  # the kernel's decision of what is pending
         for command in pending:
             self.propose(command)
 
@@ -239,6 +242,7 @@ class Drive(StepRunner):
         if not batch.events:
             return False
         self.at = at
+        self.decision = batch if self.decision is None else join_decisions(self.decision, batch)
         self.pending.append(command)
         self.proposed.extend(batch.events)
         self.created.extend(batch.created_steps)
@@ -293,13 +297,7 @@ class Drive(StepRunner):
             return "shown"
         commands = tuple(self.pending)
         proposed = list(self.proposed)
-        decided = BatchDecision(  # what the handler would decide again on the same snapshot
-            events=tuple(proposed),
-            snapshot=self.view,
-            created_steps=tuple(self.created),
-            decided_on=self.durable,
-            now=self.at,
-        )
+        decided = self.decision  # what the handler would decide again on the same snapshot
         try:
             outcome = await self.engine.execute(
                 self.run_id,
@@ -326,6 +324,7 @@ class Drive(StepRunner):
         self.pending.clear()
         self.proposed.clear()
         self.created.clear()
+        self.decision = None
         self.at = None
         self.durable = self.view = durable
         done = {c.step_id for c in commands if isinstance(c, _OUTCOMES)}
@@ -358,6 +357,7 @@ class Drive(StepRunner):
         self.pending.clear()
         self.proposed.clear()
         self.created.clear()
+        self.decision = None
         self.at = None
         self.durable = self.view = await self.engine.handler.snapshot(self.run_id)
 
