@@ -45,6 +45,7 @@ from runfold.kernel import (
     TokenConflict,
     apply,
     decide_many,
+    recheck_decision,
     run_index,
 )
 from runfold.kernel.limits import DEFAULT_LIMITS
@@ -231,7 +232,9 @@ class CommandHandler:
         `decided` is what `decide_many` gave for these same `commands` at `now` with this
         handler's limits, for a caller that decided them already (a host showing its workflow
         the result): when it was decided on the very snapshot the handler holds, the handler
-        appends it as it is instead of deciding again.
+        appends its events instead of deciding again, once the kernel has folded them onto
+        that snapshot (`recheck_decision`): events that break a law of history there are
+        refused with `InvalidCommand`, and nothing is written.
 
         `acting_as` is the worker of a fleet the commands are made for (`decide`'s argument):
         each is refused with `OwnershipLost` unless that worker owns the run, on every attempt,
@@ -265,7 +268,7 @@ class CommandHandler:
             )
             try:
                 batch = (
-                    decided
+                    recheck_decision(decided, before, run_id=run_id, limits=self.limits)
                     if reuse and decided is not None
                     else decide_many(
                         before,

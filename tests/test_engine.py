@@ -56,7 +56,6 @@ from runfold.engine import (
     Complete,
     Engine,
     Fail,
-    InvalidDecision,
     LinkChildOperation,
     ReplayLimitExceeded,
     ReportProgress,
@@ -578,10 +577,11 @@ async def test_a_hook_token_held_by_another_run_is_reported_to_the_workflow(
         return AwaitHook(hook_id="h", token="shared")
 
     await Engine(handler, Scripted(stubborn)).start("wf", b"", run_id="holder")
-    with pytest.raises(InvalidDecision, match="'holder' held its token"):
-        await Engine(handler, Scripted(stubborn)).start("wf", b"", run_id="second")
+    stuck = await Engine(handler, Scripted(stubborn)).start("wf", b"", run_id="second")
+    assert stuck.status == "failed" and stuck.error_code == "InvalidDecision"
+    assert b"'holder' held its token" in (stuck.error or b"")
     history = await handler.history("second")
-    assert isinstance(history[-1].event, HookConflict)
+    assert isinstance(history[-2].event, HookConflict)
     run = await Engine(handler, Scripted(careful)).start("wf", b"", run_id="third")
     assert run.status == "failed" and run.error == b"token held by holder"
 
@@ -926,15 +926,15 @@ INVALID: dict[str, tuple[Workflow, str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(INVALID))
-async def test_a_decision_the_engine_cannot_apply_is_invalid(
+async def test_a_decision_the_engine_cannot_apply_fails_the_run(
     handler: CommandHandler, case: str
 ) -> None:
     workflow, message = INVALID[case]
     engine = Engine(handler, Scripted(workflow))
-    with pytest.raises(InvalidDecision, match=message) as raised:
-        await engine.start("wf", b"", run_id="r")
-    assert raised.value.run_id == "r"
-    assert (await handler.snapshot("r")).status == "running"  # the run is left as it was
+    run = await engine.start("wf", b"", run_id="r")  # asking again would give the same answer
+    assert run.status == "failed" and run.error_code == "InvalidDecision"
+    assert run.error is not None and run.error.startswith(b"InvalidDecision: ")
+    assert message.encode() in run.error
 
 
 async def test_a_drive_that_never_settles_stops_at_the_replay_limit(

@@ -39,6 +39,7 @@ from runfold.engine import (
     WorkflowInvocation,
     WorkflowNotServed,
 )
+from runfold.testing import SimulatedCrash
 from tests.conftest import T0, Clock
 from tests.test_engine import HOUR, CrashingStore, Scripted, assert_one_outcome_each
 from tests.test_handler_batches import CountingStore
@@ -173,6 +174,9 @@ async def test_recover_drives_interrupted_runs_and_isolates_failures(
             await engine.start("wf", b"", run_id=run_id)
 
     def waits(invocation: WorkflowInvocation) -> RuntimeDecision:
+        first = invocation.snapshot.waits.get("w")
+        if first is not None and first.status == "completed":
+            return WaitUntil(wait_id="w2", resume_at=T0 + 10 * HOUR)
         return WaitUntil(wait_id="w", resume_at=T0 + HOUR)
 
     handler = CommandHandler(store, clock=clock)
@@ -203,6 +207,9 @@ async def test_an_engine_never_writes_to_a_run_it_does_not_serve(
     handler = CommandHandler(store, clock=clock)
 
     def waits(invocation: WorkflowInvocation) -> RuntimeDecision:
+        first = invocation.snapshot.waits.get("w")
+        if first is not None and first.status == "completed":
+            return WaitUntil(wait_id="w2", resume_at=T0 + 10 * HOUR)
         return WaitUntil(wait_id="w", resume_at=T0 + HOUR)
 
     billing = Engine(handler, Scripted(waits, workflow_names={"billing"}))
@@ -315,7 +322,7 @@ async def test_a_step_interrupted_in_its_last_attempt_fails_instead_of_running_a
 
     async def dies(invocation: StepInvocation) -> bytes:
         attempts.append(invocation.attempt)
-        raise asyncio.CancelledError  # the process dies inside the body
+        raise SimulatedCrash  # the process dies inside the body
 
     def one(invocation: WorkflowInvocation) -> RuntimeDecision:
         step = invocation.snapshot.steps.get("s")
@@ -325,7 +332,7 @@ async def test_a_step_interrupted_in_its_last_attempt_fails_instead_of_running_a
 
     for _ in range(allowed):
         engine = Engine(CommandHandler(store, clock=clock), Scripted(one, {"dies": dies}))
-        with pytest.raises(asyncio.CancelledError):
+        with pytest.raises(SimulatedCrash):
             await engine.start("wf", b"", run_id="r")
     restarted = Engine(CommandHandler(store, clock=clock), Scripted(one, {"dies": dies}))
     run = await restarted.drive("r")
@@ -342,7 +349,7 @@ async def test_a_retry_policy_changed_by_a_deploy_applies_from_the_next_attempt(
     once, thrice = RetryPolicy(max_attempts=1), RetryPolicy(max_attempts=3)
 
     async def dies(invocation: StepInvocation) -> bytes:
-        raise asyncio.CancelledError  # the process dies inside the body
+        raise SimulatedCrash  # the process dies inside the body
 
     async def works(invocation: StepInvocation) -> bytes:
         return f"attempt {invocation.attempt}".encode()
@@ -357,7 +364,7 @@ async def test_a_retry_policy_changed_by_a_deploy_applies_from_the_next_attempt(
         return workflow
 
     before = Engine(CommandHandler(store, clock=clock), Scripted(deployed(once), {"charge": dies}))
-    with pytest.raises(asyncio.CancelledError):
+    with pytest.raises(SimulatedCrash):
         await before.start("wf", b"", run_id="r")
     after = Engine(
         CommandHandler(store, clock=clock), Scripted(deployed(thrice), {"charge": works})

@@ -226,8 +226,9 @@ async def test_misuse_is_typed(store: EventStore) -> None:
     async def bad(_: None) -> None:
         await asyncio.sleep(0)
 
-    with pytest.raises(UnsupportedAwait):
-        await Flow(store, [bad]).start(bad, None)
+    run = await Flow(store, [bad]).start(bad, None)  # the run fails: it would never move on
+    assert run.status == "failed" and run.snapshot.error_code == UnsupportedAwait.__name__
+    assert run.error is not None and run.error.startswith("UnsupportedAwait: workflow code awaited")
     with pytest.raises(NotInWorkflow):
         await step(str)
     with pytest.raises(UnknownWorkflow):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import attrs
 import pytest
 
 from runfold import (
@@ -17,12 +18,15 @@ from runfold import (
     InvalidCommand,
     RecordLog,
     StartRun,
+    StepCompleted,
     StepNotFound,
     decide_many,
+    join_decisions,
     project_run,
+    recheck_decision,
     run_index,
 )
-from tests.conftest import Clock
+from tests.conftest import T0, Clock
 from tests.test_handler import (
     CREATE,
     START,
@@ -201,6 +205,43 @@ async def test_a_cache_of_zero_reads_every_time(store: EventStore, clock: Clock)
     counting.calls = 0
     await handler.execute("r", log())
     assert counting.calls == 2
+
+
+async def test_a_wrong_decision_handed_in_is_refused_and_nothing_is_written(
+    store: EventStore, clock: Clock
+) -> None:
+    """`decided` on the very snapshot the handler holds, but not what the kernel decides: a
+    step completed that never existed. It used to be appended as it was, and the run no longer
+    replayed."""
+    handler = CommandHandler(store, clock=clock)
+    before = (await handler.execute("r", START)).snapshot
+    commands = [log("mine")]
+    right = decide_many(before, commands, now=clock.now, run_id="r")
+    bogus = attrs.evolve(right, events=(StepCompleted(step_id="nobody", output=b"x"),))
+    with pytest.raises(InvalidCommand, match="does not hold on run 'r'"):
+        await handler.execute_many("r", commands, now=clock.now, decided=bogus)
+    assert await store.head("r") == before.last_sequence
+    project_run(await store.read("r"))  # the run replays
+    outcome = await handler.execute_many("r", commands, now=clock.now, decided=right)
+    assert outcome.snapshot == await fresh(store, "r") and outcome.snapshot.log_count == 1
+
+
+def test_the_kernels_own_decisions_are_taken_as_they_are_and_joined() -> None:
+    now = T0
+    start = decide_many(None, [CREATE, START], now=now, run_id="r")
+    first = decide_many(start.snapshot, [log("a")], now=now)
+    then = decide_many(first.snapshot, [log("b")], now=now)
+    assert recheck_decision(first, start.snapshot, run_id="r") is first  # not folded again
+    joined = join_decisions(first, then)
+    assert joined.events == first.events + then.events and joined.snapshot is then.snapshot
+    assert recheck_decision(joined, start.snapshot, run_id="r") is joined
+    copy = attrs.evolve(first)  # equal, but made by hand: folded, and found to hold
+    rechecked = recheck_decision(copy, start.snapshot, run_id="r")
+    assert rechecked is not copy and rechecked.snapshot == first.snapshot
+    with pytest.raises(ValueError, match="made by decide_many"):
+        join_decisions(copy, then)
+    with pytest.raises(ValueError, match="first one's snapshot"):
+        join_decisions(then, first)
 
 
 async def test_a_decision_made_on_another_snapshot_is_decided_again(

@@ -3,7 +3,6 @@ OpenTelemetry SDK's in-memory exporter on every store."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -31,6 +30,7 @@ from runfold.engine import (
     WorkflowInvocation,
 )
 from runfold.otel import MAX_MESSAGE_CHARS, TracingObserver, record_store_retry
+from runfold.testing import SimulatedCrash
 from tests.conftest import T0, Clock
 from tests.test_engine import Scripted
 
@@ -138,10 +138,10 @@ async def test_an_attempt_after_a_crash_says_so(
     store: EventStore, clock: Clock, exporter: InMemorySpanExporter
 ) -> None:
     async def dies(invocation: StepInvocation) -> bytes:
-        raise asyncio.CancelledError  # the process dies inside the body
+        raise SimulatedCrash  # the process dies inside the body
 
     untraced = Engine(CommandHandler(store, clock=clock), Scripted(order, {"charge-card": dies}))
-    with pytest.raises(asyncio.CancelledError):
+    with pytest.raises(SimulatedCrash):
         await untraced.start("wf", b"", run_id="r")
     engine = traced(store, clock, exporter, Scripted(order, {"charge-card": flaky}))
     await engine.drive("r")  # the process that recovered the run

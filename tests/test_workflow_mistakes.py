@@ -7,12 +7,14 @@ or the mistake escaped `recover()` and stopped the runs behind it.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from runfold import CommandHandler, EventStore
 from runfold.engine import (
+    DEFAULT_STEP_TIMEOUT,
     BaseExceptionRaised,
     Complete,
     Engine,
@@ -22,8 +24,8 @@ from runfold.engine import (
     StepInvocation,
     WorkflowInvocation,
 )
-from runfold.flow import Flow, sleep, step, workflow
-from runfold.kernel import RetryPolicy, StepFailed, StepStarted
+from runfold.flow import Flow, PayloadError, StepError, sleep, step, wait_for_event, workflow
+from runfold.kernel import Limits, RetryPolicy, StepFailed, StepStarted
 from tests.conftest import Clock
 from tests.test_engine import Scripted, echo
 
@@ -255,3 +257,248 @@ async def test_a_base_exception_from_a_runtime_is_reported_and_bodies_are_outcom
     assert b"raised KeyboardInterrupt()" in (run.steps["b"].error or b"")
     (resumed,) = await engine.recover()
     assert isinstance(resumed.error, BaseExceptionRaised) and resumed.error.raised == "SystemExit"
+
+
+# --- a run always ends or waits -----------------------------------------------------------------
+
+BIG = "x" * (3 * 1024 * 1024)
+"""Over the 2 MiB payload limit once encoded."""
+
+
+def keep(value: object) -> object:
+    return value
+
+
+def nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def returns_a_set() -> object:
+    return {1, 2}
+
+
+def returns_big() -> str:
+    return BIG
+
+
+async def never_returns() -> None:
+    await asyncio.Event().wait()
+
+
+MISTAKES: dict[str, Any] = {}
+"""Each mistake's workflow body, by name: `test-mistakes-case` runs `MISTAKES[input]`."""
+
+
+def mistake(fn: Any) -> Any:
+    MISTAKES[fn.__name__.replace("_", "-")] = fn
+    return fn
+
+
+@mistake
+async def unencodable_return() -> object:
+    return {1, 2}
+
+
+@mistake
+async def deeply_nested_return() -> object:
+    return nested(100_000)
+
+
+@mistake
+async def output_over_the_limit() -> object:
+    return BIG
+
+
+@mistake
+async def step_name_too_long() -> object:
+    return await step(keep, 1, name="n" * 1000)
+
+
+@mistake
+async def step_name_with_a_newline() -> object:
+    return await step(keep, 1, name="charge\ncard")
+
+
+@mistake
+async def step_name_with_a_lone_surrogate() -> object:
+    return await step(keep, 1, name="charge\udc80")
+
+
+@mistake
+async def asyncio_sleep_in_workflow_code() -> object:
+    await asyncio.sleep(0)
+    return 1
+
+
+@mistake
+async def step_arguments_unencodable() -> object:
+    return await step(keep, {1, 2})
+
+
+@mistake
+async def step_arguments_over_the_limit() -> object:
+    return await step(keep, BIG)
+
+
+@mistake
+async def step_result_unencodable() -> object:
+    return await step(returns_a_set, retry=ONCE)
+
+
+@mistake
+async def step_result_over_the_limit() -> object:
+    return await step(returns_big)
+
+
+@mistake
+async def empty_hook_token() -> object:
+    return await wait_for_event("approval", token="")
+
+
+@mistake
+async def hook_token_too_long() -> object:
+    return await wait_for_event("approval", token="t" * 5000)
+
+
+@mistake
+async def step_body_never_returns() -> object:
+    return await step(never_returns, timeout=0.05, retry=ONCE)
+
+
+@workflow(name="test-mistakes-case")
+async def mistaken(case: str) -> object:
+    return await MISTAKES[case]()
+
+
+ENDS: dict[str, tuple[str, str]] = {
+    "unencodable-return": (
+        "PayloadError",
+        "PayloadError: the workflow's return value cannot be encoded: cannot encode a set",
+    ),
+    "deeply-nested-return": (
+        "PayloadError",
+        "PayloadError: the workflow's return value cannot be encoded: cannot encode a list",
+    ),
+    "output-over-the-limit": ("InvalidDecision", "output is 3145730 bytes, over the 2097152 limit"),
+    "step-name-too-long": ("InvalidDecision", "step_name is 1000 characters, over the 256 limit"),
+    "step-name-with-a-newline": (
+        "InvalidDecision",
+        "step_name 'charge\\ncard' contains a control character (the decision: "
+        "ScheduleStep(step_id='1'",
+    ),
+    "step-name-with-a-lone-surrogate": ("InvalidDecision", "step_name is not valid unicode"),
+    "asyncio-sleep-in-workflow-code": (
+        "UnsupportedAwait",
+        "UnsupportedAwait: workflow code awaited None after call 0",
+    ),
+    "step-arguments-unencodable": (
+        "PayloadError",
+        "PayloadError: the arguments of step 'keep' (call 1) cannot be encoded",
+    ),
+    "step-arguments-over-the-limit": ("InvalidDecision", "input is 3145732 bytes"),
+    "step-result-unencodable": ("StepError", "failed: PayloadError: cannot encode a set as JSON"),
+    "step-result-over-the-limit": ("StepError", "output is 3145730 bytes, over the 2097152 limit"),
+    "empty-hook-token": ("InvalidDecision", "hook token must be a non-empty string"),
+    "hook-token-too-long": ("InvalidDecision", "hook token is over the 1024 character limit"),
+    "step-body-never-returns": (
+        "StepError",
+        "StepTimedOut: step 'never_returns' (id '1') of run 'r' did not return within "
+        "0:00:00.050000 (attempt 1)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENDS))
+async def test_a_workflow_mistake_fails_the_run_with_a_runfold_error(
+    store: EventStore, case: str
+) -> None:
+    code, text = ENDS[case]
+    run = await Flow(store, [mistaken]).start(mistaken, case, run_id="r")
+    assert run.status == "failed", run
+    assert run.snapshot.error_code == code
+    assert run.error is not None and run.error.startswith(f"{code}: ") and text in run.error
+    assert await Flow(store, [mistaken]).recover() == ()  # nothing is left to pick up
+
+
+def test_every_mistake_is_checked() -> None:
+    assert set(ENDS) == set(MISTAKES)
+
+
+@workflow(name="test-mistakes-catches-its-arguments")
+async def catches_its_arguments(_: None) -> str:
+    try:
+        await step(keep, {1, 2})
+    except PayloadError as exc:
+        return f"caught: {exc}"
+    return "not caught"
+
+
+async def test_step_arguments_the_codec_refuses_are_raised_at_the_call(store: EventStore) -> None:
+    run = await Flow(store, [catches_its_arguments]).start(catches_its_arguments, None)
+    assert run.status == "completed"
+    assert run.output.startswith("caught: the arguments of step 'keep' (call 1) cannot be encoded")
+
+
+@workflow(name="test-mistakes-sleeps-for-ever")
+async def sleeps_for_ever(_: None) -> None:
+    await sleep(timedelta.max)
+
+
+async def test_a_sleep_past_the_last_date_waits_until_it(store: EventStore) -> None:
+    run = await Flow(store, [sleeps_for_ever]).start(sleeps_for_ever, None, run_id="r")
+    assert run.status == "running"
+    assert run.snapshot.waits["1"].resume_at == datetime.max.replace(tzinfo=UTC)
+
+
+@workflow(name="test-mistakes-long")
+async def long_one(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total = await step(keep, total + i)
+    return total
+
+
+async def test_a_run_past_the_history_limit_fails_saying_so(store: EventStore) -> None:
+    flow = Flow(store, [long_one])
+    flow.handler.limits = Limits(max_events_per_run=30)
+    run = await flow.start(long_one, 100, run_id="r")
+    assert run.status == "failed" and run.snapshot.error_code == "HistoryLimitExceeded"
+    assert run.error is not None
+    assert run.error.startswith("HistoryLimitExceeded: run 'r' holds 29 events")
+    assert "limit of 30" in run.error
+    assert run.snapshot.last_sequence == 30
+
+
+async def slow(x: int) -> int:
+    await asyncio.sleep(0.05)
+    return x
+
+
+async def own_timeout() -> None:
+    raise TimeoutError("the payment API timed out")
+
+
+@workflow(name="test-mistakes-timeouts")
+async def timeouts(_: None) -> str:
+    try:
+        await step(own_timeout, retry=ONCE)
+    except StepError as exc:
+        first = exc.step_error
+    await step(slow, 1, timeout=timedelta(seconds=30))  # its own bound, over the engine's
+    return first
+
+
+async def test_the_engine_step_timeout_is_a_default_a_step_may_lift(store: EventStore) -> None:
+    flow = Flow(store, [timeouts])
+    assert flow.engine.step_timeout == DEFAULT_STEP_TIMEOUT == timedelta(minutes=10)
+    flow.engine.step_timeout = timedelta(milliseconds=1)
+    run = await flow.start(timeouts, None, run_id="r")
+    assert run.status == "completed"
+    assert run.output == "TimeoutError: the payment API timed out"  # a body's own: not a timeout
+    with pytest.raises(ValueError, match="positive"):
+        step(slow, 1, timeout=0)
+    with pytest.raises(ValueError, match="step_timeout"):
+        Engine(flow.handler, flow, step_timeout=timedelta(0))

@@ -118,7 +118,51 @@ async def verify_store(
         if found is not None:
             problems.append(found)
         progress(done, len(run_ids))
+    if not rebuild:  # (a rebuild is fenced on the run's head: it never rewrites a moving run)
+        problems = await _confirmed(store, problems, now)
     return VerifyReport(runs=len(run_ids), problems=tuple(problems))
+
+
+_LOOKS = 3
+
+
+async def _confirmed(store: EventStore, problems: list[Problem], now: datetime) -> list[Problem]:
+    """`problems`, less the index differences that were only a store being written meanwhile.
+
+    Index rows are listed first and runs replayed after, so a run appended to in between looks
+    wrong. Each suspect is looked at again, from fresh rows, and kept only if the difference
+    shows while its head stood still from before the rows were listed until after its replay;
+    a run that keeps moving through `_LOOKS` looks is not reported (the next verify sees it).
+    """
+    suspects = {p.run_id: p for p in problems if p.kind == "index" and not p.repaired}
+    if not suspects:
+        return problems
+    kept = [p for p in problems if p.run_id not in suspects]
+    for _ in range(_LOOKS):
+        heads = {run_id: await store.head(run_id) for run_id in suspects}
+        try:
+            summaries, hooks, wakeups = await _index_rows(store, now)
+        except CorruptIndex:
+            return problems  # the listing itself is broken: the first look stands
+        moving: dict[str, Problem] = {}
+        for run_id, problem in suspects.items():
+            found = await _check_run(
+                store,
+                run_id,
+                summaries.get(run_id),
+                hooks.get(run_id, set()),
+                wakeups.get(run_id, set()),
+                now=now,
+                rebuild=False,
+            )
+            if await store.head(run_id) != heads[run_id]:
+                moving[run_id] = problem
+            elif found is not None:
+                kept.append(found)
+        if not moving:
+            break
+        suspects = moving
+    return kept
 
 
 _CANNOT_LIST_PAST = " (the check stopped there: --rebuild-index rewrites the rows from the events)"

@@ -13,6 +13,7 @@ from runfold.engine.errors import (
     InvalidDecision,
     ReplayLimitExceeded,
     RunDefinitionConflict,
+    StepTimedOut,
     WorkflowNotServed,
 )
 from runfold.engine.lease import DEFAULT_LEASE, Lease, new_worker_id
@@ -24,6 +25,7 @@ from runfold.engine.retry import (
     retry_delay,
 )
 from runfold.engine.runtime import (
+    DEFAULT_STEP_TIMEOUT,
     AwaitHook,
     Cancel,
     CloseHook,
@@ -50,6 +52,7 @@ __all__ = [
     "DEFAULT_JITTER",
     "DEFAULT_LEASE",
     "DEFAULT_RETRY",
+    "DEFAULT_STEP_TIMEOUT",
     "LONGEST_RETRY_INTERVAL",
     "AwaitHook",
     "BaseExceptionRaised",
@@ -74,6 +77,7 @@ __all__ = [
     "ScheduleSteps",
     "StepFailure",
     "StepInvocation",
+    "StepTimedOut",
     "Suspension",
     "SuspensionKind",
     "TimeOut",

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from runfold.engine.errors import InvalidDecision, ReplayLimitExceeded, RunDefinitionConflict
-from runfold.engine.raised import as_failure, is_code_failure
+from runfold.engine.raised import as_failure, error_payload, is_code_failure, unrecordable
 from runfold.engine.runtime import (
     AwaitHook,
     Cancel,
@@ -49,6 +49,8 @@ from runfold.kernel import (
     Event,
     FailRun,
     FailStep,
+    HistoryLimitExceeded,
+    InvalidCommand,
     LinkChild,
     NonDeterministic,
     Ownership,
@@ -65,6 +67,7 @@ from runfold.kernel import (
     TimeOutRun,
     decide,
     decide_many,
+    join_decisions,
 )
 
 if TYPE_CHECKING:
@@ -90,6 +93,7 @@ class Drive(StepRunner):
         "at",
         "claims",
         "created",
+        "decision",
         "displacing",
         "durable",
         "engine",
@@ -120,6 +124,7 @@ class Drive(StepRunner):
         self.claims: set[str] = set()  # step ids this drive runs or holds an outcome of
         self.ownership: Ownership | None = None  # the claim of the engine's worker it acts on
         self.displacing = displacing  # the lapsed owner its claim may take the run from
+        self.decision: BatchDecision | None = None  # the kernel's decision of what is pending
         for command in pending:
             self.propose(command)
 
@@ -136,7 +141,11 @@ class Drive(StepRunner):
                     continue
                 if self.engine.lease is not None:
                     self.own()
-                if await self.advance():
+                try:
+                    moved = await self.advance()
+                except (InvalidDecision, HistoryLimitExceeded) as exc:
+                    moved = self.fail_run(exc)  # the workflow's mistake: asking again is no use
+                if moved:
                     continue
                 self.let_go()
                 if await self.flush() == "shown":  # it waits: what led there is recorded
@@ -256,6 +265,7 @@ class Drive(StepRunner):
         if not batch.events:
             return False
         self.at = at
+        self.decision = batch if self.decision is None else join_decisions(self.decision, batch)
         self.pending.append(command)
         self.proposed.extend(batch.events)
         self.created.extend(batch.created_steps)
@@ -272,9 +282,11 @@ class Drive(StepRunner):
         try:
             if self.propose(command):
                 return True
-        except Rejection:
+        except Rejection as exc:
             if await self.moved_on():
                 return True
+            if isinstance(exc, InvalidCommand):  # the decision itself is malformed
+                raise unrecordable(what, exc, self.run_id) from exc
             raise
         if await self.moved_on():
             return True
@@ -283,6 +295,17 @@ class Drive(StepRunner):
             "same question again",
             run_id=self.run_id,
         )
+
+    def fail_run(self, exc: InvalidDecision | HistoryLimitExceeded) -> bool:
+        """Propose the run's failure with `exc`, a decision that can never be recorded.
+
+        Raises `exc` itself if even the failure cannot be (the run ended meanwhile, say).
+        """
+        failure = FailRun(error=error_payload(exc), error_code=type(exc).__name__)
+        try:
+            return self.propose(failure)
+        except Rejection:
+            raise exc from None
 
     async def flush(self) -> Flushed:
         """Append what is pending in one batch.
@@ -297,13 +320,7 @@ class Drive(StepRunner):
             return "shown"
         commands = tuple(self.pending)
         proposed = list(self.proposed)
-        decided = BatchDecision(  # what the handler would decide again on the same snapshot
-            events=tuple(proposed),
-            snapshot=self.view,
-            created_steps=tuple(self.created),
-            decided_on=self.durable,
-            now=self.at,
-        )
+        decided = self.decision  # what the handler would decide again on the same snapshot
         self.check_lease()
         try:
             outcome = await self.engine.execute(
@@ -334,6 +351,7 @@ class Drive(StepRunner):
         self.pending.clear()
         self.proposed.clear()
         self.created.clear()
+        self.decision = None
         self.at = None
         self.durable = self.view = durable
         done = {c.step_id for c in commands if isinstance(c, _OUTCOMES)}
@@ -368,6 +386,7 @@ class Drive(StepRunner):
         self.pending.clear()
         self.proposed.clear()
         self.created.clear()
+        self.decision = None
         self.at = None
         self.durable = self.view = await self.engine.handler.snapshot(self.run_id)
 
@@ -427,6 +446,7 @@ class Drive(StepRunner):
             self.proposed.clear()
             self.created.clear()
             self.at = None
+            self.decision = None
             self.view = self.durable
             self.ownership = None
         else:

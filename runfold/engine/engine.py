@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Literal, TypeAlias
 
@@ -32,7 +32,7 @@ from runfold.engine.drive import Drive
 from runfold.engine.errors import RunDefinitionConflict, WorkflowNotServed
 from runfold.engine.lease import Lease
 from runfold.engine.retry import DEFAULT_JITTER
-from runfold.engine.runtime import EngineObserver, WorkflowRuntime
+from runfold.engine.runtime import DEFAULT_STEP_TIMEOUT, EngineObserver, WorkflowRuntime
 from runfold.handler import CommandHandler, Outcome, new_run_id
 from runfold.kernel import (
     LIVE_RUN_STATUSES,
@@ -132,10 +132,12 @@ class Engine:
             the drive's first append), acts only as its owner, and releases the run when it
             waits; a run another live worker owns is left alone. Without one, runs are driven
             unowned, as by a single process.
+        step_timeout: How long an attempt of a step body may run before it fails as timed out
+            (`StepTimedOut`), unless its `ScheduleStep.timeout` says otherwise; None: no bound.
 
     Raises:
-        ValueError: `max_replay_iterations` is below 1, `jitter` is outside [0, 1], or the
-            runtime declares no workflow.
+        ValueError: `max_replay_iterations` is below 1, `jitter` is outside [0, 1],
+            `step_timeout` is not positive, or the runtime declares no workflow.
     """
 
     def __init__(
@@ -147,11 +149,14 @@ class Engine:
         max_replay_iterations: int = 1024,
         jitter: float = DEFAULT_JITTER,
         lease: Lease | None = None,
+        step_timeout: timedelta | None = DEFAULT_STEP_TIMEOUT,
     ) -> None:
         if max_replay_iterations < 1:
             raise ValueError("max_replay_iterations must be at least 1")
         if not 0.0 <= jitter <= 1.0:
             raise ValueError("jitter must be between 0 and 1")
+        if step_timeout is not None and step_timeout <= timedelta(0):
+            raise ValueError("step_timeout must be positive (or None)")
         served = runtime.workflow_names
         if isinstance(served, str) or not served:
             raise ValueError("runtime.workflow_names must name at least one workflow")
@@ -160,6 +165,7 @@ class Engine:
         self.observers = tuple(observers)
         self.max_replay_iterations = max_replay_iterations
         self.jitter = jitter
+        self.step_timeout = step_timeout
         self.workflow_names: frozenset[str] = frozenset(served)
         self._in_flight: set[tuple[str, str]] = set()
         self.lease = lease

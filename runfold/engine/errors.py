@@ -10,6 +10,8 @@ Rules about a run are the kernel's: a decision the kernel refuses surfaces as th
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from runfold.kernel import RunfoldError
 
 __all__ = [
@@ -18,6 +20,7 @@ __all__ = [
     "InvalidDecision",
     "ReplayLimitExceeded",
     "RunDefinitionConflict",
+    "StepTimedOut",
     "WorkflowNotServed",
 ]
 
@@ -83,6 +86,23 @@ class ReplayLimitExceeded(EngineError):
 
     code = "replay_limit_exceeded"
     status = 508
+
+
+class StepTimedOut(EngineError):
+    """An attempt of a step body did not return within its timeout.
+
+    The timeout is `ScheduleStep.timeout`, else the engine's `step_timeout` (default
+    `DEFAULT_STEP_TIMEOUT`). Recorded as the attempt's failure, retried while the step's policy
+    allows; `step_id` names the step and `timeout` is the bound it passed.
+    """
+
+    code = "step_timed_out"
+    status = 504
+
+    def __init__(self, message: str, *, run_id: str, step_id: str, timeout: timedelta) -> None:
+        super().__init__(message, run_id=run_id)
+        self.step_id = step_id
+        self.timeout = timeout
 
 
 class WorkflowNotServed(EngineError):

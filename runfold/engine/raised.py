@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 
-from runfold.engine.errors import BaseExceptionRaised
+from runfold.engine.errors import BaseExceptionRaised, InvalidDecision
+from runfold.kernel import InvalidCommand
 
 __all__ = [
     "CODE_BASE_EXCEPTIONS",
@@ -28,6 +29,7 @@ __all__ = [
     "error_text",
     "is_code_failure",
     "is_host_cancellation",
+    "unrecordable",
 ]
 
 CODE_BASE_EXCEPTIONS: tuple[type[BaseException], ...] = (
@@ -103,3 +105,13 @@ def as_failure(exc: BaseException, *, run_id: str, where: str) -> Exception:
     )
     failure.__cause__ = exc
     return failure
+
+
+def unrecordable(decision: str, exc: InvalidCommand, run_id: str) -> InvalidDecision:
+    """The `InvalidDecision` for `decision` (its repr), whose command the kernel refused."""
+    if len(decision) > 200:
+        decision = decision[:200] + "…"
+    return InvalidDecision(
+        f"a decision of run {run_id!r} cannot be recorded: {exc} (the decision: {decision})",
+        run_id=run_id,
+    )

@@ -13,7 +13,7 @@ deterministic: the same run gives the same decision.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Protocol, TypeAlias
 
@@ -23,6 +23,7 @@ from runfold.kernel import Envelope, RetryPolicy, Snapshot
 from runfold.kernel._fast import fast_inits
 
 __all__ = [
+    "DEFAULT_STEP_TIMEOUT",
     "AwaitHook",
     "Cancel",
     "CloseHook",
@@ -42,6 +43,13 @@ __all__ = [
     "WorkflowInvocation",
     "WorkflowRuntime",
 ]
+
+
+DEFAULT_STEP_TIMEOUT = timedelta(minutes=10)
+"""How long an attempt of a step body may run by default: 10 minutes.
+
+`ScheduleStep.timeout` or the engine's `step_timeout` may say otherwise. An attempt past it
+fails as timed out (`StepTimedOut`)."""
 
 
 # --- invocations --------------------------------------------------------------------------------
@@ -158,6 +166,9 @@ class ScheduleStep:
     step_name: str
     input: bytes
     retry: RetryPolicy | None = None
+    timeout: timedelta | None = None
+    """How long one attempt of the body may run before it fails as timed out (`StepTimedOut`);
+    None: the engine's `step_timeout`. Not recorded: the code's value applies to each attempt."""
 
 
 def _steps(value: Iterable[ScheduleStep]) -> tuple[ScheduleStep, ...]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Generator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-from runfold.engine.errors import InvalidDecision
-from runfold.engine.raised import as_failure, error_payload, is_code_failure
+from runfold.engine.errors import InvalidDecision, StepTimedOut
+from runfold.engine.raised import as_failure, error_payload, is_code_failure, unrecordable
 from runfold.engine.retry import DEFAULT_RETRY, retry_delay
 from runfold.engine.runtime import ScheduleStep, StepFailure, StepInvocation
 from runfold.kernel import (
@@ -61,6 +61,52 @@ def describe(exc: BaseException) -> bytes:
     Any message is recorded: a lone surrogate as its escape, a `__str__` that raises as a note.
     """
     return error_payload(exc)
+
+
+class _ArmedAtSuspension:
+    """Awaits `body`, and arms `scope` (an `asyncio.timeout(None)`) for `limit` once it suspends.
+
+    A body that returns without suspending (most of them, on a quick store) costs no timer:
+    a cancelled `TimerHandle` per step would stay in the event loop's heap until the loop next
+    turns, and a loop driving runs on `MemoryStore` may not turn for thousands of steps.
+    """
+
+    __slots__ = ("body", "limit", "scope")
+
+    def __init__(self, body: Awaitable[bytes], scope: asyncio.Timeout, limit: timedelta) -> None:
+        self.body = body
+        self.scope = scope
+        self.limit = limit
+
+    def __await__(self) -> Generator[Any, Any, bytes]:
+        it = self.body.__await__()
+        try:
+            yielded = it.send(None)
+        except StopIteration as stop:
+            result: bytes = stop.value
+            return result
+        loop = asyncio.get_running_loop()
+        self.scope.reschedule(loop.time() + self.limit.total_seconds())
+        while True:  # `yield from it`, its first value already taken
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+                raise
+            except BaseException as exc:
+                try:
+                    yielded = it.throw(exc)
+                except StopIteration as stop:
+                    result = stop.value
+                    return result
+            else:
+                try:
+                    yielded = it.send(sent)
+                except StopIteration as stop:
+                    result = stop.value
+                    return result
 
 
 class StepRunner:
@@ -172,30 +218,39 @@ class StepRunner:
                 start = StartStep(step_id=call.step_id, retry=_changed_policy(step, call))
             try:
                 self.propose(start)
-            except Rejection:
+            except Rejection as exc:
                 self.engine.release(run_id, ids)
                 self.claims.difference_update(ids)
                 if await self.moved_on():
                     return True  # another writer created, started or finished it first
+                if isinstance(exc, InvalidCommand):  # a name, an input the kernel refuses
+                    raise unrecordable(repr(call), exc, run_id) from exc
                 raise
         # The starts are durable before any body runs. Refused, they are not ours to run.
         if await self.flush() == "refused":
             self.engine.release(run_id, ids)
             self.claims.difference_update(ids)
             return True
-        await self.run_bodies([self.snapshot.steps[i] for i in ids])
+        timeouts = {call.step_id: call.timeout for call, _ in chosen}
+        await self.run_bodies([self.snapshot.steps[i] for i in ids], timeouts)
         return True
 
-    async def run_bodies(self, steps: Sequence[StepState]) -> None:
+    async def run_bodies(
+        self, steps: Sequence[StepState], timeouts: Mapping[str, timedelta | None]
+    ) -> None:
         """Run the step bodies concurrently and propose their outcomes.
 
         Each outcome but the last is committed as soon as it is known (those known at once in
-        one append); the last are pending, to go with the workflow's next decision.
+        one append); the last are pending, to go with the workflow's next decision. `timeouts`
+        holds each step's own timeout.
         """
         if len(steps) == 1:  # no task to spawn for the common case
-            await self.outcome(steps[0], await self.body(steps[0]), commit=False)
+            step = steps[0]
+            await self.outcome(step, await self.body(step, timeouts[step.step_id]), commit=False)
             return
-        tasks = {asyncio.ensure_future(self.body(step)): step for step in steps}
+        tasks = {
+            asyncio.ensure_future(self.body(step, timeouts[step.step_id])): step for step in steps
+        }
         errors: list[BaseException] = []
         try:
             while tasks:
@@ -216,8 +271,13 @@ class StepRunner:
         if errors:
             raise errors[0]
 
-    async def body(self, step: StepState) -> Command:
-        """Run one attempt of the step's body: the command that records its outcome."""
+    async def body(self, step: StepState, timeout: timedelta | None) -> Command:
+        """Run one attempt of the step's body: the command that records its outcome.
+
+        The attempt fails as timed out after `timeout` (None: the engine's `step_timeout`).
+        """
+        limit = timeout if timeout is not None else self.engine.step_timeout
+        scope = asyncio.timeout(None) if limit is not None else None
         invocation = StepInvocation(
             run_id=self.run_id,
             step_id=step.step_id,
@@ -227,9 +287,23 @@ class StepRunner:
             previous_error=step.error,
         )
         try:
-            output = await self.engine.runtime.run_step(invocation)
+            if scope is None or limit is None:
+                output = await self.engine.runtime.run_step(invocation)
+            else:
+                async with scope:
+                    body = self.engine.runtime.run_step(invocation)
+                    output = await _ArmedAtSuspension(body, scope, limit)
         except Exception as exc:
-            return self.after_failure(step, exc)
+            failure: Exception = exc
+            if scope is not None and limit is not None and scope.expired():
+                failure = StepTimedOut(
+                    f"step {step.step_name!r} (id {step.step_id!r}) of run {self.run_id!r} did "
+                    f"not return within {limit} (attempt {step.attempt})",
+                    run_id=self.run_id,
+                    step_id=step.step_id,
+                    timeout=limit,
+                )
+            return self.after_failure(step, failure)
         except BaseException as exc:  # SystemExit and the like: the body's failure all the same
             if not is_code_failure(exc):
                 raise  # the drive's task is cancelled (or the process dies): nothing is recorded

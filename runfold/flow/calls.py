@@ -60,7 +60,7 @@ class StepCall:
     frozen class takes several times as long to build. Treat it as immutable.
     """
 
-    __slots__ = ("args", "fn", "name", "retry")
+    __slots__ = ("args", "fn", "name", "retry", "timeout")
 
     def __init__(
         self,
@@ -69,14 +69,19 @@ class StepCall:
         args: tuple[Any, ...],
         name: str,
         retry: RetryPolicy | None,
+        timeout: timedelta | None = None,
     ) -> None:
         self.fn = fn
         self.args = args
         self.name = name
         self.retry = retry
+        self.timeout = timeout
 
     def __repr__(self) -> str:
-        return f"StepCall(name={self.name!r}, args={self.args!r}, retry={self.retry!r})"
+        return (
+            f"StepCall(name={self.name!r}, args={self.args!r}, retry={self.retry!r}, "
+            f"timeout={self.timeout!r})"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -264,6 +269,7 @@ def step(
     *args: Any,
     name: str | None = None,
     retry: RetryPolicy | None = None,
+    timeout: timedelta | float | None = None,
 ) -> Any:
     """Run `fn(*args)` (sync or async) as a durable step and resume with its result.
 
@@ -271,10 +277,17 @@ def step(
     while `fn` runs runs it again (at least once). `name` defaults to `fn`'s qualified name;
     `retry` defaults to the engine's policy. A step failing for good raises `StepError` here.
     A step recorded before a deploy keeps its recorded retry policy; a changed `retry` applies
-    to steps created after it.
+    to steps created after it. An attempt of an `async` `fn` that has not returned after
+    `timeout` (a timedelta, or seconds; default the engine's `step_timeout`, 10 minutes) fails
+    as timed out (`StepTimedOut`) and is retried per `retry`; a sync `fn` (run in the Flow's
+    thread pool) cannot be stopped.
     """
     chosen = name if name is not None else getattr(fn, "__qualname__", type(fn).__name__)
-    return Pending(StepCall(fn=fn, args=args, name=chosen, retry=retry))
+    if timeout is not None and not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=timeout)
+    if timeout is not None and timeout <= timedelta(0):
+        raise ValueError("a step timeout must be positive")
+    return Pending(StepCall(fn=fn, args=args, name=chosen, retry=retry, timeout=timeout))
 
 
 def sleep(delay: timedelta | float) -> Any:

@@ -96,7 +96,7 @@ class JsonCodec:
             text = _flat_json(value)
             if text is None:
                 text = _ENCODER.encode(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             raise PayloadError(f"cannot encode a {type(value).__name__} as JSON: {exc}") from exc
         return text.encode()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import contextvars
 import inspect
 from collections.abc import Callable, Collection, Iterable
@@ -414,9 +415,12 @@ class Flow:
                     result = await result
             else:  # a plain `def` may block: it runs in the pool, with this context
                 context = contextvars.copy_context()
-                result = await asyncio.get_running_loop().run_in_executor(
-                    self.threads, context.run, fn, *args
+                call = functools.partial(context.run, _outcome, fn, tuple(args))
+                raised, result = await asyncio.get_running_loop().run_in_executor(
+                    self.threads, call
                 )
+                if raised:  # raised here, on the loop, as an on-loop body's would be
+                    raise result
                 if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
                     result = await result
         finally:
@@ -441,6 +445,19 @@ class Flow:
         if type(envelope.event) in _RUN_ENDS:
             self.family.ended(envelope.run_id)
         self.interpreter.observe(envelope)
+
+
+def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+    """`(False, fn(*args))`, or `(True, exception)` for any exception it raised.
+
+    A `BaseException` (`GeneratorExit`, `SystemExit`) that crossed from the pool's thread into
+    the loop's future would unwind the awaiting coroutines without their handlers; returned as a
+    value, it is raised on the loop, where the engine's rule for step bodies applies.
+    """
+    try:
+        return False, fn(*args)
+    except BaseException as exc:
+        return True, exc
 
 
 def _has_results(snapshot: Snapshot) -> bool:

@@ -58,6 +58,7 @@ from runfold.flow.definition import Workflow
 from runfold.flow.encoding import ROUND_TRIP_TYPES, JsonCodec, PayloadCodec, round_trips
 from runfold.flow.errors import (
     FlowNonDeterminism,
+    PayloadError,
     StepError,
     TokenInUse,
     UnknownWorkflow,
@@ -167,12 +168,16 @@ class Session:
                 self.position += len(children)
                 self.call_input = self.produced = None
                 return
-            self.coro.close()
-            raise UnsupportedAwait(
-                f"workflow code awaited {yielded!r}; it may await only runfold.flow's calls "
-                "(step, sleep, wait_for_event, ...): everything a workflow waits on must be "
-                "durable"
+            self.close()
+            # The run fails: asked again, the code would await the same thing again.
+            self.finished, self.result, self.call = True, None, None
+            self.failure = UnsupportedAwait(
+                f"workflow code awaited {_shown(yielded)} after call {self.position}; it may "
+                "await only runfold.flow's calls (step, sleep, wait_for_event, ...) and "
+                "asyncio.gather of steps: everything a workflow waits on must be durable "
+                "(asyncio.sleep is runfold.flow.sleep)"
             )
+            return
         self.position += 1
         self.call = yielded
         self.call_input = self.produced = None
@@ -187,6 +192,22 @@ class Session:
             self.coro.close()
         except _FAILURES as exc:
             _log.warning("workflow code raised as its coroutine was dropped: %s", error_text(exc))
+
+
+def _shown(value: object) -> str:
+    """`repr(value)`, bounded, whatever its `__repr__` does."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
+def _payload_error(what: str, exc: Exception) -> PayloadError:
+    """The `PayloadError` for `what`, which the codec could not encode (it raised `exc`)."""
+    if isinstance(exc, PayloadError):
+        return PayloadError(f"{what} cannot be encoded: {exc}")
+    return PayloadError(f"{what} cannot be encoded: {error_text(exc)}")
 
 
 def _agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
@@ -455,10 +476,13 @@ class Interpreter:
                         recorded=beyond,
                         asked=_describe_call(None),
                     )
-                if session.failure is not None:
-                    exc = as_failure(session.failure, run_id=run_id, where="the workflow code")
-                    return Fail(error=error_payload(exc), error_code=type(exc).__name__)
-                return Complete(output=self.codec.encode(session.result))
+                if session.failure is None:
+                    try:
+                        return Complete(output=self.codec.encode(session.result))
+                    except Exception as exc:  # a value the codec cannot take fails the run
+                        session.failure = _payload_error("the workflow's return value", exc)
+                failure = as_failure(session.failure, run_id=run_id, where="the workflow code")
+                return Fail(error=error_payload(failure), error_code=type(failure).__name__)
             match call:
                 case StepCall():
                     decision = self.on_step(session, snapshot, durable, call, call_id)
@@ -513,13 +537,22 @@ class Interpreter:
         self.bodies[call.name] = call.fn
         step_input = session.call_input
         if step_input is None:  # encoded once per call, however often the call is decided on
-            step_input = session.call_input = self.codec.encode(list(call.args))
+            try:
+                step_input = session.call_input = self.codec.encode(list(call.args))
+            except Exception as exc:  # raised at the call, as a bad argument would be
+                what = f"the arguments of step {call.name!r} (call {call_id})"
+                session.resume(error=_payload_error(what, exc))
+                return None
         steps = snapshot.steps
         # `in` first: a miss through `get` raises and catches a KeyError inside the mapping.
         if call_id not in steps:
             self.other_kind(session, snapshot, call_id)
             return ScheduleStep(
-                step_id=call_id, step_name=call.name, input=step_input, retry=call.retry
+                step_id=call_id,
+                step_name=call.name,
+                input=step_input,
+                retry=call.retry,
+                timeout=call.timeout,
             )
         step = steps[call_id]
         if step.step_name != call.name:
@@ -529,7 +562,11 @@ class Interpreter:
         if step.status in ("pending", "running"):
             # The policy of the code now: one a deploy changed applies from the next attempt.
             return ScheduleStep(
-                step_id=call_id, step_name=call.name, input=step_input, retry=call.retry
+                step_id=call_id,
+                step_name=call.name,
+                input=step_input,
+                retry=call.retry,
+                timeout=call.timeout,
             )
         if step.status == "completed":
             output = step.output if step.output is not None else b""
@@ -557,7 +594,12 @@ class Interpreter:
         wait = snapshot.waits.get(call_id)
         if wait is None or call_id in snapshot.hooks:  # a hook: a wait_for_event's time-out
             self.other_kind(session, snapshot, call_id)
-            return WaitUntil(wait_id=call_id, resume_at=self.clock() + call.delay)
+            now = self.clock()
+            try:
+                resume_at = now + call.delay
+            except OverflowError:  # past year 9999: as good as for ever, which a wait can be
+                resume_at = datetime.max.replace(tzinfo=now.tzinfo)
+            return WaitUntil(wait_id=call_id, resume_at=resume_at)
         if wait.status == "waiting":
             return WaitUntil(wait_id=call_id, resume_at=wait.resume_at)
         self.consumed(session, durable, ("wait", call_id), ("completed", None))

@@ -5,7 +5,7 @@ arguments, so every function is replayable and property-testable.
 """
 
 from runfold.kernel import errors
-from runfold.kernel.batch import BatchDecision, decide_many
+from runfold.kernel.batch import BatchDecision, decide_many, join_decisions, recheck_decision
 from runfold.kernel.codec import (
     EventCodec,
     Upcaster,
@@ -288,9 +288,11 @@ __all__ = [
     "default_codec",
     "encode_event",
     "errors",
+    "join_decisions",
     "make_envelope",
     "make_envelopes",
     "project_rows",
     "project_run",
+    "recheck_decision",
     "run_index",
 ]

@@ -7,6 +7,7 @@ how a host records a step's outcome together with the workflow's next decision i
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -15,13 +16,29 @@ import attrs
 from runfold.kernel._fast import fast_init
 from runfold.kernel.commands import ClaimRun, Command, StartStep
 from runfold.kernel.decide import decide
-from runfold.kernel.errors import InvalidCommand, OwnershipLost, Rejection
+from runfold.kernel.errors import HistoryError, InvalidCommand, OwnershipLost, Rejection
 from runfold.kernel.events import Event, RunClaimed, StepCreated, make_envelope
 from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot import Ownership, Snapshot, apply, project_run
 
-__all__ = ["BatchDecision", "decide_many"]
+__all__ = ["BatchDecision", "decide_many", "join_decisions", "recheck_decision"]
+
+# Every `BatchDecision` `decide_many` or `join_decisions` made and that is still alive, by id:
+# the kernel's own decisions, which `recheck_decision` need not fold again. (By id with a weak
+# reference, not a WeakSet: hashing a decision hashes all its events.)
+_MADE: dict[int, weakref.ref[BatchDecision]] = {}
+
+
+def _made(decision: BatchDecision) -> BatchDecision:
+    key = id(decision)
+    _MADE[key] = weakref.ref(decision, lambda _, key=key: _MADE.pop(key, None))  # type: ignore[misc]
+    return decision
+
+
+def _is_made(decision: BatchDecision) -> bool:
+    found = _MADE.get(id(decision))
+    return found is not None and found() is decision
 
 
 @fast_init
@@ -116,12 +133,96 @@ def decide_many(
             else apply(current, envelopes, limits=limits)
         )
         events.extend(decision.events)
+    return _made(
+        BatchDecision(
+            events=tuple(events),
+            snapshot=current,
+            created_steps=tuple(created),
+            decided_on=snapshot,
+            now=now,
+        )
+    )
+
+
+def join_decisions(first: BatchDecision, then: BatchDecision) -> BatchDecision:
+    """One decision of `first` and `then`, which was decided on `first`'s snapshot at its time.
+
+    For a host that decides commands one at a time (to show its workflow each result) and
+    appends them together: the joined decision is the kernel's own, as `decide_many` of all the
+    commands would be, so `recheck_decision` takes it without folding it again.
+
+    Raises:
+        ValueError: `first` or `then` was not made by `decide_many` (or joined), or `then` was
+            not decided on `first`'s snapshot at the same time.
+    """
+    if not (_is_made(first) and _is_made(then)):
+        raise ValueError("join_decisions joins decisions made by decide_many")
+    if then.decided_on is not first.snapshot or then.now != first.now:
+        raise ValueError("the second decision was not made on the first one's snapshot")
+    return _made(
+        BatchDecision(
+            events=first.events + then.events,
+            snapshot=then.snapshot,
+            created_steps=first.created_steps + then.created_steps,
+            decided_on=first.decided_on,
+            now=first.now,
+        )
+    )
+
+
+def recheck_decision(
+    decided: BatchDecision,
+    snapshot: Snapshot | None,
+    *,
+    run_id: str,
+    limits: Limits = DEFAULT_LIMITS,
+) -> BatchDecision:
+    """`decided`, a decision handed in from elsewhere, checked against `snapshot`.
+
+    A decision `decide_many` (or `join_decisions`) made on this very `snapshot` is taken as it
+    is. Any other has its events folded onto `snapshot` by the kernel (the half of
+    `decide_many` after `decide`): the result holds the kernel's own snapshot, never the one
+    handed in, and events that break a law of history there (a step finished twice, a gap,
+    something not an event) are refused, so a wrong decision never reaches a store and leaves
+    the run unreadable.
+
+    Raises:
+        InvalidCommand: The events do not hold on `snapshot`, or `decided` has no `now`.
+    """
+    if decided.decided_on is snapshot and _is_made(decided):
+        return decided
+    events = decided.events
+    if decided.now is None or (snapshot is None and not events):
+        raise InvalidCommand(
+            f"the decision handed in for run {run_id!r} was not made by decide_many on it",
+            run_id=run_id,
+        )
+    if not events:
+        return BatchDecision(events=(), snapshot=snapshot, decided_on=snapshot, now=decided.now)
+    head = snapshot.last_sequence if snapshot is not None else 0
+    try:
+        if not all(isinstance(event, Event) for event in events):
+            raise HistoryError(run_id, head + 1, "not an event")
+        envelopes = [
+            make_envelope(run_id, head + 1 + k, event, decided.now, None)
+            for k, event in enumerate(events)
+        ]
+        after = (
+            project_run(envelopes, limits=limits)
+            if snapshot is None
+            else apply(snapshot, envelopes, limits=limits)
+        )
+    except HistoryError as exc:
+        raise InvalidCommand(
+            f"the decision handed in does not hold on run {run_id!r} as stored: {exc}",
+            run_id=run_id,
+        ) from None
     return BatchDecision(
-        events=tuple(events),
-        snapshot=current,
-        created_steps=tuple(created),
+        events=events,
+        snapshot=after,
+        created_steps=decided.created_steps,
         decided_on=snapshot,
-        now=now,
+        now=decided.now,
     )
 
 

@@ -120,7 +120,10 @@ class SQLiteStore(IndexReads, SQLiteLeases):
         migrated and no lock is taken, so it can be read while another process writes (WAL
         readers do not wait for writers) and when the file itself is read-only; a file that is
         missing, not a runfold database, or at another schema version is refused, and appends
-        fail with `StoreUnavailable`.
+        fail with `StoreUnavailable`. Where no `-shm` file exists and none can be made (a
+        read-only folder), SQLite cannot read the write-ahead log: the file is then read as it
+        is if there is no `-wal` file (or an empty one), and refused with `StoreOpenError` if
+        there is, rather than listing only what was checkpointed.
 
         `synchronous="FULL"` (the default) makes every acknowledged append survive power loss;
         `"NORMAL"` is faster in WAL mode and survives a crash of the process, but the last
@@ -161,7 +164,18 @@ class SQLiteStore(IndexReads, SQLiteLeases):
                     raise
                 # A WAL file is read through its -shm file, which nobody has made and this
                 # process cannot make (a read-only folder): then nobody is writing the file
-                # either, and SQLite may read it as immutable.
+                # either, and SQLite may read it as immutable. Immutable, it ignores the -wal
+                # file: one holding transactions would leave them out (a partial view passed
+                # for the whole), so it is refused instead.
+                wal = Path(location + "-wal")
+                if wal.exists() and wal.stat().st_size > 0:
+                    raise StoreOpenError(
+                        f"cannot open SQLite store {location!r} read-only: its write-ahead log "
+                        f"{wal.name!r} may hold committed transactions, which SQLite reads only "
+                        f"through a {Path(location).name + '-shm'!r} file, and none can be made "
+                        "beside it; open the store once for writing (which checkpoints the log "
+                        "into the file), or copy both files where the folder is writable"
+                    ) from exc
                 db = await connect(location, uri + "&immutable=1")
                 found = await ready(db, location, check_read_only, busy_ms)
         inline = None
