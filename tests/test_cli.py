@@ -385,8 +385,9 @@ def test_conformance_runs_the_kit_against_a_store_factory() -> None:
 def test_conformance_passes_every_option_to_the_kit(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
 
-    def kit_main(argv: list[str]) -> int:
+    def kit_main(argv: list[str], *, prog: str) -> int:
         calls.append(argv)
+        assert prog == "runfold conformance"
         return 1
 
     monkeypatch.setattr(runfold.conformance, "main", kit_main)

@@ -167,7 +167,7 @@ def test_delete_run_id_removes_that_ended_run_only(url: str) -> None:
     assert sorted(run_ids(url)) == sorted([live, ended[1]])
     refused = one_line_error(runfold_cli("delete", live, "--store", url), 1)
     assert "was not deleted" in refused and "still live" in refused
-    assert one_line_error(runfold_cli("delete", "no-such-run", "--store", url), 1)
+    assert "not found" in one_line_error(runfold_cli("delete", "no-such-run", "--store", url), 3)
     assert live in run_ids(url)
     both = one_line_error(
         runfold_cli("delete", live, "--ended-before", "2026-01-01T00:00:00Z", "--store", url), 2

@@ -135,7 +135,9 @@ def history(ctx: click.Context, run_id: str, as_json: bool, command_store: str |
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="where to listen (loopback by default)"
 )
-@click.option("--port", default=8765, show_default=True, type=int, help="the port")
+@click.option(
+    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="the port"
+)
 @store_option
 @click.pass_context
 def ui(ctx: click.Context, host: str, port: int, command_store: str | None) -> int:
@@ -149,6 +151,8 @@ def ui(ctx: click.Context, host: str, port: int, command_store: str | None) -> i
         inspector.serve(url, host=host, port=port)
     except ValueError as exc:
         raise CliError(f"bad store URL: {exc}", EXIT_USAGE) from None
-    except (StoreError, OSError) as exc:
+    except StoreError as exc:
         raise CliError(f"cannot open {label(url)}: {exc}", EXIT_STORE) from None
+    except OSError as exc:  # serve's own: the address cannot be listened on (it names it)
+        raise CliError(exc.strerror or str(exc), EXIT_USAGE) from None
     return EXIT_OK

@@ -12,7 +12,7 @@ from datetime import datetime
 import click
 
 from runfold.cli import operate
-from runfold.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from runfold.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
 from runfold.cli.options import on_a_run, store_option
 from runfold.cli.output import Terminal, timestamp, to_json
 from runfold.cli.store_access import work_on_store
@@ -121,15 +121,17 @@ def delete(
     deleted. Run ids and tokens freed may be used again.
     """
     if (run_id is None) == (ended_before is None):
-        raise click.UsageError("give a RUN_ID or --ended-before")
+        raise click.UsageError("give a RUN_ID or --ended-before", ctx)
     if run_id is not None:
 
         async def one(store: EventStore, terminal: Terminal) -> int:
             if await operate.delete_run(store, run_id):
                 terminal.line(f"deleted run {run_id}")
                 return EXIT_OK
+            if await store.head(run_id) == 0:
+                raise CliError(f"run {run_id!r} not found", EXIT_NOT_FOUND)
             raise CliError(
-                f"run {run_id!r} was not deleted: it is unknown, still live, or one of its hooks "
+                f"run {run_id!r} was not deleted: it is still live, or one of its hooks "
                 "retains its token",
                 EXIT_FAILED,
             )
