@@ -101,6 +101,8 @@ def test_the_counts_the_pages_give_are_the_codes() -> None:
         "No workflow language",
         "leaves running the code to you",
         "has no read-only mode",
+        "no worker fleet",
+        "No scheduler or worker fleet",
     ],
 )
 def test_statements_that_stopped_being_true_stay_gone(stale: str) -> None:
