@@ -11,6 +11,7 @@ import shlex
 from typing import get_args
 
 import click
+from click.core import ParameterSource
 
 from runfold.cli.exit_codes import EXIT_NOT_FOUND, EXIT_OK, EXIT_STORE, EXIT_USAGE, CliError
 from runfold.cli.options import json_option, on_a_run, store_option
@@ -88,10 +89,24 @@ def runs(
                     again += [option, value]
             if limit != 20:
                 again += ["--limit", str(limit)]
+            given = _given_store(ctx, command_store)
+            if given is not None:  # not from $RUNFOLD_STORE, which the next command has too
+                again += ["--store", label(given)]
             terminal.line("more: " + shlex.join([*again, "--cursor", page.cursor]))
         return EXIT_OK
 
     return work_on_store(ctx, command_store, work, read_only=True, looks=True)
+
+
+def _given_store(ctx: click.Context, command_store: str | None) -> str | None:
+    """The store given with `--store` (before or after the command), None if from the
+    environment or the default."""
+    if command_store is not None:
+        return command_store
+    parent = ctx.parent
+    if parent is not None and parent.get_parameter_source("store") is ParameterSource.COMMANDLINE:
+        return store_url(ctx, None)
+    return None
 
 
 @click.command()
