@@ -338,8 +338,9 @@ _STORE_METHODS = ("append_if_sequence", "read", "close")
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "python -m runfold.conformance") -> int:
-    """The command line (`prog` in its help and errors): run the kit, print the table and any
-    failures.
+    """The command line: run the kit, print the table and any failures.
+
+    `prog` is the name its help and its error lines show.
 
     Returns:
         The exit code: 0 when every offered check passed, 1 when one failed, 2 for a bad target

@@ -62,8 +62,9 @@ def timestamp(value: datetime) -> str:
 
 
 def hook_status(hook: HookState, run: Snapshot) -> str:
-    """A hook's status as `runfold show` words it: `released` or `retained until …` once its
-    run ended (an active hook of an ended run holds its token only while retained).
+    """A hook's status as `runfold show` words it: `released` or `retained until …` once ended.
+
+    An active hook of an ended run holds its token only while it is retained.
 
     The command line has the same rule (`runfold.cli.output.hook_status`); the inspector does
     not import the CLI, nor the CLI the inspector's extra, so each keeps its few lines.
