@@ -343,8 +343,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m runfold.co
     `prog` is the name its help and its error lines show.
 
     Returns:
-        The exit code: 0 when every offered check passed, 1 when one failed, 2 for a bad target
-        (one that cannot be imported, or a factory that cannot make a store) or bad options.
+        The exit code: 0 when every offered check passed, 1 when one failed, 2 for a bad
+            target (one that cannot be imported, or a factory that cannot make a store) or bad
+            options.
     """
     parser = _Parser(
         prog=prog,
