@@ -9,6 +9,7 @@ import asyncio
 import io
 import json
 import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -116,10 +117,14 @@ def test_runs_lists_filters_and_pages(demo: Demo) -> None:
     )
     assert [r["run_id"] for r in rest["runs"]] == everything[1:]
     plain = ok(runfold_cli("--store", demo.url, "runs", "--limit", "1"))
-    assert f"more: runfold runs --limit 1 --cursor {first['cursor']}" in plain
+    store = shlex.quote(demo.url)
+    assert f"more: runfold runs --limit 1 --store {store} --cursor {first['cursor']}" in plain
     filtered = ok(runfold_cli("runs", "--status", "completed", "--limit", "1", "--store", demo.url))
-    hint = f"more: runfold runs --status completed --limit 1 --cursor {first['cursor']}"
-    assert hint in filtered  # the filters given stay in the hint
+    hint = (
+        f"more: runfold runs --status completed --limit 1 --store {store} "
+        f"--cursor {first['cursor']}"
+    )
+    assert hint in filtered  # the filters and the store given stay in the hint
     other = ok(runfold_cli("--store", demo.url, "runs", "--workflow", "nothing-like-it"))
     assert other.splitlines()[1:] == []
 
@@ -385,8 +390,9 @@ def test_conformance_runs_the_kit_against_a_store_factory() -> None:
 def test_conformance_passes_every_option_to_the_kit(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
 
-    def kit_main(argv: list[str]) -> int:
+    def kit_main(argv: list[str], *, prog: str) -> int:
         calls.append(argv)
+        assert prog == "runfold conformance"
         return 1
 
     monkeypatch.setattr(runfold.conformance, "main", kit_main)

@@ -14,6 +14,7 @@ import os
 import pty
 import re
 import select
+import shlex
 import sqlite3
 import struct
 import subprocess
@@ -205,3 +206,45 @@ def test_json_output_holds_the_stored_text_escaped(hostile: str) -> None:
     assert shown["run_id"] == RUN
     assert shown["attributes"] == {"k" + ID: "v" + FREE}  # the same value, decoded
     assert shown["progress"]["p" + ID]["message"] == FREE
+
+
+LONG_IDS = [f"order_{n}_" + "0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a" for n in range(3)]
+
+
+async def _long_ids(path: Path) -> None:
+    store = await SQLiteStore.open(path)
+    handler = CommandHandler(store)
+    try:
+        for run_id in LONG_IDS:
+            create = CreateRun(workflow_name="order-fulfilment", input=b"")
+            await handler.execute(run_id, StartRun(create=create))
+            await handler.execute(run_id, CreateStep(step_id=run_id, step_name="n", input=b""))
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("columns", [80, 40])
+def test_ids_are_never_cut_on_a_narrow_terminal(tmp_path: Path, columns: int) -> None:
+    path = tmp_path / "runs.db"
+    asyncio.run(_long_ids(path))
+    url = f"sqlite:///{path}"
+    code, received = on_a_terminal("--store", url, "runs", columns=columns)
+    listed = inert_bytes(received)
+    assert code == 0
+    for run_id in LONG_IDS:
+        assert run_id in listed, listed
+    assert "…" not in listed and "order-fulfilment" in listed and "running" in listed
+    code, received = on_a_terminal("--store", url, "show", LONG_IDS[0], columns=columns)
+    assert code == 0 and f"\n  {LONG_IDS[0]}  " in inert_bytes(received)  # the step's row
+
+
+def test_the_next_page_command_keeps_the_store(hostile: str) -> None:
+    for args in (["--store", hostile, "runs"], ["runs", "--store", hostile]):
+        first = ok(runfold_cli(*args, "--limit", "1")).splitlines()
+        [hint] = [line for line in first if line.startswith("more: ")]
+        again = shlex.split(hint.removeprefix("more: "))
+        assert again[:2] == ["runfold", "runs"] and "--store" in again
+        second = ok(runfold_cli(*again[1:])).splitlines()
+        assert second[1] != first[1]  # the next run, from the same store
+    from_environment = ok(runfold_cli("runs", "--limit", "1", env={"RUNFOLD_STORE": hostile}))
+    assert "--store" not in from_environment  # the next command has the variable too

@@ -29,7 +29,7 @@ from runfold.cli.exit_codes import (
 )
 from runfold.cli.fleet import worker, workers
 from runfold.cli.inspection import history, runs, show, ui
-from runfold.cli.intervention import cancel, delete, resume
+from runfold.cli.intervention import cancel, delete, deliver, resume
 from runfold.cli.maintenance import migrate, verify
 from runfold.cli.output import Terminal
 from runfold.cli.store_access import DEFAULT_STORE, State
@@ -112,6 +112,7 @@ def _scrub(message: str, arguments: Sequence[str]) -> str:
         cancel,
         resume,
         delete,
+        deliver,
         worker,
         workers,
         conformance,

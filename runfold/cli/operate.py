@@ -95,14 +95,19 @@ def make_runtime(
     step delivering to another run) go to the same store as the command's.
 
     Raises:
-        RuntimeLoadError: What it makes is not a runtime, or it needs a store none was given.
+        RuntimeLoadError: Calling it fails, what it makes is not a runtime, or it needs a store
+            none was given.
     """
-    if _wants_store(factory):
-        if store is None:
-            raise RuntimeLoadError(f"{target!r} takes a store and none was given")
-        runtime = factory(store)
-    else:
-        runtime = factory()
+    wants_store = _wants_store(factory)
+    if wants_store and store is None:
+        raise RuntimeLoadError(f"{target!r} takes a store and none was given")
+    try:
+        runtime = factory(store) if wants_store else factory()
+    except Exception as exc:  # the user's code, whatever it raises: named, never a traceback
+        given = "the store" if wants_store else "no arguments"
+        raise RuntimeLoadError(
+            f"{target!r} failed when called with {given}: {type(exc).__name__}: {exc}"
+        ) from None
     methods = (getattr(runtime, name, None) for name in ("run_workflow", "run_step"))
     if (
         inspect.isawaitable(runtime)

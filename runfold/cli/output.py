@@ -18,6 +18,7 @@ from typing import Any, TextIO, TypeAlias
 
 import attrs
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
@@ -122,10 +123,15 @@ class Terminal:
         indent: str = "",
         status_column: int | None = None,
     ) -> None:
-        """Rows under bold headers, columns aligned; `status_column` is styled by status."""
+        """Rows under bold headers, columns aligned; `status_column` is styled by status.
+
+        A table is never squeezed to fit a narrow terminal: cutting or folding its cells would
+        cut the run ids people copy from it. One wider than the terminal is printed at its
+        natural width, and the terminal wraps its long lines.
+        """
         table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0))
         for header in headers:
-            table.add_column(header, no_wrap=not self.console.is_terminal)
+            table.add_column(header, no_wrap=True)
         for row in rows:
             table.add_row(
                 *(
@@ -135,8 +141,16 @@ class Terminal:
                     for number, cell in enumerate(row)
                 )
             )
-        with self.console.capture() as captured:
-            self.console.print(table)
+        natural = Measurement.get(
+            self.console, self.console.options.update(width=_PIPED_WIDTH), table
+        ).maximum
+        width = self.console.width
+        self.console.width = max(width, natural)  # rich clamps a print's width to the console's
+        try:
+            with self.console.capture() as captured:
+                self.console.print(table)
+        finally:
+            self.console.width = width
         for text in captured.get().splitlines():
             self.console.file.write(f"{indent}{text}".rstrip() + "\n")
         self.console.file.flush()

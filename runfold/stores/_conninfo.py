@@ -67,13 +67,18 @@ def secrets(dsn: str) -> tuple[str, ...]:
     with contextlib.suppress(ValueError, ImportError):  # unparsable: only its raw forms below
         found.add(check(dsn).get("password", ""))
     found.add(os.environ.get("PGPASSWORD", ""))
-    parts = urlsplit(dsn)
-    if parts.netloc or parts.query:
+    try:
+        netloc, query = urlsplit(dsn)[1:4:2]
+    except ValueError:  # a malformed URL (an unclosed `[::1`): its parts found by hand
+        rest = dsn.partition("://")[2]
+        netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        query = rest.partition("?")[2].partition("#")[0]
+    if netloc or query:
         # The raw forms of the URL, in case a message quotes the URL itself.
-        userinfo = parts.netloc.rpartition("@")[0]
+        userinfo = netloc.rpartition("@")[0]
         if ":" in userinfo:
             found.add(userinfo.partition(":")[2])
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        for key, value in parse_qsl(query, keep_blank_values=True):
             if key == "password":
                 found.add(value)
     for secret in list(found):
