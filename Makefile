@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-package
 
-.PHONY: install demo lint test test-deep bench mutation kit-under-load docs clean
+.PHONY: install demo lint test test-deep bench mutation kit-under-load faults-soak docs clean
 
 # Everything: the package with its extras, and the development tools of the `dev` dependency
 # group (PEP 735, not published with the package; `--group` needs pip >= 25.1).
@@ -55,6 +55,13 @@ mutation: install
 kit-under-load: install
 	bash scripts/ensure-postgres.sh
 	$(PY) scripts/kit_under_load.py --rounds 10 --hogs 2
+
+# 64 durable workflows per cut rate (3% and 40% of appends) through a proxy that cuts PostgreSQL
+# connections around commits and black-holes them: no run may fail, no attempt be spent, nothing
+# run or recorded twice, no store call outlast its deadline by more than a second.
+faults-soak: install
+	bash scripts/ensure-postgres.sh
+	$(PY) scripts/faults_soak.py
 
 # The documentation site, built into site/ with --strict (a broken link, a page missing from the
 # nav or a docstring griffe cannot read fails it); `make docs SERVE=1` serves it on

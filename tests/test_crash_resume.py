@@ -64,6 +64,7 @@ async def test_crashing_store_faults(store: EventStore) -> None:
         ],
     )
     flow = Flow(crashing, [chain])
+    flow.handler.store_retry = None  # the fault reaches the caller
     with pytest.raises(StoreUnavailable):
         await flow.start(chain, 2, run_id="faults")
     assert await store.read("faults") == []  # before: nothing written
@@ -76,6 +77,16 @@ async def test_crashing_store_faults(store: EventStore) -> None:
     done = await Flow(crashing, [chain]).start(chain, 2, run_id="faults")
     assert done.output == 1
     assert [f.write for f in crashing.struck] == [1, 2]
+
+
+async def test_a_flow_rides_through_failed_writes_and_records_each_once(store: EventStore) -> None:
+    schedule = [Fault(write=n, moment=("before", "after")[n % 2], kind="fail") for n in (2, 3, 5)]
+    crashing = CrashingStore(store, schedule)
+    done = await Flow(crashing, [chain]).start(chain, 3, run_id="faults")
+    assert done.output == 3 and [f.write for f in crashing.struck] == [2, 3, 5]
+    assert [s.attempt for s in done.snapshot.steps.values()] == [1, 1, 1]  # none spent
+    history = [e.event.event_type for e in await store.read("faults")]
+    assert history.count("step_started") == 3 and history.count("run_completed") == 1
 
 
 def test_a_schedule_names_each_write_once() -> None:

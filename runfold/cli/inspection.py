@@ -91,7 +91,7 @@ def runs(
             terminal.line("more: " + shlex.join([*again, "--cursor", page.cursor]))
         return EXIT_OK
 
-    return work_on_store(ctx, command_store, work, read_only=True)
+    return work_on_store(ctx, command_store, work, read_only=True, looks=True)
 
 
 @click.command()
@@ -110,7 +110,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, command_store: str | No
             render_snapshot(terminal, snapshot)
         return EXIT_OK
 
-    return work_on_store(ctx, command_store, work, read_only=True)
+    return work_on_store(ctx, command_store, work, read_only=True, looks=True)
 
 
 @click.command()
@@ -128,7 +128,7 @@ def history(ctx: click.Context, run_id: str, as_json: bool, command_store: str |
             render_timeline(terminal, events)
         return EXIT_OK
 
-    return work_on_store(ctx, command_store, work, read_only=True)
+    return work_on_store(ctx, command_store, work, read_only=True, looks=True)
 
 
 @click.command()
@@ -140,7 +140,7 @@ def history(ctx: click.Context, run_id: str, as_json: bool, command_store: str |
 @click.pass_context
 def ui(ctx: click.Context, host: str, port: int, command_store: str | None) -> int:
     """Serve a read-only web inspector of the store's runs until stopped (the `ui` extra)."""
-    url = store_url(ctx, command_store)
+    url = store_url(ctx, command_store, looks=True)
     try:
         from runfold import ui as inspector
     except ImportError as exc:

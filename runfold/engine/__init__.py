@@ -8,12 +8,14 @@ See `docs/reference/engine.md`.
 
 from runfold.engine.engine import Engine, EngineSummary, Resumption, Suspension, SuspensionKind
 from runfold.engine.errors import (
+    BaseExceptionRaised,
     EngineError,
     InvalidDecision,
     ReplayLimitExceeded,
     RunDefinitionConflict,
     WorkflowNotServed,
 )
+from runfold.engine.lease import DEFAULT_LEASE, Lease, new_worker_id
 from runfold.engine.retry import (
     DEFAULT_JITTER,
     DEFAULT_RETRY,
@@ -41,12 +43,16 @@ from runfold.engine.runtime import (
     WorkflowInvocation,
     WorkflowRuntime,
 )
+from runfold.engine.schedule import Schedule
+from runfold.engine.worker import Worker, WorkerCounts
 
 __all__ = [
     "DEFAULT_JITTER",
+    "DEFAULT_LEASE",
     "DEFAULT_RETRY",
     "LONGEST_RETRY_INTERVAL",
     "AwaitHook",
+    "BaseExceptionRaised",
     "Cancel",
     "CloseHook",
     "Complete",
@@ -56,12 +62,14 @@ __all__ = [
     "EngineSummary",
     "Fail",
     "InvalidDecision",
+    "Lease",
     "LinkChildOperation",
     "ReplayLimitExceeded",
     "ReportProgress",
     "Resumption",
     "RunDefinitionConflict",
     "RuntimeDecision",
+    "Schedule",
     "ScheduleStep",
     "ScheduleSteps",
     "StepFailure",
@@ -71,9 +79,12 @@ __all__ = [
     "TimeOut",
     "UpdateAttributes",
     "WaitUntil",
+    "Worker",
+    "WorkerCounts",
     "WorkflowInvocation",
     "WorkflowNotServed",
     "WorkflowRuntime",
     "jitter_fraction",
+    "new_worker_id",
     "retry_delay",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from runfold.kernel import RunfoldError
 
 __all__ = [
+    "BaseExceptionRaised",
     "EngineError",
     "InvalidDecision",
     "ReplayLimitExceeded",
@@ -30,6 +31,24 @@ class EngineError(RunfoldError):
     def __init__(self, message: str, *, run_id: str) -> None:
         super().__init__(message)
         self.run_id = run_id
+
+
+class BaseExceptionRaised(EngineError):
+    """Workflow code or a step body raised a `BaseException` that is not an `Exception`.
+
+    `SystemExit`, `KeyboardInterrupt`, `GeneratorExit` or `asyncio.CancelledError` raised by the
+    code itself is its failure like any other exception: recorded as this error, it fails the
+    step's attempt (retried while the step's policy allows) or the run. `raised` is the class
+    name of what was raised. A cancellation of the task driving the run, from outside, is not
+    the code's: it propagates, and nothing is recorded for it.
+    """
+
+    code = "base_exception_raised"
+    status = 500
+
+    def __init__(self, message: str, *, run_id: str, raised: str) -> None:
+        super().__init__(message, run_id=run_id)
+        self.raised = raised
 
 
 class RunDefinitionConflict(EngineError):

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from runfold.engine.errors import InvalidDecision
+from runfold.engine.raised import as_failure, error_payload, is_code_failure
 from runfold.engine.retry import DEFAULT_RETRY, retry_delay
 from runfold.engine.runtime import ScheduleStep, StepFailure, StepInvocation
 from runfold.kernel import (
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["StepRunner", "describe"]
 
 _log = logging.getLogger("runfold.engine")
-_MAX_ERROR_CHARS = 4096
 
 
 def _changed_policy(step: StepState, call: ScheduleStep) -> RetryPolicy | None:
@@ -56,8 +56,11 @@ def _numeric(step_id: str) -> tuple[int, str]:
 
 
 def describe(exc: BaseException) -> bytes:
-    """An exception as a step's error payload: its class and message, bounded."""
-    return f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS].encode()
+    """An exception as a step's error payload: its class and message, bounded.
+
+    Any message is recorded: a lone surrogate as its escape, a `__str__` that raises as a note.
+    """
+    return error_payload(exc)
 
 
 class StepRunner:
@@ -227,6 +230,11 @@ class StepRunner:
             output = await self.engine.runtime.run_step(invocation)
         except Exception as exc:
             return self.after_failure(step, exc)
+        except BaseException as exc:  # SystemExit and the like: the body's failure all the same
+            if not is_code_failure(exc):
+                raise  # the drive's task is cancelled (or the process dies): nothing is recorded
+            where = f"step {step.step_name!r} (id {step.step_id!r})"
+            return self.after_failure(step, as_failure(exc, run_id=self.run_id, where=where))
         return CompleteStep(step_id=step.step_id, output=output)
 
     def after_failure(self, step: StepState, exc: Exception) -> Command:

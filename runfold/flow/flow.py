@@ -20,12 +20,15 @@ from typing import Any
 import attrs
 
 from runfold.engine import (
+    DEFAULT_LEASE,
     AwaitHook,
     Engine,
     LinkChildOperation,
     Resumption,
     RuntimeDecision,
+    Schedule,
     StepInvocation,
+    Worker,
     WorkflowInvocation,
 )
 from runfold.flow.definition import Workflow, registered_workflows
@@ -136,6 +139,8 @@ class Flow:
         )
         self.engine = Engine(self.handler, self, observers=(self,))
         self.family = Family(self.engine, self.interpreter, self.codec, lambda: self.version)
+        self.worker: Worker | None = None
+        """The worker `serve` runs, while it serves."""
 
     # --- what people call ---------------------------------------------------------------------
 
@@ -146,12 +151,16 @@ class Flow:
         *,
         run_id: str | None = None,
         timeout: timedelta | None = None,
+        queued: bool = False,
     ) -> FlowRun:
         """Start a run of `workflow` with `input` and drive it until it ends or waits.
 
         Idempotent for a given `run_id`: the same input again returns the existing run. With a
         `timeout`, the run times out (`timed_out`, its timers and open work with it) that long
         after its first start: a retried start of the same run keeps the first deadline.
+        `queued` records the run and returns it pending, without running anything: a worker of
+        the fleet (`serve`, in this process or another) starts it. `result(run_id, wait=...)`
+        waits for its end.
 
         Raises:
             UnknownWorkflow: This Flow does not serve `workflow`.
@@ -178,7 +187,10 @@ class Flow:
             run_id=run_id,
             workflow_version=self.version,
             deadline=deadline,
+            queued=queued,
         )
+        if queued and self.worker is not None:
+            self.worker.wake()
         return await self.settled(snapshot)
 
     async def deliver(self, token: str, payload: Any, *, delivery_id: str | None = None) -> FlowRun:
@@ -269,13 +281,80 @@ class Flow:
             if all(r.error is not None for r in found):
                 return tuple(resumed)
 
-    async def result(self, run_id: str) -> FlowRun:
-        """The run as it stands.
+    async def serve(
+        self,
+        *,
+        worker_id: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        concurrency: int = 16,
+        poll_interval: float = 1.0,
+        grace: float = 30.0,
+        handle_signals: bool = True,
+    ) -> None:
+        """Serve this Flow's workflows as one worker of a fleet, until SIGTERM, Ctrl-C or `stop`.
+
+        Any number of processes may serve one store: each run is driven by one worker at a time
+        (its owner), due sleeps and retries and the runs of dead workers go to exactly one of
+        them. Runs this Flow `start`s while it serves are claimed by this worker; workflows
+        with a `schedule` are started at each tick. The arguments are `Worker`'s;
+        `handle_signals` makes SIGTERM and SIGINT stop gracefully.
+
+        Raises:
+            TypeError: The store keeps no worker leases (`WorkerLeases`).
+        """
+        schedules = [
+            Schedule(
+                workflow_name=w.name,
+                cron=w.schedule,
+                input_for=lambda tick: self.codec.encode(tick.isoformat()),
+            )
+            for w in self.workflows.values()
+            if w.schedule is not None
+        ]
+        worker = Worker(
+            self.engine,
+            worker_id=worker_id,
+            lease=lease,
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            grace=grace,
+            schedules=schedules,
+        )
+        self.worker = worker
+        if handle_signals:
+            worker.install_signal_handlers()
+        try:
+            await worker.serve()
+        finally:
+            self.worker = None
+            self.engine.lease = None
+
+    def stop(self) -> None:
+        """Stop `serve` gracefully (what SIGTERM does); no-op when not serving."""
+        if self.worker is not None:
+            self.worker.stop()
+
+    async def result(self, run_id: str, *, wait: float | None = None) -> FlowRun:
+        """The run as it stands; with `wait`, once it ended or `wait` seconds passed.
+
+        Any process may wait, one that serves no workflow included: it reads what the run
+        appended since (one read) at growing intervals, from 10 ms to at most 0.5 s, so a run
+        that ends is seen within half a second of it.
 
         Raises:
             RunNotFound: The run has no history.
         """
-        return self.report(await self.handler.snapshot(run_id))
+        snapshot = await self.handler.snapshot(run_id)
+        if wait is None or snapshot.is_terminal:
+            return self.report(snapshot)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        pause = 0.01
+        while not snapshot.is_terminal and loop.time() < deadline:
+            await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
+            pause = min(pause * 2, 0.5)
+            snapshot = await self.handler.snapshot(run_id)
+        return self.report(snapshot)
 
     def report(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` as a `FlowRun`."""

@@ -37,6 +37,7 @@ from runfold.engine import (
     ScheduleStep,
     WaitUntil,
 )
+from runfold.engine.raised import CODE_BASE_EXCEPTIONS, as_failure, error_payload, error_text
 from runfold.flow.calls import (
     CALL_TYPES,
     IN_WORKFLOW,
@@ -83,7 +84,8 @@ from runfold.kernel import (
 __all__ = ["Interpreter", "Session"]
 
 _log = logging.getLogger("runfold.flow")
-_MAX_ERROR_CHARS = 4096
+# What workflow code fails with: any exception, and SystemExit and the like raised of itself.
+_FAILURES: tuple[type[BaseException], ...] = (Exception, *CODE_BASE_EXCEPTIONS)
 # The events `observe` acts on: outcomes a session may have consumed, and the run's ends.
 _OBSERVED = frozenset(
     {
@@ -151,7 +153,7 @@ class Session:
         except StopIteration as stop:
             self.finished, self.result, self.call = True, stop.value, None
             return
-        except Exception as exc:  # the workflow's own failure: it fails the run
+        except _FAILURES as exc:  # the workflow's own failure (SystemExit too): it fails the run
             self.finished, self.failure, self.call = True, exc, None
             return
         finally:
@@ -175,8 +177,15 @@ class Session:
         self.call_input = self.produced = None
 
     def close(self) -> None:
-        """Drop the coroutine (it is replayed when needed again)."""
-        self.coro.close()
+        """Drop the coroutine (it is replayed when needed again).
+
+        What its code does on the way out (a `finally` that raises, a `GeneratorExit` caught and
+        ignored) is logged: it decides nothing.
+        """
+        try:
+            self.coro.close()
+        except _FAILURES as exc:
+            _log.warning("workflow code raised as its coroutine was dropped: %s", error_text(exc))
 
 
 def _agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
@@ -446,9 +455,8 @@ class Interpreter:
                         asked=_describe_call(None),
                     )
                 if session.failure is not None:
-                    exc = session.failure
-                    error = f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS].encode()
-                    return Fail(error=error, error_code=type(exc).__name__)
+                    exc = as_failure(session.failure, run_id=run_id, where="the workflow code")
+                    return Fail(error=error_payload(exc), error_code=type(exc).__name__)
                 return Complete(output=self.codec.encode(session.result))
             match call:
                 case StepCall():

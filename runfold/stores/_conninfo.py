@@ -89,10 +89,18 @@ def scrub(text: str, dsn: str) -> str:
     return text
 
 
+def _host(host: str) -> str:
+    """A host as a URL shows it: an IPv6 address in brackets, a socket folder quoted."""
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]"
+    return quote(host, safe="[]:")
+
+
 def describe(dsn: str) -> str:
     """`dsn` as a URL to show people: user, host, port, database and options, no password.
 
     A libpq keyword string is shown in URL form too; one libpq cannot parse is not shown.
+    Several hosts are shown each with its port (`host=a,b port=5432,5433` as `a:5432,b:5433`).
     """
     try:
         keywords = check(dsn)
@@ -103,9 +111,16 @@ def describe(dsn: str) -> str:
     user = quote(keywords.pop("user", ""), safe="")
     if keywords.pop("password", None) is not None:
         user = f"{user}:{MASK}"
-    host = keywords.pop("host", "")
-    port = keywords.pop("port", "")
-    netloc = (f"{user}@" if user else "") + quote(host, safe=",:[]") + (f":{port}" if port else "")
+    hosts = keywords.pop("host", "").split(",")
+    ports = keywords.pop("port", "").split(",")
+    if len(ports) == 1:  # one port (or none) for every host
+        ports *= len(hosts)
+    elif len(ports) != len(hosts):  # libpq refuses this when it connects: shown as given
+        keywords["port"] = ",".join(ports)
+        ports = [""] * len(hosts)
+    netloc = (f"{user}@" if user else "") + ",".join(
+        _host(host) + (f":{port}" if port else "") for host, port in zip(hosts, ports, strict=True)
+    )
     database = quote(keywords.pop("dbname", ""), safe="")
     schema = split_schema(dsn)[1]
     options = sorted(keywords.items()) + ([("schema", schema)] if schema is not None else [])

@@ -155,9 +155,10 @@ async def crash_and_resume(
 
     `events` maps hook tokens to the payloads delivered to them once their hooks are live.
     After a `stop` a fresh `Flow` (a new process) recovers and carries on; after a `fail` the
-    same `Flow` does, as a process that saw a transient store error would. Every `Flow` serves
-    `workflow` and `workflows` (the children a parent starts, say). The outcome is `same` only
-    when the clean run completed, unless `same_if_failed`.
+    same `Flow` does, as a process that saw a transient store error would. The Flows' handlers
+    do not retry store faults (`store_retry=None`), so that each `fail` reaches them. Every
+    `Flow` serves `workflow` and `workflows` (the children a parent starts, say). The outcome is
+    `same` only when the clean run completed, unless `same_if_failed`.
 
     Raises:
         AssertionError: More than `max_restarts` faults, or a run that does not end.
@@ -172,7 +173,7 @@ async def crash_and_resume(
     crashing = CrashingStore(store, schedule)
     clock = RoundClock()
     restarts = 0
-    flow = Flow(crashing, served, codec=codec, clock=clock)
+    flow = _unretried(Flow(crashing, served, codec=codec, clock=clock))
     while True:
         try:
             actual = await run_to_end(
@@ -184,7 +185,7 @@ async def crash_and_resume(
                 raise AssertionError(f"more than {max_restarts} restarts") from None
             if isinstance(exc, SimulatedCrash):  # a new process: nothing kept in memory
                 crashing.restart()
-                flow = Flow(crashing, served, codec=codec, clock=clock)
+                flow = _unretried(Flow(crashing, served, codec=codec, clock=clock))
             # A failed write leaves the process as it was: the same Flow carries on, its live
             # coroutines facing a store that may or may not hold what they were shown.
             continue
@@ -195,3 +196,9 @@ async def crash_and_resume(
             struck=tuple(crashing.struck),
             same_if_failed=same_if_failed,
         )
+
+
+def _unretried(flow: Flow) -> Flow:
+    """`flow`, its handler raising store faults at once: a `fail` is seen where it strikes."""
+    flow.handler.store_retry = None
+    return flow

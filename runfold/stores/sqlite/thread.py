@@ -24,6 +24,11 @@ T = TypeVar("T")
 async def connect(location: str, target: str) -> aiosqlite.Connection:
     """A connection to `target` (a path, or a `file:` URI), in autocommit mode."""
     connecting = aiosqlite.connect(target, isolation_level=None, uri=target.startswith("file:"))
+    # aiosqlite's thread is not a daemon: a store never closed (a script that raises, Ctrl-C, a
+    # store kept in a global) would make the interpreter wait for it at exit for ever. As a
+    # daemon it ends with the process; what it was writing is then rolled back like after a
+    # crash, and nothing unwritten was acknowledged.
+    connecting._thread.daemon = True
     try:
         return await connecting
     except sqlite3.Error as exc:
