@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from runfold.flow import (
     workflow,
     workflow_info,
 )
-from runfold.kernel import RetryPolicy
+from runfold.kernel import HookNotFound, RetryPolicy, RunNotFound
 from runfold.testing import Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
 from tests.conftest import Clock
@@ -132,3 +133,45 @@ async def test_parent_and_children_survive_any_fault_schedule(schedule: tuple[Fa
         run_id="H",
     )
     assert outcome.same, outcome
+
+
+async def test_children_under_a_fleet_of_two_workers(store: EventStore) -> None:
+    flows = [Flow(store, [order_parent, order_line]) for _ in range(2)]
+    serving = [
+        asyncio.create_task(flow.serve(poll_interval=0.05, handle_signals=False)) for flow in flows
+    ]
+    try:
+        async with asyncio.timeout(60):
+            while not all(flow.worker is not None for flow in flows):
+                await asyncio.sleep(0.01)
+            await flows[0].start(order_parent, ["pen", "wait-5"], run_id="F", queued=True)
+            while await _status(flows[1], "F/2") != "running":
+                await asyncio.sleep(0.02)  # a worker took the child up
+            while True:  # the hook is there once the child's worker drove it to the wait
+                try:
+                    await flows[1].deliver("packed-wait-5", True)
+                    break
+                except HookNotFound:
+                    await asyncio.sleep(0.02)
+            done = await _ended(flows[0], "F")
+            assert done.status == "completed", done.error
+            assert [line[0] for line in done.output[:2]] == ["F/1", "F/2"]
+    finally:
+        for flow in flows:
+            flow.stop()
+        await asyncio.gather(*serving)
+
+
+async def _status(flow: Flow, run_id: str) -> str | None:
+    try:
+        return (await flow.result(run_id)).status
+    except RunNotFound:
+        return None
+
+
+async def _ended(flow: Flow, run_id: str) -> Any:
+    while True:
+        run = await flow.result(run_id)
+        if run.status not in ("pending", "running"):
+            return run
+        await asyncio.sleep(0.02)

@@ -3,11 +3,14 @@
 Decisions and appends are the engine's; these follow-ups are the `Flow`'s, made after each of
 its operations (`settle`), so they never run inside another run's drive:
 
-- a `start_child` decision creates the child run (before the decision is appended, so a link
-  always names a run that exists) and has it driven;
+- a `start_child` decision creates the child run, queued (before the decision is appended, so a
+  link always names a run that exists), and has it driven: by this `Flow` after its operation,
+  or, while it serves a fleet, by whichever worker takes the queued run up (this one is woken);
 - a child that ended has its end delivered to the hook its parent awaits it on (now, or when the
   parent reaches that hook: the `Flow` checks the child then), which drives the parent;
 - a parent that ended has its live children cancelled (the documented policy).
+
+While the `Flow` serves (`Flow.serve`), `keep_settling` does the follow-ups as they come.
 
 A crash between any two of these loses nothing: a created child not yet driven is a live run
 `recover` drives; a parent awaiting a child that already ended is driven by `recover`, and its
@@ -16,6 +19,7 @@ awaiting the child's hook makes the `Flow` deliver then.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections import deque
@@ -23,7 +27,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from runfold.engine import AwaitHook, Engine, LinkChildOperation, RunDefinitionConflict
+from runfold.engine import AwaitHook, Engine, LinkChildOperation, RunDefinitionConflict, Worker
 from runfold.flow.calls import StartChildCall
 from runfold.flow.children import CHILD_KIND, RESULT_METADATA, result_payload, result_token
 from runfold.flow.encoding import PayloadCodec
@@ -33,7 +37,6 @@ from runfold.kernel import (
     HookNotFound,
     RunExpired,
     Snapshot,
-    StartRun,
     StoreClosed,
     StoreUnavailable,
     TerminalState,
@@ -59,13 +62,21 @@ class Family:
         interpreter: Interpreter,
         codec: PayloadCodec,
         version: Callable[[], str | None],
+        worker: Callable[[], Worker | None],
     ) -> None:
         self.engine = engine
         self.handler = engine.handler
         self.interpreter = interpreter
         self.codec = codec
         self.version = version
+        self.worker = worker  # the worker the Flow serves as, if it does
         self.queue: deque[FollowUp] = deque()
+        self.queued = asyncio.Event()  # set when a follow-up joins the queue
+
+    def push(self, follow_up: FollowUp) -> None:
+        """Queue a follow-up."""
+        self.queue.append(follow_up)
+        self.queued.set()
 
     # --- while the engine drives --------------------------------------------------------------
 
@@ -81,10 +92,10 @@ class Family:
             child_id = decision.metadata[len(RESULT_METADATA) :].decode()
             found = await self.handler.lookup(child_id)
             if found is not None and found.is_terminal:  # ended before the parent asked
-                self.queue.append(("deliver", decision.token, _outcome(found)))
+                self.push(("deliver", decision.token, _outcome(found)))
 
     async def create_child(self, parent: Snapshot, link: LinkChildOperation) -> None:
-        """Create the child run `link` names, unless it exists; have it driven."""
+        """Create the child run `link` names, queued, unless it exists; have it driven."""
         session = self.interpreter.sessions.get(parent.run_id)
         call = None if session is None else session.call
         assert isinstance(call, StartChildCall) and link.child_run_id is not None
@@ -102,7 +113,7 @@ class Family:
                 deadline=deadline,
             )
             try:
-                await self.handler.execute(child_id, StartRun(create=create))
+                await self.handler.execute(child_id, create)
             except EntityConflict:  # created meanwhile (another process replaying the parent)
                 existing = await self.handler.lookup(child_id)
         if existing is not None and (
@@ -113,13 +124,13 @@ class Family:
                 f"(workflow {existing.workflow_name!r}, parent {existing.parent_run_id!r})",
                 run_id=child_id,
             )
-        self.queue.append(("drive", child_id, b""))
+        self.push(("drive", child_id, b""))
 
     def ended(self, run_id: str) -> None:
         """A run ended: its parent and children may need a follow-up."""
         session = self.interpreter.sessions.get(run_id)
         if session is None or session.family or session.info.parent_run_id is not None:
-            self.queue.append(("ended", run_id, b""))
+            self.push(("ended", run_id, b""))
 
     # --- after a Flow operation ---------------------------------------------------------------
 
@@ -138,7 +149,10 @@ class Family:
             worked = True
             kind, subject, payload = self.queue.popleft()
             try:
-                if kind == "drive":
+                worker = self.worker()
+                if kind == "drive" and worker is not None:
+                    worker.wake()  # a queued run: the fleet takes it up
+                elif kind == "drive":
                     await self.engine.drive(subject)
                 elif kind == "deliver":
                     await self.deliver(subject, payload)
@@ -149,6 +163,18 @@ class Family:
             except Exception as exc:
                 _log.warning("follow-up %s of %r failed: %r", kind, subject, exc)
         return worked
+
+    async def keep_settling(self) -> None:
+        """`settle` whenever a follow-up is queued, until cancelled (while the Flow serves)."""
+        while True:
+            await self.queued.wait()
+            self.queued.clear()
+            try:
+                await self.settle()
+            except (StoreUnavailable, StoreClosed) as exc:
+                _log.warning("parent/child follow-ups wait for the store: %r", exc)
+                await asyncio.sleep(1.0)
+                self.queued.set()
 
     async def deliver(self, token: str, payload: bytes) -> None:
         """Deliver a child's end to its parent's hook, once, and drive the parent."""

@@ -139,7 +139,9 @@ class Flow:
             self.workflows, self.codec, self.handler.clock, max_sessions=max_sessions
         )
         self.engine = Engine(self.handler, self, observers=(self,))
-        self.family = Family(self.engine, self.interpreter, self.codec, lambda: self.version)
+        self.family = Family(
+            self.engine, self.interpreter, self.codec, lambda: self.version, lambda: self.worker
+        )
         self.worker: Worker | None = None
         """The worker `serve` runs, while it serves."""
 
@@ -324,9 +326,13 @@ class Flow:
         self.worker = worker
         if handle_signals:
             worker.install_signal_handlers()
+        follow_ups = asyncio.create_task(self.family.keep_settling(), name="flow follow-ups")
         try:
             await worker.serve()
         finally:
+            follow_ups.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow_ups
             self.worker = None
             self.engine.lease = None
 

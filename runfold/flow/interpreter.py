@@ -33,10 +33,8 @@ from runfold.engine import (
     CloseHook,
     Complete,
     Fail,
-    ReportProgress,
     RuntimeDecision,
     ScheduleStep,
-    UpdateAttributes,
     WaitUntil,
 )
 from runfold.engine.raised import CODE_BASE_EXCEPTIONS, as_failure, error_payload, error_text
@@ -67,6 +65,7 @@ from runfold.flow.errors import (
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.messages import on_recv
 from runfold.flow.parallel import Gathered, gathered, on_gathered
+from runfold.flow.records import on_record
 from runfold.kernel import (
     AttributesSet,
     ChildLinked,
@@ -491,7 +490,7 @@ class Interpreter:
                 case EventCall():
                     decision = self.on_event(session, snapshot, durable, call, call_id)
                 case AttributesCall() | ProgressCall():
-                    decision = self.on_record(session, snapshot, durable, call, call_id)
+                    decision = on_record(self, session, snapshot, durable, call, call_id)
                 case Gathered():
                     decision = on_gathered(self, session, snapshot, durable, call)
                 case StartChildCall():
@@ -603,36 +602,6 @@ class Interpreter:
         if wait.status == "waiting":
             return WaitUntil(wait_id=call_id, resume_at=wait.resume_at)
         self.consumed(session, durable, ("wait", call_id), ("completed", None))
-        session.resume(None)
-        return None
-
-    def on_record(
-        self,
-        session: Session,
-        snapshot: Snapshot,
-        durable: Snapshot | None,
-        call: AttributesCall | ProgressCall,
-        call_id: str,
-    ) -> RuntimeDecision | None:
-        """Record the attributes or the progress report under the call's id, then go on."""
-        if isinstance(call, AttributesCall):
-            kind, done = "attributes", call_id in snapshot.attribute_write_ids
-        else:
-            kind, done = "progress", call_id in snapshot.progress
-        if not done:
-            self.other_kind(session, snapshot, call_id)
-            if isinstance(call, AttributesCall):
-                return UpdateAttributes(changes=call.changes, write_id=call_id)
-            return ReportProgress(
-                progress_id=call_id,
-                completed=call.completed,
-                total=call.total,
-                message=call.message,
-            )
-        recorded = _describe_recorded(snapshot, call_id)
-        if recorded != _describe_call(call):
-            self.mismatch(session, snapshot, recorded or "nothing")
-        self.consumed(session, durable, (kind, call_id), ("recorded", None))
         session.resume(None)
         return None
 
