@@ -340,6 +340,8 @@ def _measure(
                             cpu.setdefault((name, workload), []).append(cpu_seconds / count)
                 for name, found in samples.items():
                     rates[(name, workload, size)] = Measurement.of(found)
+                    median = rates[(name, workload, size)].median
+                    print(f"  … {_case(name, size, workload)}: {median:.1f}/s", file=sys.stderr)
             ours = fleets[OURS].processes
             ours.stop()  # its log's last line counts what it did
             counted = _refusals(ours.log_texts())
