@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import contextvars
+import functools
 import inspect
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
