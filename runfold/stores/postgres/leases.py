@@ -26,8 +26,10 @@ ON CONFLICT (worker_id) DO UPDATE SET lease_until = excluded.lease_until
 WHERE held.lease_until > %(now)s
 RETURNING true
 """
-"""Take the worker's lease, or move it if it still holds at `now`: a row when it did, none when
-the lease had lapsed (and nothing changed)."""
+"""Take the worker's lease, or move it if it still holds at `now`.
+
+It returns a row when it did, none when the lease had lapsed (and nothing changed).
+"""
 
 ORPHANED_RUNS = f"""
 SELECT {SUMMARY_COLUMNS} FROM {{s}}.runs
@@ -37,9 +39,11 @@ WHERE runs.owner_id IS NOT NULL
     AND (%(served)s::text[] IS NULL OR runs.workflow_name = ANY(%(served)s::text[]))
 ORDER BY runs.updated_at, runs.run_id LIMIT %(limit)s
 """
-"""The runs rows of `orphaned_runs`: owned (so live; through the partial index `runs_owner`),
-their owner's lease missing or lapsed at `now`, of the `served` workflows (NULL: any), oldest
-update first."""
+"""The runs rows of `orphaned_runs`, oldest update first.
+
+Owned runs (so live ones; through the partial index `runs_owner`) whose owner's lease is missing
+or lapsed at `now`, of the `served` workflows (NULL: any).
+"""
 
 
 class PostgresLeases:
