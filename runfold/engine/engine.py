@@ -121,7 +121,9 @@ class Engine:
         runtime: The workflow code: what a run does next, and the step bodies.
         observers: See every envelope the engine appends.
         max_replay_iterations: How often one `drive` may ask the runtime before it raises
-            `ReplayLimitExceeded`.
+            `ReplayLimitExceeded`; None (the default): no bound, a drive goes on until the run
+            ends or waits (the run's `Limits.max_events_per_run` bounds a workflow that never
+            does: past it the run fails with `HistoryLimitExceeded`).
         jitter: The share of a retry delay the replay-stable jitter may take off.
         step_timeout: How long an attempt of a step body may run before it fails as timed out
             (`StepTimedOut`), unless its `ScheduleStep.timeout` says otherwise; None: no bound.
@@ -137,11 +139,11 @@ class Engine:
         runtime: WorkflowRuntime,
         observers: Iterable[EngineObserver] = (),
         *,
-        max_replay_iterations: int = 1024,
+        max_replay_iterations: int | None = None,
         jitter: float = DEFAULT_JITTER,
         step_timeout: timedelta | None = DEFAULT_STEP_TIMEOUT,
     ) -> None:
-        if max_replay_iterations < 1:
+        if max_replay_iterations is not None and max_replay_iterations < 1:
             raise ValueError("max_replay_iterations must be at least 1")
         if not 0.0 <= jitter <= 1.0:
             raise ValueError("jitter must be between 0 and 1")
@@ -230,7 +232,8 @@ class Engine:
             Rejection: The kernel refused a decision on the freshest view (`NonDeterministic`,
                 `TerminalState`, …).
             InvalidDecision: The runtime returned a decision the engine cannot apply.
-            ReplayLimitExceeded: The run did not settle within `max_replay_iterations`.
+            ReplayLimitExceeded: The run did not settle within `max_replay_iterations` (only
+                when one is set).
         """
         return await self._drive(await self.handler.snapshot(run_id))
 
