@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-package
 
-.PHONY: install demo lint test test-deep bench mutation kit-under-load docs clean
+.PHONY: install demo lint test test-deep bench mutation kit-under-load faults-soak test-ha docs clean
 
 # Everything: the package with its extras, and the development tools of the `dev` dependency
 # group (PEP 735, not published with the package; `--group` needs pip >= 25.1).
@@ -55,6 +55,23 @@ mutation: install
 kit-under-load: install
 	bash scripts/ensure-postgres.sh
 	$(PY) scripts/kit_under_load.py --rounds 10 --hogs 2
+
+# 64 durable workflows per cut rate (3% and 40% of appends) through a proxy that cuts PostgreSQL
+# connections around commits and black-holes them: no run may fail, no attempt be spent, nothing
+# run or recorded twice, no store call outlast its deadline by more than a second.
+faults-soak: install
+	bash scripts/ensure-postgres.sh
+	$(PY) scripts/faults_soak.py
+
+# Three failovers of a two-node Patroni cluster (etcd, synchronous replication) on loopback under
+# 64 workflows: no error may reach the application, no acknowledged event be lost. Not part of
+# `make test`: it needs Debian's patroni, etcd-server and PostgreSQL 15 packages and root (the
+# nodes run as the postgres user), building the cluster takes a minute, and each failover waits
+# out Patroni's ttl (10 s).
+test-ha: install
+	dir=$$(mktemp -d /tmp/runfold-ha.XXXXXX); chmod 755 $$dir; \
+	bash scripts/ha-cluster.sh start $$dir && $(PY) scripts/ha_failover.py $$dir; rc=$$?; \
+	bash scripts/ha-cluster.sh stop $$dir; exit $$rc
 
 # The documentation site, built into site/ with --strict (a broken link, a page missing from the
 # nav or a docstring griffe cannot read fails it); `make docs SERVE=1` serves it on

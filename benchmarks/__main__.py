@@ -14,6 +14,7 @@ from pathlib import Path
 
 from benchmarks.commands import bench_commands
 from benchmarks.engine_cost import bench_engine_cost
+from benchmarks.fleet import bench_fleet
 from benchmarks.flow import bench_flow
 from benchmarks.harness import Remark, Result
 from benchmarks.kernel import bench_apply, bench_fold, bench_memory
@@ -39,6 +40,7 @@ BENCHMARKS: dict[str, Callable[[bool], Sequence[Result | Remark]]] = {
     "workflows": bench_workflows,
     "engine-cost": bench_engine_cost,
     "durable-functions": bench_flow,
+    "fleet": bench_fleet,
 }
 CHARTS = Path("assets") / "performance"
 """Where the charts go, relative to the page (which links them relatively)."""

@@ -1,8 +1,10 @@
 """The DBOS Transact peer (benchmark-only import): the workflow benchmark's 10-step sequential
-workflow as DBOS code, with DBOS's primary (synchronous) API."""
+workflow as DBOS code, with DBOS's primary (synchronous) API; and the 10 parallel steps of the
+durable-functions benchmark, with its async API (`asyncio.gather` of async steps)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator, Mapping
 
@@ -11,7 +13,7 @@ from dbos import DBOS, DBOSConfig
 from benchmarks.harness import StepClock
 from benchmarks.workloads import PAYLOAD_BYTES, WORKFLOW_STEPS
 
-__all__ = ["CLOCK", "dbos_launched", "sequential_workflow"]
+__all__ = ["CLOCK", "dbos_launched", "parallel_workflow", "sequential_workflow"]
 
 CLOCK = StepClock()
 """Stamped by every step body; DBOS steps are module functions, so the clock is one too."""
@@ -30,6 +32,17 @@ def sequential_workflow(input: str) -> str:
     for _ in range(WORKFLOW_STEPS):
         output = _step(output)
     return output
+
+
+@DBOS.step()
+async def _async_step(input: str) -> str:
+    return "o" * PAYLOAD_BYTES
+
+
+@DBOS.workflow()
+async def parallel_workflow(input: str) -> list[str]:
+    """`WORKFLOW_STEPS` steps at once, each fed the input."""
+    return list(await asyncio.gather(*(_async_step(input) for _ in range(WORKFLOW_STEPS))))
 
 
 @contextlib.contextmanager

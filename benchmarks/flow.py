@@ -1,9 +1,11 @@
 """Durable functions: the 10-step sequential workflow as `runfold.flow` code (`@workflow`,
 `await step(...)`) against the same workflow as DBOS code (`@DBOS.workflow`, `@DBOS.step`),
-on the same SQLite file system and the same PostgreSQL server.
+on the same SQLite file system and the same PostgreSQL server; and a workflow of 10 parallel
+steps (`asyncio.gather` of steps on both sides, DBOS's async API).
 
-Reported per backend: workflows/s one at a time and `CONCURRENT` at once. Both sides take
-and return text, so each pays its own payload encoding (JSON for runfold.flow).
+Reported per backend: workflows/s one at a time and `CONCURRENT` at once, and the parallel
+workflow one at a time. Both sides take and return text, so each pays its own payload
+encoding (JSON for runfold.flow).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from benchmarks.targets import FLOW_CONCURRENT_VS_DBOS, FLOW_SEQUENTIAL_VS_DBOS
 from benchmarks.workloads import PAYLOAD_BYTES, WORKFLOW_STEPS
 from runfold.flow import Flow, step, workflow
 
-__all__ = ["bench_flow", "flow_sequential"]
+__all__ = ["bench_flow", "flow_parallel", "flow_sequential"]
 
 GROUP = "Durable functions"
 CONCURRENT = 64
@@ -29,6 +31,7 @@ CONCURRENT = 64
 CONNECTIONS = 8
 """PostgreSQL connections runfold's store may use in the concurrent rows."""
 OURS = "runfold.flow (@workflow / await step)"
+PARALLEL_SHAPE = "parallel workflow (asyncio.gather of steps), one at a time"
 PEER = "DBOS Transact (DBOS.workflow / DBOS.step)"
 
 
@@ -45,15 +48,29 @@ async def flow_sequential(input: str) -> str:
     return output
 
 
+async def _async_work(previous: str) -> str:
+    return "o" * PAYLOAD_BYTES
+
+
+@workflow(name="bench-flow-parallel")
+async def flow_parallel(input: str) -> list[str]:
+    """`WORKFLOW_STEPS` steps at once, each fed the input."""
+    return list(await asyncio.gather(*(step(_async_work, input) for _ in range(WORKFLOW_STEPS))))
+
+
+Trials = tuple[Trial, Trial, Trial]
+
+
 @contextlib.contextmanager
-def _runfold(backend: Backend, count: int, concurrent: int) -> Iterator[tuple[Trial, Trial]]:
+def _runfold(backend: Backend, count: int, concurrent: int) -> Iterator[Trials]:
     """One at a time on a store of one connection; `concurrent` at once on `CONNECTIONS`."""
     with (
         event_loop() as loop,
         backend.store(loop) as store,
         backend.store(loop, connections=CONNECTIONS) as shared,
     ):
-        one, many = Flow(store, [flow_sequential]), Flow(shared, [flow_sequential])
+        one = Flow(store, [flow_sequential, flow_parallel])
+        many = Flow(shared, [flow_sequential])
 
         def sequential() -> None:
             for _ in range(count):
@@ -66,13 +83,22 @@ def _runfold(backend: Backend, count: int, concurrent: int) -> Iterator[tuple[Tr
             )
             assert all(run.output == "o" * PAYLOAD_BYTES for run in runs)
 
-        yield Trial(run=sequential), Trial(run=lambda: loop.run_until_complete(all_at_once()))
+        def parallel() -> None:
+            for _ in range(count):
+                run = loop.run_until_complete(one.start(flow_parallel, "i" * PAYLOAD_BYTES))
+                assert run.output == ["o" * PAYLOAD_BYTES] * WORKFLOW_STEPS
+
+        yield (
+            Trial(run=sequential),
+            Trial(run=lambda: loop.run_until_complete(all_at_once())),
+            Trial(run=parallel),
+        )
 
 
 @contextlib.contextmanager
 def _dbos(
     backend: Backend, count: int, concurrent: int, remarks: list[Result | Remark]
-) -> Iterator[tuple[Trial, Trial] | None]:
+) -> Iterator[Trials | None]:
     """DBOS's trials on a fresh system database, or None and a remark saying why not."""
     with dbos_on(backend, GROUP, remarks) as peer:
         if peer is None:
@@ -88,7 +114,17 @@ def _dbos(
             handles = [start(sequential_workflow, "i" * PAYLOAD_BYTES) for _ in range(concurrent)]
             assert all(h.get_result() == "o" * PAYLOAD_BYTES for h in handles)
 
-        yield Trial(run=sequential), Trial(run=all_at_once)
+        loop = asyncio.new_event_loop()
+
+        def parallel() -> None:
+            for _ in range(count):
+                outputs = loop.run_until_complete(peer.parallel_workflow("i" * PAYLOAD_BYTES))
+                assert outputs == ["o" * PAYLOAD_BYTES] * WORKFLOW_STEPS
+
+        try:
+            yield Trial(run=sequential), Trial(run=all_at_once), Trial(run=parallel)
+        finally:
+            loop.close()
 
 
 def bench_flow(quick: bool) -> list[Result | Remark]:
@@ -114,19 +150,21 @@ def bench_flow(quick: bool) -> list[Result | Remark]:
                     ).items()
                 }
                 for place, (shape, units) in enumerate(
-                    (("one at a time", count), (f"{concurrent} at once", concurrent))
+                    (
+                        ("sequential workflow, one at a time", count),
+                        (f"sequential workflow, {concurrent} at once", concurrent),
+                        (PARALLEL_SHAPE, count),
+                    )
                 )
             }
-        for (shape, by_name), target in zip(
-            rates.items(), (FLOW_SEQUENTIAL_VS_DBOS, FLOW_CONCURRENT_VS_DBOS), strict=True
-        ):
+        targets = (FLOW_SEQUENTIAL_VS_DBOS, FLOW_CONCURRENT_VS_DBOS, None)
+        for (shape, by_name), target in zip(rates.items(), targets, strict=True):
             for name, rate in by_name.items():
                 ours_row = name == "runfold"
                 found.append(
                     Result(
                         group=GROUP,
-                        case=f"{OURS if ours_row else PEER}: {WORKFLOW_STEPS}-step sequential "
-                        f"workflow, {shape}",
+                        case=f"{OURS if ours_row else PEER}: {WORKFLOW_STEPS}-step {shape}",
                         on=backend.describe(),
                         unit="workflows/s",
                         value=rate,

@@ -46,7 +46,8 @@ def _machine() -> list[str]:
 
 def _fairness() -> list[str]:
     return [
-        "- **Same run, same machine, taking turns.** Every contender runs in this one process. "
+        "- **Same run, same machine, taking turns.** Every contender runs in this one process "
+        "(but the fleet's, whose workers are processes of their own: see its remark). "
         "Contenders of a comparison take turns, one timed run each per round, after a warm-up "
         "round, so that other load on the machine slows them alike. Set-up (fresh runs, warm "
         "caches, peers' aggregates) happens before each timed run and is not timed.",

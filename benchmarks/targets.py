@@ -13,6 +13,9 @@ __all__ = [
     "ENGINE_CONCURRENT_VS_DBOS",
     "ENGINE_SEQUENTIAL_VS_DBOS",
     "ENGINE_STORE_CALLS_PER_WORKFLOW",
+    "FLEET_CPU_2_VS_1",
+    "FLEET_IO_4_VS_1",
+    "FLEET_VS_DBOS",
     "FLOW_CONCURRENT_VS_DBOS",
     "FLOW_SEQUENTIAL_VS_DBOS",
     "FOLD_RATE",
@@ -98,6 +101,21 @@ FLOW_CONCURRENT_VS_DBOS = Target(
     goal="runfold.flow, 64 10-step workflows at once ≥ 10× DBOS Transact (SQLite and PostgreSQL)",
     bound=10.0,
 )
+FLEET_CPU_2_VS_1 = Target(
+    goal="fleet on PostgreSQL, 10-step workflow of 2 ms CPU steps: 2 `runfold worker` processes "
+    "≥ 1.8× one (2 cores)",
+    bound=1.8,
+)
+FLEET_IO_4_VS_1 = Target(
+    goal="fleet on PostgreSQL, 10-step workflow of 20 ms I/O steps: 4 `runfold worker` "
+    "processes ≥ 3.6× one",
+    bound=3.6,
+)
+FLEET_VS_DBOS = Target(
+    goal="fleet on PostgreSQL: runfold workers ≥ 3× DBOS Transact queue workers with the same "
+    "processes and per-worker concurrency (1, 2 and 4 processes, CPU and I/O steps)",
+    bound=3.0,
+)
 
 ALL_TARGETS = (
     FOLD_RATE,
@@ -118,4 +136,7 @@ ALL_TARGETS = (
     ENGINE_STORE_CALLS_PER_WORKFLOW,
     FLOW_SEQUENTIAL_VS_DBOS,
     FLOW_CONCURRENT_VS_DBOS,
+    FLEET_CPU_2_VS_1,
+    FLEET_IO_4_VS_1,
+    FLEET_VS_DBOS,
 )

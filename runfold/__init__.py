@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from runfold import kernel as _kernel
 from runfold.handler import CommandHandler, Outcome, new_run_id, utc_now
 from runfold.kernel import *  # noqa: F403  (the kernel's public names are runfold's)
+from runfold.store_retry import DEFAULT_STORE_RETRY, StoreFault, StoreRetry
 from runfold.stores import EventStore, MemoryStore, open_store
 
 if TYPE_CHECKING:
@@ -20,11 +21,14 @@ __version__ = "0.1.0"
 
 __all__ = [name for name in _kernel.__all__ if name != "errors"]
 __all__ += [
+    "DEFAULT_STORE_RETRY",
     "CommandHandler",
     "EventStore",
     "MemoryStore",
     "Outcome",
     "PostgresStore",
+    "StoreFault",
+    "StoreRetry",
     "__version__",
     "new_run_id",
     "open_store",

@@ -3,7 +3,10 @@
 The handler is where the pure kernel meets a store. Every rule lives in `decide`; the store only
 makes "check the head, then append" atomic; the handler retries the whole cycle on a
 `SequenceConflict` (someone else appended first) and re-decides on a `TokenConflict` (another run
-holds the hook token), so every rule holds on every store, concurrency included.
+holds the hook token), so every rule holds on every store, concurrency included. A store that
+cannot be reached for now (`StoreUnavailable`) is tried again under a `StoreRetry` policy, and
+an append whose outcome was lost is recognised by its events when the run is read back, so a
+retried command that was applied returns its outcome instead of a refusal.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from functools import partial
 
 import attrs
 
 from runfold.kernel import (
     BatchDecision,
     Command,
+    CommitUnknown,
     CreateRun,
     Envelope,
     HookHolder,
@@ -29,12 +34,14 @@ from runfold.kernel import (
     InvalidArgument,
     InvalidCommand,
     Limits,
+    Ownership,
     ReceiveHook,
     Rejection,
     RunNotFound,
     SequenceConflict,
     Snapshot,
     StartRun,
+    StoreUnavailable,
     TokenConflict,
     apply,
     decide_many,
@@ -42,6 +49,7 @@ from runfold.kernel import (
     run_index,
 )
 from runfold.kernel.limits import DEFAULT_LIMITS
+from runfold.store_retry import DEFAULT_STORE_RETRY, Patience, StoreRetry
 from runfold.stores.arguments import check_text
 from runfold.stores.protocol import EventStore, replay_run
 
@@ -97,6 +105,17 @@ class _Cached:
 _ABSENT = _Cached(None)
 
 
+@attrs.frozen
+class _Sent:
+    """An append that failed with `StoreUnavailable`: perhaps written, until read back."""
+
+    head: int
+    batch: BatchDecision
+    at: datetime
+    cached: _Cached
+    missed: tuple[Envelope, ...]
+
+
 class CommandHandler:
     """Executes commands against runs kept in `store`: load, decide, append, retry on conflict.
 
@@ -116,6 +135,8 @@ class CommandHandler:
             pauses before each further attempt, for a random time below `conflict_backoff ×
             2**conflicts` (at most 50 ms), so that writers racing for one run take turns
             instead of all retrying at once; 0 retries at once.
+        store_retry: How long and how often a call that meets `StoreUnavailable` tries again
+            (`DEFAULT_STORE_RETRY`: for up to 30 s); None raises the first one.
 
     Raises:
         ValueError: `cache_size` or `conflict_backoff` is negative, or `max_attempts` is
@@ -131,6 +152,7 @@ class CommandHandler:
         cache_size: int = 1024,
         max_attempts: int = 16,
         conflict_backoff: float = 0.001,
+        store_retry: StoreRetry | None = DEFAULT_STORE_RETRY,
     ) -> None:
         if cache_size < 0 or max_attempts < 1 or not conflict_backoff >= 0:
             raise ValueError("cache_size must be >= 0, max_attempts >= 1, conflict_backoff >= 0")
@@ -141,6 +163,7 @@ class CommandHandler:
         self._cache_size = cache_size
         self._max_attempts = max_attempts
         self._conflict_backoff = conflict_backoff
+        self.store_retry = store_retry
 
     # --- the cycle ----------------------------------------------------------------------------
 
@@ -151,6 +174,7 @@ class CommandHandler:
         *,
         known_sequence: int | None = None,
         now: datetime | None = None,
+        acting_as: Ownership | None = None,
     ) -> Outcome:
         """Decide `command` on the run's freshest snapshot and append the result atomically.
 
@@ -166,20 +190,28 @@ class CommandHandler:
             now: The time of the decision, for every attempt (default: the clock's time at each
                 attempt): the `recorded_at` of the events, so a host that showed its workflow
                 the events before appending them can append them as shown.
+            acting_as: The worker of a fleet the command is made for; it must own the run.
 
         Returns:
             The run after the command, what was appended (nothing for a no-op) and what was missed.
 
         Raises:
-            Rejection: `decide` refused the command; nothing was written.
+            Rejection: `decide` refused the command; nothing was written (`OwnershipLost`:
+                `acting_as` does not own the run).
             SequenceConflict: The run kept moving under the command for `max_attempts` tries.
             TokenConflict: The store kept refusing a hook token for as many re-decisions.
             CorruptEvent: A stored event of the run does not decode.
             HistoryError: The stored history breaks a law of `project_run`.
-            StoreUnavailable: The store could not be reached (safe to retry).
+            StoreUnavailable: The store could not be reached for longer than `store_retry`
+                allows; nothing was written, retrying is safe.
+            CommitUnknown: As `StoreUnavailable`, but an append was sent that could not be read
+                back: it may have been written. Executing the same command again is safe (it
+                is recognised, or decided anew on the run as it is).
             StoreClosed: The store was closed.
         """
-        return await self.execute_many(run_id, (command,), known_sequence=known_sequence, now=now)
+        return await self.execute_many(
+            run_id, (command,), known_sequence=known_sequence, now=now, acting_as=acting_as
+        )
 
     async def execute_many(
         self,
@@ -189,6 +221,7 @@ class CommandHandler:
         known_sequence: int | None = None,
         now: datetime | None = None,
         decided: BatchDecision | None = None,
+        acting_as: Ownership | None = None,
     ) -> Outcome:
         """Decide `commands` as one (`decide_many`) and append all their events in one append.
 
@@ -203,6 +236,10 @@ class CommandHandler:
         that snapshot (`recheck_decision`): events that break a law of history there are
         refused with `InvalidCommand`, and nothing is written.
 
+        `acting_as` is the worker of a fleet the commands are made for (`decide`'s argument):
+        each is refused with `OwnershipLost` unless that worker owns the run, on every attempt,
+        so a worker displaced while it waited for the store records nothing.
+
         Raises:
             Rejection: A command was refused (its `command_index` says which); nothing was
                 written.
@@ -212,8 +249,14 @@ class CommandHandler:
         token_holder: HookHolder | None = None
         conflict: SequenceConflict | None = None
         attempts = token_conflicts = 0
-        cached, fresh = await self._load(run_id, commands)
+        patience = Patience(self.store_retry, run_id)
+        sent: list[_Sent] = []  # appends that failed with StoreUnavailable: perhaps written
+        cached, fresh = await patience.call(lambda: self._load(run_id, commands))
         while attempts < self._max_attempts:
+            if sent and _moved_past(cached, sent):
+                found = await patience.call(lambda: self._recognise(run_id, sent))
+                if found is not None:
+                    return found
             before = cached.snapshot
             at = now if now is not None else self.clock()
             reuse = (
@@ -234,6 +277,7 @@ class CommandHandler:
                         limits=self.limits,
                         token_holder=token_holder,
                         run_id=run_id,
+                        acting_as=acting_as,
                     )
                 )
             except Rejection:
@@ -241,13 +285,13 @@ class CommandHandler:
                     raise
                 # Decided on the cache alone: the run may have moved on to where the commands
                 # hold, so only a refusal of what the store has now counts.
-                cached, fresh = await self._catch_up(run_id, cached), True
+                cached, fresh = await self._caught_up(patience, run_id, cached), True
                 continue
             if not batch.events and not fresh:  # a no-op too must hold on the stored run
-                cached, fresh = await self._catch_up(run_id, cached), True
+                cached, fresh = await self._caught_up(patience, run_id, cached), True
                 continue
             missed = (
-                await self._missed(run_id, before, known_sequence)
+                await patience.call(partial(self._missed, run_id, before, known_sequence))
                 if known_sequence is not None
                 and before is not None
                 and before.last_sequence > known_sequence
@@ -272,7 +316,7 @@ class CommandHandler:
                 attempts += 1
                 conflict = exc
                 token_holder = None
-                cached, fresh = await self._catch_up(run_id, cached), True
+                cached, fresh = await self._caught_up(patience, run_id, cached), True
                 if attempts > 1 and attempts < self._max_attempts and self._conflict_backoff:
                     # Many writers on one run: the losers of a round, retrying all at once,
                     # would each cost a read and a decision for the next round's one winner.
@@ -289,6 +333,23 @@ class CommandHandler:
                     run_id=exc.holder_run_id, hook_id=exc.holder_hook_id, retained_until=None
                 )
                 continue
+            except StoreUnavailable as exc:
+                # Perhaps written (a store without settling, or one that could not settle it):
+                # after a pause the run is read back, and this batch recognised if it is there.
+                sent.append(_Sent(head, batch, at, cached, missed))
+                patience.doubt = (
+                    exc
+                    if isinstance(exc, CommitUnknown)
+                    else CommitUnknown(run_id, head, f"the append failed: {exc}")
+                )
+                await patience.wait(exc)
+                found = await patience.call(lambda: self._recognise(run_id, sent))
+                if found is not None:
+                    return found
+                if not isinstance(exc, CommitUnknown):
+                    patience.doubt = None  # the store settled it, and it is not there
+                cached, fresh = await self._caught_up(patience, run_id, cached), True
+                continue
             first = cached.first_position if before is not None else appended[0].position
             self._remember(run_id, _Cached(after, first, appended[-1].position))
             return Outcome(
@@ -299,6 +360,36 @@ class CommandHandler:
             )
         assert conflict is not None
         raise conflict
+
+    async def _caught_up(self, patience: Patience, run_id: str, cached: _Cached) -> _Cached:
+        """`_catch_up`, tried again after store faults."""
+        return await patience.call(lambda: self._catch_up(run_id, cached))
+
+    async def _recognise(self, run_id: str, sent: Sequence[_Sent]) -> Outcome | None:
+        """The outcome of whichever of the appends in `sent` the store holds, or None.
+
+        An append is recognised by what it wrote: its events, stamped with its time, right
+        after the head it was fenced on. The fence lets at most one of them in.
+        """
+        for attempt in sent:
+            events = attempt.batch.events
+            tail = await self.store.read(run_id, after=attempt.head, limit=len(events))
+            if len(tail) != len(events) or any(
+                envelope.event != event or envelope.recorded_at != attempt.at
+                for envelope, event in zip(tail, events, strict=True)
+            ):
+                continue
+            after = attempt.batch.snapshot
+            assert after is not None
+            first = attempt.cached.first_position if attempt.head else tail[0].position
+            self._remember(run_id, _Cached(after, first, tail[-1].position))
+            return Outcome(
+                snapshot=after,
+                appended=tuple(tail),
+                missed=attempt.missed,
+                created_step=bool(attempt.batch.created_steps),
+            )
+        return None
 
     async def deliver(self, token: str, payload: bytes, delivery_id: str | None = None) -> Outcome:
         """Deliver `payload` to the live hook holding `token` (a `ReceiveHook` on its run).
@@ -315,7 +406,9 @@ class CommandHandler:
             check_text(token, "token")  # a webhook caller chooses the token: before any I/O
         except InvalidArgument as refused:
             raise InvalidCommand(f"hook {refused.message}") from None
-        holder = await self.store.find_hook(token, now=self.clock())
+        holder = await Patience(self.store_retry, None).call(
+            lambda: self.store.find_hook(token, now=self.clock())
+        )
         if holder is None:
             raise HookNotFound("no live hook holds the given token")
         return await self.execute(
@@ -337,12 +430,16 @@ class CommandHandler:
     async def lookup(self, run_id: str) -> Snapshot | None:
         """The run's current snapshot caught up with the store, or None if it has no history."""
         cached = self._cache.get(run_id)
-        cached = await (self._read(run_id) if cached is None else self._catch_up(run_id, cached))
-        return cached.snapshot
+        patience = Patience(self.store_retry, run_id)
+        if cached is None:
+            return (await patience.call(lambda: self._read(run_id))).snapshot
+        return (await self._caught_up(patience, run_id, cached)).snapshot
 
     async def history(self, run_id: str, *, limit: int | None = None) -> list[Envelope]:
         """The run's history, oldest first, at most `limit` events (empty for an unknown run)."""
-        return await self.store.read(run_id, limit=limit)
+        return await Patience(self.store_retry, run_id).call(
+            lambda: self.store.read(run_id, limit=limit)
+        )
 
     # --- cache --------------------------------------------------------------------------------
 
@@ -427,6 +524,12 @@ class CommandHandler:
                 run_id, after=known_sequence, limit=before.last_sequence - known_sequence
             )
         )
+
+
+def _moved_past(cached: _Cached, sent: Sequence[_Sent]) -> bool:
+    """Whether the run as cached has moved past the head of an append in `sent`."""
+    found = cached.snapshot
+    return found is not None and any(found.last_sequence > s.head for s in sent)
 
 
 def _creates_run(command: Command) -> bool:

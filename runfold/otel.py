@@ -55,12 +55,34 @@ from runfold.kernel import (
     WaitCompleted,
     WaitCreated,
 )
+from runfold.store_retry import StoreFault
 
-__all__ = ["MAX_MESSAGE_CHARS", "TracingObserver"]
+__all__ = ["MAX_MESSAGE_CHARS", "TracingObserver", "record_store_retry"]
 
 MAX_MESSAGE_CHARS = 512
 """The most characters of an error payload a span event carries."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def record_store_retry(fault: StoreFault) -> None:
+    """A `StoreRetry.on_retry` that marks the current span with a `runfold.store_retry` event.
+
+    `CommandHandler(store, store_retry=StoreRetry(on_retry=record_store_retry))`: the span the
+    application has open around a handler or engine call (a request, a job) shows each store
+    fault ridden through: the error's code and message, the run, the fault's number, the
+    seconds since the first and the pause before the next try.
+    """
+    trace.get_current_span().add_event(
+        "runfold.store_retry",
+        {
+            "runfold.error.code": fault.error.code,
+            "runfold.error.message": str(fault.error)[:MAX_MESSAGE_CHARS],
+            "runfold.run_id": fault.run_id or "",
+            "runfold.store_retry.failures": fault.failures,
+            "runfold.store_retry.elapsed": fault.elapsed,
+            "runfold.store_retry.pause": fault.pause,
+        },
+    )
 
 
 def _nanos(moment: datetime) -> int:

@@ -25,6 +25,7 @@ from runfold.kernel import (
     RunSummary,
     SequenceConflict,
     Wakeup,
+    WorkerLease,
     correlation_id,
     encode_event,
     project_run,
@@ -33,6 +34,8 @@ from runfold.stores.memory import MemoryStore, _Row
 from runfold.stores.protocol import ReplayedRun, decode_cursor, encode_cursor, time_key
 
 _LIMITS = Limits()
+ALL = 1_000_000
+"""More than any check lists."""
 
 
 def _rows(
@@ -530,6 +533,30 @@ class ReplaysWithoutLimits(_Appending):
         return _replayed(await self.read(run_id), _LIMITS)
 
 
+class RenewsLapsedLease(MemoryStore):
+    """Renews a worker's lease whether or not it lapsed (an upsert without its condition)."""
+
+    async def renew_lease(self, worker_id: str, *, lease_until: datetime, now: datetime) -> bool:
+        held = self._leases.get(worker_id)
+        started = held.started_at if held is not None else now
+        self._leases[worker_id] = WorkerLease(
+            worker_id=worker_id, lease_until=lease_until, started_at=started
+        )
+        return True
+
+
+class OrphansNeedALeaseRow(MemoryStore):
+    """Finds orphans by their owner's lapsed lease only (an inner join): misses the runs of
+    owners that never held a lease, or dropped theirs."""
+
+    async def orphaned_runs(
+        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    ) -> list[RunSummary]:
+        found = await super().orphaned_runs(now, limit=ALL, workflow_names=workflow_names)
+        leased = [s for s in found if s.owner_id in self._leases]
+        return leased[: max(limit, 0)]
+
+
 CAUGHT_BY: dict[type[MemoryStore], str] = {
     SkipsHeadCheck: "test_append_stale_sequence_refused",
     HeadCheckOutsideTransaction: "test_racing_writers_one_wins",
@@ -553,5 +580,7 @@ CAUGHT_BY: dict[type[MemoryStore], str] = {
     WakeupArgumentsUnchecked: "test_arguments_refused_alike",
     NothingToDoWhenClosed: "test_closed_store_refuses_calls",
     NegativeLimitUnbounded: "test_arguments_at_their_bounds",
+    RenewsLapsedLease: "test_lease_renewed_until_it_lapses",
+    OrphansNeedALeaseRow: "test_orphaned_runs_are_live_runs_without_a_lease",
 }
 """Each broken store and the conformance check that must catch its defect."""

@@ -24,7 +24,8 @@ def runfold_cli(
 ) -> subprocess.CompletedProcess[str]:
     """`python -m runfold ARGS` as a user runs it: piped, so never coloured; `before_exec` runs
     in the child before the interpreter starts."""
-    environment = {k: v for k, v in os.environ.items() if k not in ("RUNFOLD_STORE", "NO_COLOR")}
+    dropped = ("RUNFOLD_STORE", "RUNFOLD_READ_STORE", "NO_COLOR")
+    environment = {k: v for k, v in os.environ.items() if k not in dropped}
     environment["PYTHONPATH"] = str(ROOT)
     environment.update(env or {})
     done = subprocess.run(

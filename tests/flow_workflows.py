@@ -29,8 +29,9 @@ def charge(order_id: str, amount: int) -> dict[str, Any]:
     attempt = current_step().attempt
     if attempt == 1:
         raise RuntimeError("card declined, try again")
-    # The key would go to the payment API, which then charges once per attempt.
-    assert current_step().idempotency_key.endswith(f"/{attempt}")
+    # The key would go to the payment API: the same on every attempt, so it charges once.
+    running = current_step()
+    assert running.idempotency_key == f"{running.run_id}/{running.step_id}"
     return {"charged": amount}
 
 

@@ -28,7 +28,7 @@ SUITE_SCHEMA = f"{SESSION}_suite"
 """The schema the generic suite shares."""
 
 _SUITE_DSN = make_conninfo(DSN, options="-c synchronous_commit=off")
-_TABLES = ("events", "runs", "hooks", "tokens", "wakeups")
+_TABLES = ("events", "runs", "hooks", "tokens", "wakeups", "leases")
 _admin: psycopg.Connection[tuple[Any, ...]] | None = None
 
 

@@ -25,11 +25,13 @@ from runfold import (
     InvalidCommand,
     NonDeterministic,
     Outcome,
+    OwnershipLost,
     Rejection,
     RequestCancel,
     RunExpired,
     RunNotFound,
     RunNotSupported,
+    RunOwned,
     Snapshot,
     StartRun,
     StepNotFound,
@@ -74,6 +76,8 @@ EXPECTED_CODES: dict[type[Rejection], tuple[str, int]] = {
     RunNotSupported: ("run_not_supported", 409),
     HistoryLimitExceeded: ("history_limit_exceeded", 413),
     AttemptsExhausted: ("attempts_exhausted", 409),
+    RunOwned: ("run_owned", 409),
+    OwnershipLost: ("ownership_lost", 409),
 }
 
 E = TypeVar("E", bound=Rejection)

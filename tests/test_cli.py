@@ -9,6 +9,7 @@ import asyncio
 import io
 import json
 import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -51,6 +52,7 @@ from runfold.engine import (
     WorkflowInvocation,
 )
 from runfold.stores import SQLiteStore
+from runfold.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
 from tests.cli_support import Demo, cells, ok, one_line_error, run_ids, runfold_cli
 from tests.conftest import T0, Clock
 
@@ -115,10 +117,14 @@ def test_runs_lists_filters_and_pages(demo: Demo) -> None:
     )
     assert [r["run_id"] for r in rest["runs"]] == everything[1:]
     plain = ok(runfold_cli("--store", demo.url, "runs", "--limit", "1"))
-    assert f"more: runfold runs --limit 1 --cursor {first['cursor']}" in plain
+    store = shlex.quote(demo.url)
+    assert f"more: runfold runs --limit 1 --store {store} --cursor {first['cursor']}" in plain
     filtered = ok(runfold_cli("runs", "--status", "completed", "--limit", "1", "--store", demo.url))
-    hint = f"more: runfold runs --status completed --limit 1 --cursor {first['cursor']}"
-    assert hint in filtered  # the filters given stay in the hint
+    hint = (
+        f"more: runfold runs --status completed --limit 1 --store {store} "
+        f"--cursor {first['cursor']}"
+    )
+    assert hint in filtered  # the filters and the store given stay in the hint
     other = ok(runfold_cli("--store", demo.url, "runs", "--workflow", "nothing-like-it"))
     assert other.splitlines()[1:] == []
 
@@ -221,9 +227,11 @@ def test_a_corrupt_history_is_exit_5_and_a_verify_problem(scratch: str) -> None:
 
 def test_migrate_says_what_it_did(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'new.db'}"
-    assert ok(runfold_cli("--store", url, "migrate")).strip() == f"migrated {url}: 0 -> 3"
+    version = SQLITE_SCHEMA_VERSION
+    assert ok(runfold_cli("--store", url, "migrate")).strip() == f"migrated {url}: 0 -> {version}"
     assert (tmp_path / "new.db").exists()
-    assert ok(runfold_cli("--store", url, "migrate")).strip() == f"{url} is already at version 3"
+    already = f"{url} is already at version {version}"
+    assert ok(runfold_cli("--store", url, "migrate")).strip() == already
     assert ok(runfold_cli("--store", url, "runs")).splitlines()[1:] == []
     said = ok(runfold_cli("--store", "memory://", "migrate"))
     assert said.strip() == "MemoryStore keeps no schema: nothing to migrate"
@@ -382,8 +390,9 @@ def test_conformance_runs_the_kit_against_a_store_factory() -> None:
 def test_conformance_passes_every_option_to_the_kit(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
 
-    def kit_main(argv: list[str]) -> int:
+    def kit_main(argv: list[str], *, prog: str) -> int:
         calls.append(argv)
+        assert prog == "runfold conformance"
         return 1
 
     monkeypatch.setattr(runfold.conformance, "main", kit_main)

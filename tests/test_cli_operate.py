@@ -4,6 +4,9 @@ and `delete` act on such runs."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import importlib
 import json
 import os
 import signal
@@ -15,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from runfold import CommandHandler, CreateHook, CreateRun, StartRun
+from runfold.flow import Flow
+from runfold.stores import SQLiteStore
+from runfold.testing import CrashingStore, Fault, SimulatedCrash
 from tests.cli_support import ROOT, ok, one_line_error, run_ids, runfold_cli
 
 DEMO_RUNTIME = "runfold.cli.demo:OrderFulfilment"
@@ -163,9 +170,97 @@ def test_delete_run_id_removes_that_ended_run_only(url: str) -> None:
     assert sorted(run_ids(url)) == sorted([live, ended[1]])
     refused = one_line_error(runfold_cli("delete", live, "--store", url), 1)
     assert "was not deleted" in refused and "still live" in refused
-    assert one_line_error(runfold_cli("delete", "no-such-run", "--store", url), 1)
+    assert "not found" in one_line_error(runfold_cli("delete", "no-such-run", "--store", url), 3)
     assert live in run_ids(url)
     both = one_line_error(
         runfold_cli("delete", live, "--ended-before", "2026-01-01T00:00:00Z", "--store", url), 2
     )
     assert "give a RUN_ID or --ended-before" in both
+
+
+RELAY_RUNTIME = """
+from runfold.flow import Flow, step, wait_for_event, workflow
+
+FLOW = None
+
+
+async def tell(token):
+    await FLOW.deliver(token, "from the relay")  # a write of the runtime's own
+    return "told"
+
+
+@workflow(name="test-cli-relay")
+async def relay(token):
+    return await step(tell, token)
+
+
+@workflow(name="test-cli-listener")
+async def listener(token):
+    return await wait_for_event("told", token=token)
+
+
+def make(store):
+    global FLOW
+    FLOW = Flow(store, [relay, listener])
+    return FLOW
+"""
+
+
+async def test_resume_hands_the_store_to_a_factory_that_takes_one(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "relay_runtime.py").write_text(RELAY_RUNTIME)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("relay_runtime")
+    async with await SQLiteStore.open(tmp_path / "ops.db") as store:
+        flow = module.make(store)
+        await flow.start(module.listener, "told-token", run_id="L")
+        dying = Flow(CrashingStore(store, [Fault(write=1, moment="after", kind="stop")]))
+        with pytest.raises(SimulatedCrash):  # the relay's step started, never ran
+            await dying.start(module.relay, "told-token", run_id="R")
+    resumed = ok(
+        runfold_cli("resume", "--runtime", "relay_runtime:make", "R", "--store", url, cwd=tmp_path)
+    )
+    assert resumed.strip() == "run R  completed"
+    listened = json.loads(ok(runfold_cli("show", "L", "--json", "--store", url)))
+    assert listened["status"] == "completed"
+
+
+TOKEN = "tok-SECRET-4f2a9c"
+
+
+async def _waiting_on_a_hook(path: Path) -> None:
+    store = await SQLiteStore.open(path)
+    handler = CommandHandler(store)
+    try:
+        await handler.execute("r", StartRun(create=CreateRun(workflow_name="w", input=b"")))
+        await handler.execute("r", CreateHook(hook_id="approval", token=TOKEN))
+    finally:
+        await store.close()
+
+
+def test_deliver_hands_a_payload_to_the_hook_holding_a_token(tmp_path: Path) -> None:
+    path = tmp_path / "hooks.db"
+    asyncio.run(_waiting_on_a_hook(path))
+    url = f"sqlite:///{path}"
+    first = runfold_cli("deliver", TOKEN, '{"ok": true}', "--delivery-id", "d1", "--store", url)
+    assert ok(first).strip() == "delivered to hook approval of run r  running"
+    again = runfold_cli("deliver", TOKEN, '{"ok": true}', "--delivery-id", "d1", "--store", url)
+    assert "already delivered: nothing changed" in ok(again)
+    piped = subprocess.run(
+        [sys.executable, "-m", "runfold", "deliver", TOKEN, "-", "--json", "--store", url],
+        input=b"\xff\x00raw",
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
+    deliveries = json.loads(piped.stdout)["hooks"]["approval"]["deliveries"]
+    assert [d["payload"] for d in deliveries] == [
+        {"json": {"ok": True}},
+        {"base64": base64.b64encode(b"\xff\x00raw").decode()},
+    ]
+    unknown = runfold_cli("deliver", "tok-nobody-holds", "{}", "--store", url)
+    assert "no live hook holds the given token" in one_line_error(unknown, 1)
+    for done in (first, again, unknown):
+        assert TOKEN not in done.stdout + done.stderr and "tok-nobody" not in done.stderr
+    assert TOKEN.encode() not in piped.stdout + piped.stderr

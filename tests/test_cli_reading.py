@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -138,3 +139,28 @@ def test_reading_refuses_a_file_of_an_older_runfold_and_leaves_it(tmp_path: Path
     assert "schema version 1" in line and "open it for writing to migrate it" in line
     with sqlite3.connect(old) as db:
         assert db.execute("SELECT version FROM runfold_schema").fetchall() == [(1,)]
+
+
+def test_commands_that_look_take_the_read_store_and_the_others_do_not(
+    demo: Demo, tmp_path: Path
+) -> None:
+    # The read store is a copy (a replica, say); the write store has no runs yet.
+    replica = tmp_path / "replica.db"
+    shutil.copy(demo.path, replica)
+    primary = f"sqlite:///{tmp_path / 'primary.db'}"
+    ok(runfold_cli("migrate", "--store", primary))
+    env = {"RUNFOLD_STORE": primary, "RUNFOLD_READ_STORE": f"sqlite:///{replica}"}
+
+    def listed(*args: str) -> list[str]:
+        page = json.loads(ok(runfold_cli(*args, env=env)))
+        return [run["run_id"] for run in page["runs"]]
+
+    shown = listed("runs", "--json")
+    assert shown and shown == run_ids(demo.url)
+    ok(runfold_cli("show", shown[0], env=env))
+    ok(runfold_cli("history", shown[0], env=env))
+    # An explicit --store wins, before or after the command's name; writers use RUNFOLD_STORE.
+    assert listed("--store", primary, "runs", "--json") == []
+    assert listed("runs", "--json", "--store", primary) == []
+    done = runfold_cli("cancel", shown[0], env=env)
+    assert done.returncode != 0 and "not found" in one_line_error(done, done.returncode)

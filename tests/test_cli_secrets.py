@@ -172,6 +172,34 @@ def test_describe_and_scrub(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _conninfo.scrub("a@b a%40b from-env", dsn) == "*** *** ***"
 
 
+@pytest.mark.parametrize(
+    ("dsn", "shown_as"),
+    [
+        (
+            "host=a,b port=5432,5433 dbname=d target_session_attrs=read-write",
+            "postgresql://a:5432,b:5433/d?target_session_attrs=read-write",
+        ),
+        ("postgresql://u@a:5432,b:5433/d", "postgresql://u@a:5432,b:5433/d"),
+        ("host=a,b port=6432 dbname=d", "postgresql://a:6432,b:6432/d"),
+        ("host=a,b,c port=1,2", "postgresql://a,b,c?port=1%2C2"),  # libpq refuses it later
+        ("host=::1 port=5 dbname=d", "postgresql://[::1]:5/d"),
+    ],
+)
+def test_several_hosts_are_shown_each_with_its_port(dsn: str, shown_as: str) -> None:
+    described = _conninfo.describe(dsn)
+    assert described == shown_as
+    # What is shown names the same servers: libpq reads it back to the same hosts and ports.
+    if "%2C" not in described:
+        again = conninfo_to_dict(described)
+        given = {key: str(value) for key, value in conninfo_to_dict(dsn).items()}
+        assert (again.get("host"), again.get("port", "")) == (
+            given.get("host"),
+            ",".join([given["port"]] * len(given["host"].split(",")))
+            if "," not in given.get("port", ",")
+            else given["port"],
+        )
+
+
 def test_a_store_url_given_out_of_place_is_not_echoed() -> None:
     done = runfold_cli("runs", f"postgresql://{USER}:pw-stray-1@{HOST}/{DATABASE}")
     line = one_line_error(done, 2)

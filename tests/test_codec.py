@@ -67,8 +67,10 @@ CATALOGUE = {
     "hook_received",
     "hook_disposed",
     "hook_conflict",
+    "run_claimed",
+    "run_released",
 }
-"""The event catalogue of `EVENTS.md`."""
+"""The event catalogue (docs/reference/events-and-commands.md)."""
 
 per_type = settings(max_examples=max(settings().max_examples // 4, 10))
 """Round trips run once per event type, so each type gets a share of the profile's examples."""
@@ -607,6 +609,8 @@ def test_correlation_ids_of_run_events_are_none() -> None:
         "cancel_requested",
         "run_cancelled",
         "run_timed_out",
+        "run_claimed",
+        "run_released",
     }
     assert correlation_id(StepStarted(step_id="s1", attempt=1)) == "s1"
     assert correlation_id(LogRecorded(level="info", message="m")) is None

@@ -189,6 +189,26 @@ def test_a_capability_not_offered_is_reported_not_passed() -> None:
     assert detail == "not offered: retention"
 
 
+LEASE_CHECKS = [check.name for check in CHECKS if check.capability == "leases"]
+
+
+def test_lease_checks_are_not_offered_without_leases() -> None:
+    declared = run_conformance(
+        MemoryStore, capabilities=Capabilities(leases=False), checks=LEASE_CHECKS
+    )
+    assert declared.not_offered == tuple(LEASE_CHECKS), declared
+    assert declared.result(LEASE_CHECKS[0]).detail == "not offered: leases"
+    # A store that is no `WorkerLeases` (the worked example) is not offered them either.
+    example = run_conformance(_example(), checks=LEASE_CHECKS)
+    assert example.not_offered == tuple(LEASE_CHECKS), example
+    assert "no WorkerLeases" in example.result(LEASE_CHECKS[0]).detail
+    finished = _cli("runfold.stores:MemoryStore", "--without", "leases", "--check", LEASE_CHECKS[0])
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert [
+        line.split()[:5] for line in finished.stdout.splitlines() if line.startswith("leases")
+    ] == [["leases", "1", "0", "0", "1"]]
+
+
 def test_declaring_a_capability_without_its_hook_fails_loudly() -> None:
     report = run_conformance(
         MemoryStore,
@@ -301,9 +321,11 @@ def test_the_command_line_runs_a_store_module_outside_the_package() -> None:
     assert out.rstrip().endswith("PASSED")
     assert "examples: 5, seed: 3" in out
     [total] = [line for line in out.splitlines() if line.startswith("all ")]
-    # The example offers neither `sharing` nor `rewrite_index` nor `replay`: two checks each.
-    offered = len(CHECK_NAMES) - 6
-    assert total.split()[1:5] == [str(len(CHECK_NAMES)), str(offered), "0", "6"]
+    # The example offers neither `sharing` nor `rewrite_index` nor `replay` (two checks each),
+    # nor worker leases.
+    missing = 6 + len(LEASE_CHECKS)
+    offered = len(CHECK_NAMES) - missing
+    assert total.split()[1:5] == [str(len(CHECK_NAMES)), str(offered), "0", str(missing)]
 
 
 def test_the_command_line_fails_a_broken_store(tmp_path: Path) -> None:

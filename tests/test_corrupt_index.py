@@ -190,11 +190,17 @@ async def test_verify_without_rebuild_stops_at_corrupt_rows_and_says_so(
 # --- SQLite: the types a column may hold -------------------------------------------------------
 
 
+_RUN_ROW = (
+    "INSERT INTO runs VALUES ('x', 'wf', 'running', NULL, {created}, 1, NULL, 1, {attributes}, "
+    "{owner})"
+)
 WRONG_TYPES = [
-    ("INSERT INTO runs VALUES ('x', 'wf', 'running', NULL, 'now', 1, NULL, 1, '{}')", "runs"),
-    ("INSERT INTO runs VALUES ('x', 'wf', 'running', NULL, 1, 1, NULL, 1, 'not json')", "runs"),
-    ("INSERT INTO runs VALUES ('x', 'wf', 'running', NULL, 1, 1, NULL, 1, '[]')", "runs"),
+    (_RUN_ROW.format(created="'now'", attributes="'{}'", owner="NULL"), "runs"),
+    (_RUN_ROW.format(created="1", attributes="'not json'", owner="NULL"), "runs"),
+    (_RUN_ROW.format(created="1", attributes="'[]'", owner="NULL"), "runs"),
+    (_RUN_ROW.format(created="1", attributes="'{}'", owner="x'00'"), "runs"),
     ("UPDATE runs SET last_sequence = 2.5", "runs"),
+    ("UPDATE runs SET owner_id = x'01'", "runs"),
     ("UPDATE wakeups SET due_at = 'soon'", "wakeups"),
     ("UPDATE hooks SET retained_until = 0.5", "hooks"),
     ("UPDATE hooks SET token = x'00' WHERE run_id = 'a'", "hooks"),

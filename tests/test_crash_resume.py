@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 
 from runfold import EventStore, MemoryStore
-from runfold.flow import Flow
-from runfold.kernel import StoreUnavailable
+from runfold.flow import Flow, step, workflow
+from runfold.kernel import RetryPolicy, StoreUnavailable
 from runfold.stores import SQLiteStore
 from runfold.testing import CrashingStore, Fault, SimulatedCrash, crash_and_resume
 from runfold.testing.strategies import fault_schedules
@@ -64,6 +64,7 @@ async def test_crashing_store_faults(store: EventStore) -> None:
         ],
     )
     flow = Flow(crashing, [chain])
+    flow.handler.store_retry = None  # the fault reaches the caller
     with pytest.raises(StoreUnavailable):
         await flow.start(chain, 2, run_id="faults")
     assert await store.read("faults") == []  # before: nothing written
@@ -78,6 +79,36 @@ async def test_crashing_store_faults(store: EventStore) -> None:
     assert [f.write for f in crashing.struck] == [1, 2]
 
 
+async def test_a_flow_rides_through_failed_writes_and_records_each_once(store: EventStore) -> None:
+    schedule = [Fault(write=n, moment=("before", "after")[n % 2], kind="fail") for n in (2, 3, 5)]
+    crashing = CrashingStore(store, schedule)
+    done = await Flow(crashing, [chain]).start(chain, 3, run_id="faults")
+    assert done.output == 3 and [f.write for f in crashing.struck] == [2, 3, 5]
+    assert [s.attempt for s in done.snapshot.steps.values()] == [1, 1, 1]  # none spent
+    history = [e.event.event_type for e in await store.read("faults")]
+    assert history.count("step_started") == 3 and history.count("run_completed") == 1
+
+
 def test_a_schedule_names_each_write_once() -> None:
     with pytest.raises(ValueError):
         CrashingStore(MemoryStore(), [Fault(write=1, moment="before", kind="fail")] * 2)
+
+
+def out_of_stock() -> None:
+    raise RuntimeError("out of stock")
+
+
+@workflow(name="test-always-fails")
+async def always_fails(_: None) -> None:
+    await step(out_of_stock, retry=RetryPolicy(max_attempts=1))
+
+
+async def test_two_runs_failing_alike_are_not_the_same_unless_asked(store: EventStore) -> None:
+    schedule = [Fault(write=2, moment="after", kind="stop")]  # once the run failed
+    outcome = await crash_and_resume(always_fails, None, store=store, schedule=schedule)
+    assert outcome.expected.status == outcome.actual.status == "failed"
+    assert outcome.alike and not outcome.same
+    asked = await crash_and_resume(
+        always_fails, None, store=store, schedule=schedule, run_id="asked", same_if_failed=True
+    )
+    assert asked.same

@@ -41,6 +41,7 @@ from runfold import (
     StepCreated,
     StepFailed,
     StepRetrying,
+    StoreRetry,
     StoreUnavailable,
     TerminalState,
     WaitNotFound,
@@ -322,8 +323,8 @@ async def test_a_run_goes_from_start_to_completion(
     assert types(history)[:3] == ["run_created", "run_started", "attributes_set"]
     assert types(history)[-3:] == ["hook_created", "hook_received", "run_completed"]
     assert [s.idempotency_key for s in runtime.steps if s.step_id == "charge"] == [
-        "r1/charge/1",
-        "r1/charge/2",
+        "r1/charge",
+        "r1/charge",
     ]
     assert runtime.steps[-1].previous_error == b"timeout"
 
@@ -800,7 +801,8 @@ async def test_a_step_interrupted_by_a_crash_runs_again_as_a_new_attempt(
     # Append 1: the run created, started and its step started; 2: the outcome with the run's end.
     crashing = CrashingStore(store, crash_at=2)
     engine = Engine(
-        CommandHandler(crashing, clock=clock), Scripted(one_step(RETRY), {"body": charge})
+        CommandHandler(crashing, clock=clock, store_retry=None),
+        Scripted(one_step(RETRY), {"body": charge}),
     )
     with pytest.raises(StoreUnavailable):
         await engine.start("wf", b"", run_id="r")
@@ -811,7 +813,7 @@ async def test_a_step_interrupted_by_a_crash_runs_again_as_a_new_attempt(
     )
     run = await restarted.drive("r")
     assert run.status == "completed" and run.steps["s"].attempt == 2
-    assert keys == ["r/s/1", "r/s/2"]  # at least once, each attempt with its own key
+    assert keys == ["r/s", "r/s"]  # at least once, every attempt with the step's one key
 
 
 def test_retry_delay_is_exponential_capped_and_jittered_replay_stably() -> None:
@@ -1097,9 +1099,32 @@ async def test_a_crash_between_any_two_appends_recovers_to_the_same_final_state(
         crashing = CrashingStore(store, crash_at, after_write=after_write)
         with pytest.raises(StoreUnavailable, match="injected crash"):
             await finish(
-                Engine(CommandHandler(crashing, clock=clock), order_runtime()), clock, run_id
+                Engine(CommandHandler(crashing, clock=clock, store_retry=None), order_runtime()),
+                clock,
+                run_id,
             )
         restarted = Engine(CommandHandler(store, clock=clock), order_runtime())
         recovered = await finish(restarted, clock, run_id)
         assert final_state(recovered) == expected, f"crash at append {crash_at}"
+        assert_one_outcome_each(await store.read(run_id))
+
+
+@pytest.mark.parametrize("after_write", [False, True], ids=["before-append", "lost-ack"])
+async def test_a_failed_append_anywhere_is_ridden_through_as_if_it_never_happened(
+    store: EventStore, clock: Clock, after_write: bool
+) -> None:
+    counting = CrashingStore(store)
+    reference = await finish(
+        Engine(CommandHandler(counting, clock=clock), order_runtime()), clock, "ref"
+    )
+    expected = final_state(reference)
+    fast = StoreRetry(first_pause=0.001, max_pause=0.002)
+    for crash_at in range(1, counting.appends + 1):
+        run_id = f"fault-{crash_at}"
+        crashing = CrashingStore(store, crash_at, after_write=after_write)
+        engine = Engine(CommandHandler(crashing, clock=clock, store_retry=fast), order_runtime())
+        finished = await finish(engine, clock, run_id)  # no error reaches the engine's caller
+        assert final_state(finished) == expected, f"fault at append {crash_at}"
+        attempts = {k: s.attempt for k, s in finished.steps.items()}
+        assert attempts == {k: s.attempt for k, s in reference.steps.items()}, crash_at
         assert_one_outcome_each(await store.read(run_id))

@@ -137,7 +137,9 @@ async def test_a_crash_at_any_append_of_the_batched_path_is_recovered(
     for crash_at in range(1, STEPS + 2):
         run_id = f"crash-{crash_at}"
         crashing = CrashingStore(store, crash_at, after_write=after_write)
-        engine = Engine(CommandHandler(crashing, clock=clock), Scripted(sequential, bodies))
+        engine = Engine(
+            CommandHandler(crashing, clock=clock, store_retry=None), Scripted(sequential, bodies)
+        )
         with pytest.raises(StoreUnavailable, match="injected crash"):
             await engine.start("wf", b"", run_id=run_id)
         restarted = Engine(CommandHandler(store, clock=clock), Scripted(sequential, bodies))
@@ -163,7 +165,9 @@ async def test_recover_drives_interrupted_runs_and_isolates_failures(
     store: EventStore, clock: Clock
 ) -> None:
     crashing = CrashingStore(store, 3)
-    engine = Engine(CommandHandler(crashing, clock=clock), Scripted(sequential, {"add": add}))
+    engine = Engine(
+        CommandHandler(crashing, clock=clock, store_retry=None), Scripted(sequential, {"add": add})
+    )
     for run_id in ("a", "b"):
         crashing.appends, crashing.crash_at = 0, 3
         with pytest.raises(StoreUnavailable):

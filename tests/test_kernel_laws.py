@@ -60,6 +60,7 @@ from runfold.kernel import (
     InvalidCommand,
     Limits,
     LogRecorded,
+    Ownership,
     ProgressRecorded,
     ReceiveHook,
     RecordLog,
@@ -68,11 +69,13 @@ from runfold.kernel import (
     RetryPolicy,
     RetryStep,
     RunCancelled,
+    RunClaimed,
     RunCompleted,
     RunCreated,
     RunFailed,
     RunIndex,
     RunNotSupported,
+    RunReleased,
     RunStarted,
     RunTimedOut,
     SetAttributes,
@@ -812,6 +815,11 @@ def model(history: Sequence[Envelope]) -> dict[str, Any]:
             hooks[ev.hook_id] = attrs.evolve(hook, deliveries=(*hook.deliveries, delivery))
         elif isinstance(ev, HookDisposed):
             hooks[ev.hook_id] = attrs.evolve(hooks[ev.hook_id], status="disposed")
+        elif isinstance(ev, RunClaimed):
+            run["owner"] = Ownership(owner_id=ev.owner_id, epoch=ev.epoch, claimed_at=at)
+            run["owner_epoch"] = ev.epoch
+        elif isinstance(ev, RunReleased):
+            run["owner"] = None
         else:
             assert isinstance(ev, HookConflict), ev
     return {
@@ -971,12 +979,14 @@ def test_valid_histories_reach_interesting_states() -> None:
         "log_recorded",
         "suspended",
         "retry wakeup",
+        "run_claimed",
+        "run_released",
     }
     assert wanted <= seen, sorted(wanted - seen)
 
 
 def test_commands_cover_every_command_class() -> None:
-    assert len(COMMAND_CLASSES) == 22
+    assert len(COMMAND_CLASSES) == 24
     seen: set[type[Command]] = set()
     for command_class in COMMAND_CLASSES:
 

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from runfold import CommandHandler, EventStore, RetryPolicy
+from runfold import CommandHandler, EventStore, RetryPolicy, StoreFault, StoreUnavailable
 from runfold.engine import (
     AwaitHook,
     Complete,
@@ -29,7 +29,7 @@ from runfold.engine import (
     WaitUntil,
     WorkflowInvocation,
 )
-from runfold.otel import MAX_MESSAGE_CHARS, TracingObserver
+from runfold.otel import MAX_MESSAGE_CHARS, TracingObserver, record_store_retry
 from runfold.testing import SimulatedCrash
 from tests.conftest import T0, Clock
 from tests.test_engine import Scripted
@@ -203,3 +203,25 @@ def test_without_opentelemetry_the_import_says_which_extra() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "pip install 'runfold[otel]'" in done.stderr
+
+
+async def test_store_retries_mark_the_current_span(tmp_path: Any) -> None:
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    fault = StoreFault(
+        run_id="r", error=StoreUnavailable("connection lost"), failures=2, elapsed=0.1, pause=0.2
+    )
+    with provider.get_tracer("app").start_as_current_span("request"):
+        record_store_retry(fault)
+    [span] = exporter.get_finished_spans()
+    [event] = span.events
+    assert event.name == "runfold.store_retry"
+    assert dict(event.attributes or {}) == {
+        "runfold.error.code": "store_unavailable",
+        "runfold.error.message": "connection lost",
+        "runfold.run_id": "r",
+        "runfold.store_retry.failures": 2,
+        "runfold.store_retry.elapsed": 0.1,
+        "runfold.store_retry.pause": 0.2,
+    }

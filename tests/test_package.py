@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 import tomllib
 from importlib.metadata import metadata
 from pathlib import Path
@@ -102,3 +103,28 @@ def test_the_metadata_a_package_index_shows() -> None:
     urls = dict(url.split(", ", 1) for url in installed.get_all("Project-URL", []))
     assert {"Repository", "Documentation", "Changelog"} <= set(urls)
     assert "event-sourcing" in (installed["Keywords"] or "")
+
+
+def test_the_sdist_ships_the_package_and_no_tests(tmp_path: Path) -> None:
+    """Tests need the whole repository (conftest.py, helpers, docs/, a PostgreSQL server): an
+    sdist that shipped some of them would ship tests that cannot run."""
+    source = tmp_path / "source"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            (source / name).write_bytes((ROOT / name).read_bytes())
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path)],
+        cwd=source,
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
+    [sdist] = tmp_path.glob("runfold-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.partition("/")[2] for name in archive.getnames()}
+    assert {"README.md", "LICENSE", "runfold/__init__.py", "runfold/ui/templates/run.html"} <= names
+    assert not [name for name in names if name.startswith(("tests/", "docs/", "benchmarks/"))]

@@ -29,6 +29,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.composite import CompositeInfo, register_composite
 
 from runfold import (
+    ClaimRun,
     CommandHandler,
     CorruptEvent,
     CreateHook,
@@ -175,7 +176,7 @@ def split(
 # --- opening and migrating ----------------------------------------------------------------------
 
 
-async def test_open_migrates_once_and_every_table_but_tokens_leads_with_run_id(
+async def test_open_migrates_once_and_every_table_of_runs_leads_with_run_id(
     schema: str,
 ) -> None:
     async with opened(schema) as store:
@@ -196,6 +197,7 @@ async def test_open_migrates_once_and_every_table_but_tokens_leads_with_run_id(
     )
     assert leading.pop("schema_version") == "version"
     assert leading.pop("tokens") == "token"  # the global token index, keyed by token
+    assert leading.pop("leases") == "worker_id"  # the workers' leases, keyed by worker
     assert set(leading.values()) == {"run_id"}
     assert set(leading) == {"events", "runs", "hooks", "wakeups"}
 
@@ -748,6 +750,7 @@ def request_fields(request: Append) -> tuple[Any, ...]:
         [wakeup.subject_id for wakeup in index.wakeups],
         [key(wakeup.due_at) for wakeup in index.wakeups],
         request.expected_position,
+        summary.owner_id,
     )
 
 
@@ -765,6 +768,7 @@ async def test_the_hand_encoded_request_is_what_psycopg_makes_of_the_composite(
     )
     await handler.execute("r", StartRun(create=create))
     await handler.execute("r", CreateHook(hook_id="h", token="tok-ü", retain_token_until=T0))
+    await handler.execute("r", ClaimRun(owner_id="worker-ü"))
     history = await memory.read("r")
     rich = run_index(project_run(history))
     plain = run_index(project_run(history[:2]))

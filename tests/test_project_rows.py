@@ -17,7 +17,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runfold import Envelope, Snapshot, encode_event, project_run, run_index
+from runfold import (
+    Envelope,
+    RunClaimed,
+    RunCreated,
+    RunReleased,
+    RunStarted,
+    Snapshot,
+    encode_event,
+    project_run,
+    run_index,
+)
 from runfold.conformance.strategies import (
     INVALID_HISTORY_KINDS,
     InvalidHistory,
@@ -193,11 +203,29 @@ def fixture_runs() -> list[tuple[str, Columns]]:
     return runs
 
 
+def owned_run() -> tuple[str, Columns]:
+    """A run claimed and released, of the event types born after the fixture was written."""
+    events = [
+        RunCreated(workflow_name="w", input=b""),
+        RunStarted(),
+        RunClaimed(owner_id="worker-a", epoch=1),
+        RunReleased(owner_id="worker-a", epoch=1),
+    ]
+    encoded = [encode_event(event) for event in events]
+    sequences = list(range(1, len(events) + 1))
+    times = [1_767_268_800_000_000 + n for n in sequences]
+    types = [row[0] for row in encoded]
+    versions = [row[1] for row in encoded]
+    payloads = [row[2] for row in encoded]
+    return "owned", (sequences, types, versions, payloads, times)
+
+
 @pytest.mark.parametrize("event_type", sorted(EVENT_TYPES))
 def test_any_value_of_any_field_folds_or_fails_as_on_the_ordinary_path(event_type: str) -> None:
-    # The first row of the type in the fixture, each of its fields (and one past them) set to
-    # each probe, alone in the run's history.
-    run_id, rows = next((r, rows) for r, rows in fixture_runs() if event_type in rows[1])
+    # The first row of the type in the fixture (or the owned run), each of its fields (and one
+    # past them) set to each probe, alone in the run's history.
+    runs = [*fixture_runs(), owned_run()]
+    run_id, rows = next((r, rows) for r, rows in runs if event_type in rows[1])
     n = rows[1].index(event_type)
     width = len(attrs.fields(cast(Any, EVENT_TYPES[event_type])))
     for position in range(width + 1):

@@ -61,21 +61,34 @@ def digest(value: object) -> str:
     return hashlib.sha256(repr(value).encode()).hexdigest()
 
 
+def snapshot_digest(snapshot: Snapshot) -> str:
+    """The digest of `snapshot` as the fixture's runfold printed it: it had no run owners, so
+    a run of its rows has none, and the two fields are left out of the text."""
+    assert (snapshot.owner, snapshot.owner_epoch) == (None, 0)
+    text = repr(snapshot).replace(", owner=None, owner_epoch=0", "", 1)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def replays_as_recorded(run: dict[str, Any], history: Sequence[Envelope]) -> None:
     """`history` decodes and folds into what the fixture's runfold made of the same rows."""
     assert digest([envelope.event for envelope in history]) == run["events_repr_sha256"]
     snapshot = project_run(history)
-    assert digest(snapshot) == run["snapshot_repr_sha256"], repr(snapshot)
+    assert snapshot_digest(snapshot) == run["snapshot_repr_sha256"], repr(snapshot)
     assert repr(run_index(snapshot)) == run["index_repr"]
 
 
 # --- the fixture of schema version 1 ------------------------------------------------------------
 
 
+BORN_AT_VERSION_2 = {"run_claimed", "run_released"}
+"""Event types added after the positional form: no row of schema version 1 ever held them."""
+
+
 def test_the_fixture_is_of_version_1_and_covers_every_event_type() -> None:
     rows = [row for run in RUNS for row in fixture_rows(run)]
     assert {version for _, _, version, _, _ in rows} == {1}
-    assert {event_type for _, event_type, _, _, _ in rows} == set(EVENT_TYPES)
+    types = {event_type for _, event_type, _, _, _ in rows}
+    assert types == set(EVENT_TYPES) - BORN_AT_VERSION_2
     assert all(type(cbor2.loads(payload)) is dict for _, _, _, payload, _ in rows)
     assert max(len(run["rows"]) for run in RUNS) >= 1_000
 
@@ -123,7 +136,7 @@ async def reads_as_recorded(store: EventStore) -> None:
         replays_as_recorded(run, await store.read(run["run_id"]))
         replayed = await replay_run(store, run["run_id"])  # the store's own replay
         assert replayed is not None
-        assert digest(replayed.snapshot) == run["snapshot_repr_sha256"]
+        assert snapshot_digest(replayed.snapshot) == run["snapshot_repr_sha256"]
         newest = await store.read(run["run_id"], descending=True, limit=3)
         assert [e.sequence for e in newest] == [len(run["rows"]) - n for n in range(len(newest))]
     feed = await store.read_all(limit=10_000)

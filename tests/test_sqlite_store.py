@@ -68,7 +68,9 @@ from runfold import (
 from runfold.stores import SQLiteStore
 from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
 from runfold.stores.sqlite import SCHEMA_VERSION, reads
+from runfold.stores.sqlite.leases import orphaned_runs_query
 from runfold.stores.sqlite.retention import ENDED_RUNS, chosen_ended_runs
+from runfold.stores.sqlite.schema import MIGRATIONS
 from tests.conftest import T0, Clock
 from tests.sqlite_worker import (
     CRASH_RUNS,
@@ -187,9 +189,14 @@ def as_older_file(path: Path, version: int) -> None:
     """Make the runfold file at `path` the file a runfold of schema `version` wrote."""
     conn = sqlite3.connect(path)
     try:
-        if version < 3:  # no type triggers yet
+        if version < 4:  # no run owners, no leases (the triggers of version 3 come back below)
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
                 conn.execute(f'DROP TRIGGER "{name}"')
+            conn.execute("DROP INDEX runs_owner")
+            conn.execute("ALTER TABLE runs DROP COLUMN owner_id")
+            conn.execute("DROP TABLE leases")
+        if version == 3:  # its type triggers
+            conn.executescript(MIGRATIONS[2])
         if version < 2:  # no feed high-water mark yet
             conn.execute("DROP TABLE feed_high_water")
         conn.execute("DELETE FROM runfold_schema WHERE version > ?", (version,))
@@ -254,10 +261,7 @@ async def test_migrate_brings_a_file_put_back_to_an_older_version_forward(tmp_pa
         await write(store, "r", *started())
         await store.migrate()  # current: nothing to do
         assert store.migrated_from == 0
-        for (trigger,) in plain_query(path, "SELECT name FROM sqlite_master WHERE type='trigger'"):
-            plain_execute(path, f"DROP TRIGGER {trigger}")  # as a version-1 runfold left it:
-        plain_execute(path, "DROP TABLE feed_high_water")  # no triggers, no high-water table
-        plain_execute(path, "DELETE FROM runfold_schema WHERE version > 1")
+        as_older_file(path, 1)  # as a version-1 runfold left it, while the store is open
         await store.migrate()
         assert store.migrated_from == 1
         await write(store, "s", *started())
@@ -733,6 +737,17 @@ async def test_retention_walks_the_index_of_ended_runs_whatever_the_statistics(
         assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=2) == 2
         assert await store.delete_runs(terminal_before=FAR_FUTURE, limit=5, run_ids=["r5"] * 2) == 1
         assert [s.run_id for s in (await store.list_runs(limit=10)).items] == ["r4", "r2", "r0"]
+
+
+@pytest.mark.parametrize("served", [None, 2])
+async def test_orphaned_runs_walk_the_index_of_owned_runs(
+    tmp_path: Path, served: int | None
+) -> None:
+    path = tmp_path / "runfold.db"
+    await ended_runs(path, 6)  # runs nobody owns: the walk never meets them
+    plain_execute(path, "ANALYZE")
+    walked = plan(path, orphaned_runs_query(served), (0, 10, *(["wf"] * (served or 0))))
+    assert "USING INDEX runs_owner" in walked[0], walked
 
 
 async def test_served_workflow_names_are_matched_whatever_they_hold(tmp_path: Path) -> None:

@@ -228,6 +228,54 @@ def test_the_timeline_draws_an_interrupted_attempt_apart_from_a_retried_one() ->
     assert attempts[1].title.startswith("charge attempt 2: interrupted")
 
 
+@pytest.mark.parametrize(
+    ("milliseconds", "labels"),
+    [
+        (2, ["0.0ms", "0.5ms", "1.0ms", "1.5ms", "2.0ms"]),
+        (600_000, ["0m", "2m", "4m", "6m", "8m", "10m"]),
+        (5_000_000, ["0m", "15m", "30m", "45m", "60m", "75m"]),
+    ],
+)
+def test_the_timeline_axis_labels_are_distinct_and_round(
+    milliseconds: int, labels: list[str]
+) -> None:
+    events = [RunCreated(workflow_name="wf", input=b""), RunStarted()]
+    history = [
+        Envelope(
+            run_id="r",
+            sequence=n,
+            event=event,
+            recorded_at=T0 + n * timedelta(milliseconds=milliseconds),
+        )
+        for n, event in enumerate(events)
+    ]
+    ticks = [tick.text for tick in build_timeline(history).ticks]
+    assert ticks == labels
+
+
+def test_a_completed_runs_hook_is_released_as_the_cli_says(page: Page, store_path: Path) -> None:
+    page.goto("/runs/order-1")
+    assert page.locator("#hooks .status").all_inner_texts() == ["released"]
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runfold",
+            "show",
+            "order-1",
+            "--json",
+            "--store",
+            f"sqlite:///{store_path}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [h["status"] for h in json.loads(shown.stdout)["hooks"].values()] == ["released"]
+    page.goto("/runs/live-1")
+    assert page.locator("#hooks .status").all_inner_texts() == ["active"]
+
+
 def test_run_history_is_paged_with_payloads_decoded(page: Page) -> None:
     page.goto("/runs/order-1?limit=5")
     rows = page.locator("#history tbody tr")

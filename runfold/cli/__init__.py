@@ -10,7 +10,7 @@ store is `--store`, else `$RUNFOLD_STORE`, else `sqlite:///runfold.db`:
 - `verify [--rebuild-index] [--json]`: replay every run, compare its index rows with the log.
 - `migrate`: create or upgrade the schema, saying from which version.
 - `cancel RUN_ID [--reason R]`, `resume --runtime MODULE:FACTORY (RUN_ID | --due)`,
-  `delete --ended-before TIME`: operate runs.
+  `delete (RUN_ID | --ended-before TIME)`, `deliver TOKEN PAYLOAD`: operate runs.
 - `conformance MODULE:FACTORY`: the store kit.
 
 `runs`, `show`, `history` and `verify` (without `--rebuild-index`) only read: they never

@@ -27,8 +27,9 @@ from runfold.cli.exit_codes import (
     EXIT_USAGE,
     CliError,
 )
+from runfold.cli.fleet import worker, workers
 from runfold.cli.inspection import history, runs, show, ui
-from runfold.cli.intervention import cancel, delete, resume
+from runfold.cli.intervention import cancel, delete, deliver, resume
 from runfold.cli.maintenance import migrate, verify
 from runfold.cli.output import Terminal
 from runfold.cli.store_access import DEFAULT_STORE, State
@@ -88,8 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _scrub(message: str, arguments: Sequence[str]) -> str:
-    """`message` without any password that an argument or `$RUNFOLD_STORE` holds."""
-    for given in (*arguments, os.environ.get("RUNFOLD_STORE", "")):
+    """`message` without any password that an argument, `$RUNFOLD_STORE` or
+    `$RUNFOLD_READ_STORE` holds."""
+    environment = (os.environ.get(name, "") for name in ("RUNFOLD_STORE", "RUNFOLD_READ_STORE"))
+    for given in (*arguments, *environment):
         message = _conninfo.scrub(message, given)
     return message
 
@@ -109,6 +112,9 @@ def _scrub(message: str, arguments: Sequence[str]) -> str:
         cancel,
         resume,
         delete,
+        deliver,
+        worker,
+        workers,
         conformance,
     ],
 )

@@ -40,7 +40,7 @@ def conformance(target: str, options: tuple[str, ...]) -> int:
             EXIT_USAGE,
         )
     try:
-        code: int = run_kit([target, *options])
+        code: int = run_kit([target, *options], prog="runfold conformance")
     except SystemExit as done:  # the kit's own --help
         return done.code if isinstance(done.code, int) else EXIT_OK
     return code

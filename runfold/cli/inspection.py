@@ -11,6 +11,7 @@ import shlex
 from typing import get_args
 
 import click
+from click.core import ParameterSource
 
 from runfold.cli.exit_codes import EXIT_NOT_FOUND, EXIT_OK, EXIT_STORE, EXIT_USAGE, CliError
 from runfold.cli.options import json_option, on_a_run, store_option
@@ -88,10 +89,24 @@ def runs(
                     again += [option, value]
             if limit != 20:
                 again += ["--limit", str(limit)]
+            given = _given_store(ctx, command_store)
+            if given is not None:  # not from $RUNFOLD_STORE, which the next command has too
+                again += ["--store", label(given)]
             terminal.line("more: " + shlex.join([*again, "--cursor", page.cursor]))
         return EXIT_OK
 
-    return work_on_store(ctx, command_store, work, read_only=True)
+    return work_on_store(ctx, command_store, work, read_only=True, looks=True)
+
+
+def _given_store(ctx: click.Context, command_store: str | None) -> str | None:
+    """The store given with `--store` (before or after the command), None if from the
+    environment or the default."""
+    if command_store is not None:
+        return command_store
+    parent = ctx.parent
+    if parent is not None and parent.get_parameter_source("store") is ParameterSource.COMMANDLINE:
+        return store_url(ctx, None)
+    return None
 
 
 @click.command()
@@ -110,7 +125,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, command_store: str | No
             render_snapshot(terminal, snapshot)
         return EXIT_OK
 
-    return work_on_store(ctx, command_store, work, read_only=True)
+    return work_on_store(ctx, command_store, work, read_only=True, looks=True)
 
 
 @click.command()
@@ -128,19 +143,21 @@ def history(ctx: click.Context, run_id: str, as_json: bool, command_store: str |
             render_timeline(terminal, events)
         return EXIT_OK
 
-    return work_on_store(ctx, command_store, work, read_only=True)
+    return work_on_store(ctx, command_store, work, read_only=True, looks=True)
 
 
 @click.command()
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="where to listen (loopback by default)"
 )
-@click.option("--port", default=8765, show_default=True, type=int, help="the port")
+@click.option(
+    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="the port"
+)
 @store_option
 @click.pass_context
 def ui(ctx: click.Context, host: str, port: int, command_store: str | None) -> int:
     """Serve a read-only web inspector of the store's runs until stopped (the `ui` extra)."""
-    url = store_url(ctx, command_store)
+    url = store_url(ctx, command_store, looks=True)
     try:
         from runfold import ui as inspector
     except ImportError as exc:
@@ -149,6 +166,8 @@ def ui(ctx: click.Context, host: str, port: int, command_store: str | None) -> i
         inspector.serve(url, host=host, port=port)
     except ValueError as exc:
         raise CliError(f"bad store URL: {exc}", EXIT_USAGE) from None
-    except (StoreError, OSError) as exc:
+    except StoreError as exc:
         raise CliError(f"cannot open {label(url)}: {exc}", EXIT_STORE) from None
+    except OSError as exc:  # serve's own: the address cannot be listened on (it names it)
+        raise CliError(exc.strerror or str(exc), EXIT_USAGE) from None
     return EXIT_OK

@@ -1,21 +1,26 @@
-"""The commands an operator uses on runs from outside their workflows: `cancel`, `resume`, `delete`.
+"""The commands an operator uses on runs from outside their workflows: `cancel`, `resume`,
+`delete`, `deliver`.
 
 `cancel` ends a live run whose process is gone, `resume` drives interrupted or due runs with the
-operator's own runtime, `delete` removes ended runs (one, or those that ended before a time).
+operator's own runtime, `delete` removes ended runs (one, or those that ended before a time),
+`deliver` hands a payload to the hook that holds a token, as a webhook caller would.
 What they do is `runfold.cli.operate`, on the public API; here are their options and output.
 """
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 
 import click
 
 from runfold.cli import operate
-from runfold.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
-from runfold.cli.options import on_a_run, store_option
+from runfold.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
+from runfold.cli.options import json_option, on_a_run, store_option
 from runfold.cli.output import Terminal, timestamp, to_json
 from runfold.cli.store_access import work_on_store
+from runfold.handler import CommandHandler
+from runfold.kernel import HookReceived
 from runfold.stores import EventStore
 
 
@@ -67,11 +72,15 @@ def resume(
     if (run_id is None) == (not due):
         raise click.UsageError("give a RUN_ID or --due (one of them)", ctx)
     try:
-        runtime = operate.load_runtime(target)
+        factory = operate.resolve_factory(target)
     except operate.RuntimeLoadError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
 
     async def work(store: EventStore, terminal: Terminal) -> int:
+        try:  # made on the command's store: a factory that takes one gets it
+            runtime = operate.make_runtime(target, factory, store)
+        except operate.RuntimeLoadError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
         resumed = await operate.resume(store, runtime, run_id)
         failed = False
         for one in resumed:
@@ -117,15 +126,17 @@ def delete(
     deleted. Run ids and tokens freed may be used again.
     """
     if (run_id is None) == (ended_before is None):
-        raise click.UsageError("give a RUN_ID or --ended-before")
+        raise click.UsageError("give a RUN_ID or --ended-before", ctx)
     if run_id is not None:
 
         async def one(store: EventStore, terminal: Terminal) -> int:
             if await operate.delete_run(store, run_id):
                 terminal.line(f"deleted run {run_id}")
                 return EXIT_OK
+            if await store.head(run_id) == 0:
+                raise CliError(f"run {run_id!r} not found", EXIT_NOT_FOUND)
             raise CliError(
-                f"run {run_id!r} was not deleted: it is unknown, still live, or one of its hooks "
+                f"run {run_id!r} was not deleted: it is still live, or one of its hooks "
                 "retains its token",
                 EXIT_FAILED,
             )
@@ -142,6 +153,49 @@ def delete(
     async def work(store: EventStore, terminal: Terminal) -> int:
         deleted = await operate.delete_ended(store, before, limit)
         terminal.line(f"deleted {deleted} run(s) that ended before {timestamp(before)}")
+        return EXIT_OK
+
+    return work_on_store(ctx, command_store, work, read_only=False)
+
+
+@click.command()
+@click.argument("token", metavar="TOKEN")
+@click.argument("payload", metavar="PAYLOAD")
+@click.option(
+    "--delivery-id",
+    metavar="ID",
+    help="names this delivery: the same id with the same payload again changes nothing",
+)
+@json_option
+@store_option
+@click.pass_context
+def deliver(
+    ctx: click.Context,
+    token: str,
+    payload: str,
+    delivery_id: str | None,
+    as_json: bool,
+    command_store: str | None,
+) -> int:
+    """Deliver PAYLOAD (text, or - to read bytes from stdin) to the hook holding TOKEN.
+
+    Records the delivery on the hook's run; the run goes on when its host drives it next (a
+    running host, or runfold resume). The token is never printed.
+    """
+    data = sys.stdin.buffer.read() if payload == "-" else payload.encode()
+
+    async def work(store: EventStore, terminal: Terminal) -> int:
+        outcome = await CommandHandler(store).deliver(token, data, delivery_id=delivery_id)
+        snapshot = outcome.snapshot
+        if as_json:
+            terminal.json(to_json(snapshot))
+            return EXIT_OK
+        received = [e.event for e in outcome.appended if isinstance(e.event, HookReceived)]
+        hook = f"hook {received[0].hook_id} of " if received else ""
+        again = "" if received else " (already delivered: nothing changed)"
+        terminal.line(
+            f"delivered to {hook}run {snapshot.run_id}{again}  ", terminal.status(snapshot.status)
+        )
         return EXIT_OK
 
     return work_on_store(ctx, command_store, work, read_only=False)

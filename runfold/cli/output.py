@@ -11,16 +11,19 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO, TypeAlias
 
 import attrs
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from runfold.cli.inert import inert, inert_json
 from runfold.kernel import (
     TERMINAL_RUN_STATUSES,
     AttributeChange,
@@ -32,6 +35,7 @@ from runfold.kernel import (
 )
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "Part",
     "Terminal",
     "describe_event",
@@ -63,6 +67,7 @@ _STATUS_STYLES = {
     "active": "cyan",
     "retained": "cyan",
 }
+_LINE_BREAKS = re.compile(r"[\r\n]+")
 _PIPED_WIDTH = 1_000_000  # piped lines are never wrapped: scripts cut them as they like
 
 
@@ -96,17 +101,18 @@ class Terminal:
         return (status, style) if style else status
 
     def line(self, *parts: Part) -> None:
-        """Write one line of results made of `parts`."""
-        self.console.print(Text.assemble(*parts), soft_wrap=True)
+        """Write one line of results made of `parts` (made `inert`, never read as markup)."""
+        self.console.print(Text.assemble(*(_inert_part(part) for part in parts)), soft_wrap=True)
 
     def error(self, message: str) -> None:
-        """Write one error line to `err` (a multi-line message is joined)."""
-        one_line = " ".join(part.strip() for part in message.splitlines() if part.strip())
-        self.errors.print(Text(f"runfold: error: {one_line}"), soft_wrap=True)
+        """Write one error line to `err` (a multi-line message is joined; made `inert`)."""
+        one_line = " ".join(part.strip() for part in _LINE_BREAKS.split(message) if part.strip())
+        self.errors.print(Text(f"runfold: error: {inert(one_line)}"), soft_wrap=True)
 
     def json(self, value: object) -> None:
-        """Write `value` (already made of JSON types) as indented JSON."""
-        self.console.file.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+        """Write `value` (already made of JSON types) as indented JSON (made `inert_json`)."""
+        document = json.dumps(value, indent=2, ensure_ascii=False)
+        self.console.file.write(inert_json(document) + "\n")
         self.console.file.flush()
 
     def table(
@@ -117,19 +123,34 @@ class Terminal:
         indent: str = "",
         status_column: int | None = None,
     ) -> None:
-        """Rows under bold headers, columns aligned; `status_column` is styled by status."""
+        """Rows under bold headers, columns aligned; `status_column` is styled by status.
+
+        A table is never squeezed to fit a narrow terminal: cutting or folding its cells would
+        cut the run ids people copy from it. One wider than the terminal is printed at its
+        natural width, and the terminal wraps its long lines.
+        """
         table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0))
         for header in headers:
-            table.add_column(header, no_wrap=not self.console.is_terminal)
+            table.add_column(header, no_wrap=True)
         for row in rows:
             table.add_row(
                 *(
-                    Text.assemble(self.status(cell)) if number == status_column else cell
+                    Text.assemble(_inert_part(self.status(cell)))
+                    if number == status_column
+                    else Text(inert(cell))
                     for number, cell in enumerate(row)
                 )
             )
-        with self.console.capture() as captured:
-            self.console.print(table)
+        natural = Measurement.get(
+            self.console, self.console.options.update(width=_PIPED_WIDTH), table
+        ).maximum
+        width = self.console.width
+        self.console.width = max(width, natural)  # rich clamps a print's width to the console's
+        try:
+            with self.console.capture() as captured:
+                self.console.print(table)
+        finally:
+            self.console.width = width
         for text in captured.get().splitlines():
             self.console.file.write(f"{indent}{text}".rstrip() + "\n")
         self.console.file.flush()
@@ -153,6 +174,11 @@ class Terminal:
         if done >= total:
             self._progress.stop()
             self._progress = None
+
+
+def _inert_part(part: Part) -> Part:
+    """A piece of a line with its text made `inert` (its style is ours, not stored)."""
+    return inert(part) if isinstance(part, str) else (inert(part[0]), part[1])
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -377,19 +403,38 @@ def _step_result(status: str, output: bytes | None, error: bytes | None) -> str:
 # --- JSON ---------------------------------------------------------------------------------------
 
 
+MAX_JSON_DEPTH = 64
+"""A JSON payload nested deeper than this is shown as its text, never re-nested."""
+
+
 def payload_json(payload: bytes) -> dict[str, Any]:
     """A payload as labelled JSON: `{"json": …}`, `{"text": …}` or `{"base64": …}`.
 
-    JSON is nested as it is; other UTF-8 is text; anything else is base64.
+    JSON is nested as it is; other UTF-8 is text, and so is JSON nested deeper than
+    `MAX_JSON_DEPTH` (re-nesting it would only exhaust the stack); anything else is base64.
     """
     try:
         text = payload.decode()
     except UnicodeDecodeError:
         return {"base64": base64.b64encode(payload).decode()}
     try:
-        return {"json": json.loads(text)}
-    except ValueError:
+        value = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's stack
         return {"text": text}
+    return {"json": value} if _within_depth(value, MAX_JSON_DEPTH) else {"text": text}
+
+
+def _within_depth(value: object, limit: int) -> bool:
+    """Whether `value` (parsed JSON) nests no deeper than `limit`, found without recursing."""
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            if depth >= limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return True
 
 
 def to_json(value: object) -> Any:

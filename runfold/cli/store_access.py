@@ -1,10 +1,11 @@
 """The store a command works on: which one, opened how, and runfold's errors as exit codes.
 
 A command's store is its own `--store`, else the one given before the command's name, else
-`$RUNFOLD_STORE`, else `sqlite:///runfold.db`. Commands that only look open it read-only, so
-they never create, migrate or lock it; every runfold error a command's work raises ends as one
-line and a documented exit code; and the store is always closed. A PostgreSQL store is shown
-without its password.
+`$RUNFOLD_STORE`, else `sqlite:///runfold.db`; the commands that look at runs (`runs`, `show`,
+`history`, `ui`) take `$RUNFOLD_READ_STORE` before `$RUNFOLD_STORE` (a replica, say). Commands
+that only look open it read-only, so they never create, migrate or lock it; every runfold error
+a command's work raises ends as one line and a documented exit code; and the store is always
+closed. A PostgreSQL store is shown without its password.
 """
 
 from __future__ import annotations
@@ -68,14 +69,22 @@ def _is_postgres(url: str) -> bool:
 T = TypeVar("T")
 
 
-def store_url(ctx: click.Context, command_store: str | None) -> str:
+def store_url(ctx: click.Context, command_store: str | None, *, looks: bool = False) -> str:
     """The URL of the store a command works on.
 
-    Its own `--store`, else the group's, else `$RUNFOLD_STORE`, else `DEFAULT_STORE`.
+    Its own `--store`, else the group's, else `$RUNFOLD_STORE`, else `DEFAULT_STORE`. A command
+    that `looks` (at runs, reading only) takes `$RUNFOLD_READ_STORE`, when set, before
+    `$RUNFOLD_STORE`.
     """
     state = ctx.find_object(State)
     given = state.store if state is not None else None
-    return command_store or given or os.environ.get("RUNFOLD_STORE") or DEFAULT_STORE
+    if command_store:
+        return command_store
+    if looks and os.environ.get("RUNFOLD_READ_STORE"):
+        root = ctx.find_root()
+        if root.get_parameter_source("store") is not click.core.ParameterSource.COMMANDLINE:
+            return os.environ["RUNFOLD_READ_STORE"]
+    return given or os.environ.get("RUNFOLD_STORE") or DEFAULT_STORE
 
 
 def work_on_store(
@@ -84,11 +93,15 @@ def work_on_store(
     work: Callable[[EventStore, Terminal], Awaitable[T]],
     *,
     read_only: bool,
+    looks: bool = False,
 ) -> T:
-    """Open the store, do `work`, close it, and turn runfold's errors into lines."""
+    """Open the store, do `work`, close it, and turn runfold's errors into lines.
+
+    `looks`: the command looks at runs (`store_url`).
+    """
     state = ctx.find_object(State)
     assert state is not None
-    url = store_url(ctx, command_store)
+    url = store_url(ctx, command_store, looks=looks)
     return asyncio.run(_with_store(url, work, state.terminal, read_only=read_only))
 
 

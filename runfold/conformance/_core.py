@@ -68,6 +68,8 @@ class Capabilities:
       now)` (`runfold verify --rebuild-index`).
     - `replay`: the store offers the optional `replay(run_id, *, limits)` (`Replayer`), a run's
       snapshot folded as its history is read.
+    - `leases`: the store keeps worker leases when it is a `WorkerLeases` (its checks are not
+      offered for a store that is not one); False leaves them out all the same.
     """
 
     global_feed: bool = True
@@ -78,6 +80,7 @@ class Capabilities:
     sharing: bool = False
     rewrite_index: bool = False
     replay: bool = False
+    leases: bool = True
 
     def offers(self, name: str) -> bool:
         """Whether the capability called `name` is offered."""
@@ -262,6 +265,7 @@ GROUPS: tuple[str, ...] = (
     "reads",
     "indexes",
     "retention",
+    "leases",
     "global_feed",
     "concurrency",
     "faults",
@@ -294,6 +298,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "_hook_tokens",
     "_wakeups",
     "_retention",
+    "_leases",
     "_reads",
     "_replay",
     "_rules",

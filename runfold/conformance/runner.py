@@ -7,6 +7,7 @@ runs every check against the store `FACTORY` makes and exits non-zero on any fai
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import inspect
 import os
@@ -15,7 +16,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeAlias, cast
+from typing import Any, Literal, NoReturn, TypeAlias, cast
 
 import attrs
 import pytest
@@ -292,14 +293,62 @@ def _seed(text: str) -> int | Literal["random"]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _examples(text: str) -> int:
+    try:
+        examples = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if examples < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {examples}")
+    return examples
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one line naming it (not the usage block) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _cannot_make_a_store(target: StoreTarget) -> str | None:
+    """Why the factory `target` cannot make a store, or None when it made one (then closed).
+
+    Every check would fail the same way, one after the other, so the kit stops at once.
+    A `StoreConformance` subclass is not tried: its hooks may need the check's own set-up.
+    """
+    if isinstance(target, type) and issubclass(target, StoreConformance):
+        return None
+
+    async def attempt() -> str | None:
+        try:
+            made: object = target()
+            store: Any = await made if inspect.isawaitable(made) else made
+        except Exception as exc:  # the user's factory, whatever it raises: named
+            return f"{type(exc).__name__}: {exc}"
+        if not all(callable(getattr(store, name, None)) for name in _STORE_METHODS):
+            return f"it made a {type(store).__name__}, not an EventStore"
+        await store.close()
+        return None
+
+    return asyncio.run(attempt())
+
+
+_STORE_METHODS = ("append_if_sequence", "read", "close")
+"""What a made object must have to be tried as a store (the checks find what else is wrong)."""
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m runfold.conformance") -> int:
     """The command line: run the kit, print the table and any failures.
 
+    `prog` is the name its help and its error lines show.
+
     Returns:
-        The exit code: 0 when every offered check passed, 1 when one failed, 2 for a bad target.
+        The exit code: 0 when every offered check passed, 1 when one failed, 2 for a bad
+            target (one that cannot be imported, or a factory that cannot make a store) or bad
+            options.
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m runfold.conformance",
+    parser = _Parser(
+        prog=prog,
         description="Run runfold's store conformance kit against a store.",
     )
     parser.add_argument(
@@ -308,7 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a no-argument callable returning a fresh store (or an awaitable of one), or a "
         "StoreConformance subclass",
     )
-    parser.add_argument("--examples", type=int, help="hypothesis examples per property check")
+    parser.add_argument(
+        "--examples", type=_examples, help="hypothesis examples per property check (at least 1)"
+    )
     parser.add_argument("--seed", type=_seed, help="an integer, or 'random' (default: 0)")
     parser.add_argument(
         "--no-shrink",
@@ -335,7 +386,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         target = load_factory(args.target)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    why = _cannot_make_a_store(target)
+    if why is not None:
+        print(f"{parser.prog}: error: {args.target} cannot make a store: {why}", file=sys.stderr)
         return 2
     capabilities = None
     if args.without:

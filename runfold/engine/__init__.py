@@ -16,6 +16,7 @@ from runfold.engine.errors import (
     StepTimedOut,
     WorkflowNotServed,
 )
+from runfold.engine.lease import DEFAULT_LEASE, Lease, new_worker_id
 from runfold.engine.retry import (
     DEFAULT_JITTER,
     DEFAULT_RETRY,
@@ -27,6 +28,7 @@ from runfold.engine.runtime import (
     DEFAULT_STEP_TIMEOUT,
     AwaitHook,
     Cancel,
+    CloseHook,
     Complete,
     EngineObserver,
     Fail,
@@ -43,15 +45,19 @@ from runfold.engine.runtime import (
     WorkflowInvocation,
     WorkflowRuntime,
 )
+from runfold.engine.schedule import Schedule
+from runfold.engine.worker import Worker, WorkerCounts
 
 __all__ = [
     "DEFAULT_JITTER",
+    "DEFAULT_LEASE",
     "DEFAULT_RETRY",
     "DEFAULT_STEP_TIMEOUT",
     "LONGEST_RETRY_INTERVAL",
     "AwaitHook",
     "BaseExceptionRaised",
     "Cancel",
+    "CloseHook",
     "Complete",
     "Engine",
     "EngineError",
@@ -59,12 +65,14 @@ __all__ = [
     "EngineSummary",
     "Fail",
     "InvalidDecision",
+    "Lease",
     "LinkChildOperation",
     "ReplayLimitExceeded",
     "ReportProgress",
     "Resumption",
     "RunDefinitionConflict",
     "RuntimeDecision",
+    "Schedule",
     "ScheduleStep",
     "ScheduleSteps",
     "StepFailure",
@@ -75,9 +83,12 @@ __all__ = [
     "TimeOut",
     "UpdateAttributes",
     "WaitUntil",
+    "Worker",
+    "WorkerCounts",
     "WorkflowInvocation",
     "WorkflowNotServed",
     "WorkflowRuntime",
     "jitter_fraction",
+    "new_worker_id",
     "retry_delay",
 ]

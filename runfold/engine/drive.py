@@ -22,6 +22,7 @@ from runfold.engine.raised import as_failure, error_payload, is_code_failure, un
 from runfold.engine.runtime import (
     AwaitHook,
     Cancel,
+    CloseHook,
     Complete,
     Fail,
     LinkChildOperation,
@@ -37,12 +38,14 @@ from runfold.engine.steps import StepRunner
 from runfold.kernel import (
     BatchDecision,
     CancelRun,
+    ClaimRun,
     Command,
     CompleteRun,
     CompleteStep,
     CompleteWait,
     CreateHook,
     CreateWait,
+    DisposeHook,
     EntityConflict,
     Event,
     FailRun,
@@ -51,9 +54,13 @@ from runfold.kernel import (
     InvalidCommand,
     LinkChild,
     NonDeterministic,
+    Ownership,
+    OwnershipLost,
     RecordProgress,
     Rejection,
+    ReleaseRun,
     RetryStep,
+    RunOwned,
     SetAttributes,
     Snapshot,
     StartRun,
@@ -88,8 +95,10 @@ class Drive(StepRunner):
         "claims",
         "created",
         "decision",
+        "displacing",
         "durable",
         "engine",
+        "ownership",
         "pending",
         "proposed",
         "run_id",
@@ -102,6 +111,8 @@ class Drive(StepRunner):
         run_id: str,
         durable: Snapshot | None,
         pending: Sequence[Command] = (),
+        *,
+        displacing: str | None = None,
     ) -> None:
         self.engine = engine
         self.run_id = run_id
@@ -112,6 +123,8 @@ class Drive(StepRunner):
         self.created: list[str] = []  # the steps their lazy starts created
         self.at: datetime | None = None  # when they were decided: the append's decision time
         self.claims: set[str] = set()  # step ids this drive runs or holds an outcome of
+        self.ownership: Ownership | None = None  # the claim of the engine's worker it acts on
+        self.displacing = displacing  # the lapsed owner its claim may take the run from
         self.decision: BatchDecision | None = None  # the kernel's decision of what is pending
         for command in pending:
             self.propose(command)
@@ -128,12 +141,15 @@ class Drive(StepRunner):
                     if await self.flush() == "shown":
                         return self.snapshot
                     continue
+                if self.engine.lease is not None:
+                    self.own()
                 try:
                     moved = await self.advance()
                 except (InvalidDecision, HistoryLimitExceeded) as exc:
                     moved = self.fail_run(exc)  # the workflow's mistake: asking again is no use
                 if moved:
                     continue
+                self.let_go()
                 if await self.flush() == "shown":  # it waits: what led there is recorded
                     return self.snapshot
             await self.flush()
@@ -146,7 +162,7 @@ class Drive(StepRunner):
             # What the workflow decided before its failure stands: record it, so driving again
             # continues after it (a step's outcome is not lost to a later bug). A store that
             # failed is not asked again: whether it wrote is for the next drive to see.
-            if self.pending and not isinstance(exc, StoreError):
+            if self.pending and not isinstance(exc, StoreError | OwnershipLost | RunOwned):
                 try:
                     await self.flush()
                 except Exception:
@@ -220,6 +236,8 @@ class Drive(StepRunner):
                 )
             case UpdateAttributes():
                 command = SetAttributes(changes=decision.changes, write_id=decision.write_id)
+            case CloseHook():
+                command = DisposeHook(hook_id=decision.hook_id)
             case _:
                 raise InvalidDecision(
                     f"run_workflow returned {decision!r}, which is not a RuntimeDecision",
@@ -239,7 +257,12 @@ class Drive(StepRunner):
         """
         at = self.at if self.at is not None else self.engine.handler.clock()
         batch = decide_many(
-            self.view, (command,), now=at, limits=self.engine.handler.limits, run_id=self.run_id
+            self.view,
+            (command,),
+            now=at,
+            limits=self.engine.handler.limits,
+            run_id=self.run_id,
+            acting_as=self.ownership,
         )
         if not batch.events:
             return False
@@ -300,6 +323,7 @@ class Drive(StepRunner):
         commands = tuple(self.pending)
         proposed = list(self.proposed)
         decided = self.decision  # what the handler would decide again on the same snapshot
+        self.check_lease()
         try:
             outcome = await self.engine.execute(
                 self.run_id,
@@ -307,7 +331,10 @@ class Drive(StepRunner):
                 known_sequence=self.durable.last_sequence if self.durable is not None else None,
                 now=self.at,
                 decided=decided,
+                acting_as=self.ownership,
             )
+        except OwnershipLost:
+            raise
         except Rejection as exc:
             await self.refused(commands, exc)
             return "refused"
@@ -350,7 +377,9 @@ class Drive(StepRunner):
         _log.debug("run %r moved on under %s: %s", self.run_id, type(refused).__name__, exc)
         while place > 0:  # the run may keep moving: each try keeps what still stands
             try:
-                outcome = await self.engine.execute(self.run_id, commands[:place], now=self.at)
+                outcome = await self.engine.execute(
+                    self.run_id, commands[:place], now=self.at, acting_as=self.ownership
+                )
             except Rejection as again:
                 place = again.command_index
                 continue
@@ -377,6 +406,67 @@ class Drive(StepRunner):
             return False
         self.durable = self.view = fresh
         return True
+
+    # --- ownership ----------------------------------------------------------------------------
+
+    def own(self) -> None:
+        """Make the run the engine's worker's own before deciding on it (its claim is pending).
+
+        A run the view shows owned by the worker under the claim this drive acts on needs
+        nothing; one it owns under an earlier claim of this process is adopted; a free one is
+        claimed, and one whose owner this drive was sent to displace is taken over.
+
+        Raises:
+            RunOwned: Another worker owns the run.
+        """
+        lease = self.engine.lease
+        assert lease is not None
+        owner = self.snapshot.owner
+        if owner is not None and owner.owner_id == lease.worker_id:
+            self.ownership = owner
+            return
+        self.ownership = None
+        self.propose(ClaimRun(owner_id=lease.worker_id, displacing=self.displacing))
+        self.ownership = self.snapshot.owner
+
+    def let_go(self) -> None:
+        """The run waits: release it with what is pending (another worker resumes it when due).
+
+        A claim that is all that is pending is dropped instead: nothing happened, so nothing is
+        written. The drive keeps acting as the owner until what is pending is appended, so that
+        append is fenced like every other; a run that another drive of this engine is running a
+        step of stays claimed: that drive releases it.
+        """
+        view = self.snapshot
+        if self.ownership is None or not view.is_live:
+            return
+        running = self.engine.running
+        if any(s not in self.claims and running(self.run_id, s) for s in view.live_step_ids):
+            return
+        if len(self.pending) == 1 and isinstance(self.pending[0], ClaimRun):
+            self.pending.clear()
+            self.proposed.clear()
+            self.created.clear()
+            self.at = None
+            self.decision = None
+            self.view = self.durable
+            self.ownership = None
+        else:
+            self.propose(ReleaseRun(owner_id=self.ownership.owner_id))
+
+    def check_lease(self) -> None:
+        """Refuse to write for a worker whose lease no longer holds by this process's clock.
+
+        Raises:
+            OwnershipLost: The lease lapsed (the process was paused or cut off too long).
+        """
+        lease = self.engine.lease
+        if self.ownership is not None and lease is not None and not lease.holds():
+            raise OwnershipLost(
+                f"worker {lease.worker_id!r} let its lease lapse: it records nothing more on run "
+                f"{self.run_id!r}",
+                run_id=self.run_id,
+            )
 
     # --- waits and hooks ----------------------------------------------------------------------
 

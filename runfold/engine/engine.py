@@ -30,6 +30,7 @@ import attrs
 
 from runfold.engine.drive import Drive
 from runfold.engine.errors import RunDefinitionConflict, WorkflowNotServed
+from runfold.engine.lease import Lease
 from runfold.engine.retry import DEFAULT_JITTER
 from runfold.engine.runtime import DEFAULT_STEP_TIMEOUT, EngineObserver, WorkflowRuntime
 from runfold.handler import CommandHandler, Outcome, new_run_id
@@ -42,9 +43,12 @@ from runfold.kernel import (
     CreateRun,
     EntityConflict,
     Envelope,
+    Ownership,
+    OwnershipLost,
     RequestCancel,
     RunCreated,
     RunExpired,
+    RunOwned,
     RunStatus,
     RunSummary,
     Snapshot,
@@ -125,6 +129,11 @@ class Engine:
             ends or waits (the run's `Limits.max_events_per_run` bounds a workflow that never
             does: past it the run fails with `HistoryLimitExceeded`).
         jitter: The share of a retry delay the replay-stable jitter may take off.
+        lease: The lease of the fleet worker this engine drives runs for (a `Worker` sets
+            it). With one, every drive first claims its run for the worker (the claim goes in
+            the drive's first append), acts only as its owner, and releases the run when it
+            waits; a run another live worker owns is left alone. Without one, runs are driven
+            unowned, as by a single process.
         step_timeout: How long an attempt of a step body may run before it fails as timed out
             (`StepTimedOut`), unless its `ScheduleStep.timeout` says otherwise; None: no bound.
 
@@ -141,6 +150,7 @@ class Engine:
         *,
         max_replay_iterations: int | None = None,
         jitter: float = DEFAULT_JITTER,
+        lease: Lease | None = None,
         step_timeout: timedelta | None = DEFAULT_STEP_TIMEOUT,
     ) -> None:
         if max_replay_iterations is not None and max_replay_iterations < 1:
@@ -160,6 +170,7 @@ class Engine:
         self.step_timeout = step_timeout
         self.workflow_names: frozenset[str] = frozenset(served)
         self._in_flight: set[tuple[str, str]] = set()
+        self.lease = lease
 
     # --- run lifecycle ------------------------------------------------------------------------
 
@@ -175,12 +186,16 @@ class Engine:
         attributes: Mapping[str, str] | None = None,
         parent_run_id: str | None = None,
         deadline: datetime | None = None,
+        queued: bool = False,
     ) -> Snapshot:
         """Create and start a run (a new id unless `run_id` is given), then `drive` it.
 
         The run's creation goes in one append with the workflow's first decision. Idempotent
         for a given `run_id`: the same definition again drives the existing run (or just
         returns it once ended).
+
+        `queued` only records the run (pending, owned by nobody) and returns it: a `Worker` of
+        the fleet starts and drives it. A process that runs no workflows starts runs this way.
 
         Raises:
             RunDefinitionConflict: `run_id` belongs to a run created with another definition.
@@ -208,6 +223,8 @@ class Engine:
         current = None if generated else await self.handler.lookup(run_id)
         if current is None:
             self._check_served(run_id, workflow_name)
+            if queued:
+                return (await self.execute(run_id, (create,))).snapshot
             return await Drive(self, run_id, None, (StartRun(create=create),)).run()
         first = (await self.handler.history(run_id, limit=1))[0].event
         if not isinstance(first, RunCreated) or not isinstance(intended, RunCreated):
@@ -216,9 +233,14 @@ class Engine:
             raise RunDefinitionConflict(
                 f"run {run_id!r} already exists with another definition", run_id=run_id
             )
-        return await self._drive(current)
+        if queued:
+            return current
+        try:
+            return await self._drive(current)
+        except RunOwned:  # another live worker drives it: the start took effect
+            return await self.handler.snapshot(run_id)
 
-    async def drive(self, run_id: str) -> Snapshot:
+    async def drive(self, run_id: str, *, displacing: str | None = None) -> Snapshot:
         """Apply the runtime's next decisions for the run until it ends or waits.
 
         It waits on a timer, a hook, a delayed retry, or steps this engine is running. A pending
@@ -234,14 +256,17 @@ class Engine:
             InvalidDecision: The runtime returned a decision the engine cannot apply.
             ReplayLimitExceeded: The run did not settle within `max_replay_iterations` (only
                 when one is set).
+            RunOwned: With a `lease`: another worker owns the run (and is not `displacing`,
+                the owner whose lease the caller found lapsed).
+            OwnershipLost: With a `lease`: the worker lost the run while driving it.
         """
-        return await self._drive(await self.handler.snapshot(run_id))
+        return await self._drive(await self.handler.snapshot(run_id), displacing)
 
-    async def _drive(self, snapshot: Snapshot) -> Snapshot:
+    async def _drive(self, snapshot: Snapshot, displacing: str | None = None) -> Snapshot:
         self._check_served(snapshot.run_id, snapshot.workflow_name)
         if snapshot.is_terminal:
             return snapshot
-        return await Drive(self, snapshot.run_id, snapshot).run()
+        return await Drive(self, snapshot.run_id, snapshot, displacing=displacing).run()
 
     async def resume_wait(self, run_id: str, wait_id: str) -> Snapshot:
         """Complete a wait (due or not: the caller decides when) and drive the run.
@@ -295,6 +320,9 @@ class Engine:
                 snapshot = await self.drive(run_id)
             except (StoreUnavailable, StoreClosed):
                 raise
+            except (RunOwned, OwnershipLost) as exc:
+                _log.debug("run %r is another worker's: %s", run_id, exc)
+                continue
             except Exception as exc:
                 _log.warning("resuming run %r failed: %r", run_id, exc)
                 resumed.append(
@@ -332,6 +360,9 @@ class Engine:
                         snapshot = await self.drive(summary.run_id)
                     except (StoreUnavailable, StoreClosed):
                         raise
+                    except (RunOwned, OwnershipLost) as exc:
+                        _log.debug("run %r is another worker's: %s", summary.run_id, exc)
+                        continue
                     except Exception as exc:
                         _log.warning("recovering run %r failed: %r", summary.run_id, exc)
                         resumed.append(
@@ -508,10 +539,16 @@ class Engine:
         known_sequence: int | None = None,
         now: datetime | None = None,
         decided: BatchDecision | None = None,
+        acting_as: Ownership | None = None,
     ) -> Outcome:
         """`CommandHandler.execute_many`, then the observers see what was appended."""
         outcome = await self.handler.execute_many(
-            run_id, commands, known_sequence=known_sequence, now=now, decided=decided
+            run_id,
+            commands,
+            known_sequence=known_sequence,
+            now=now,
+            decided=decided,
+            acting_as=acting_as,
         )
         if self.observers:
             await self._notify(outcome.appended)

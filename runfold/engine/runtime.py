@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_STEP_TIMEOUT",
     "AwaitHook",
     "Cancel",
+    "CloseHook",
     "Complete",
     "EngineObserver",
     "Fail",
@@ -86,8 +87,9 @@ class WorkflowInvocation:
 class StepInvocation:
     """One attempt of a step body, run at least once.
 
-    `idempotency_key` is stable for the attempt, so a body with side effects can pass it on (to
-    a payment API, say).
+    `idempotency_key` is the same on every attempt of the step (a retry, or a new attempt after
+    a crash), so a body with side effects passes it on (to a payment API, say) and the side
+    effect happens once; `attempt` tells the attempts apart.
     """
 
     run_id: str
@@ -100,8 +102,8 @@ class StepInvocation:
 
     @property
     def idempotency_key(self) -> str:
-        """`run_id/step_id/attempt`: the same for every execution of this attempt."""
-        return f"{self.run_id}/{self.step_id}/{self.attempt}"
+        """`run_id/step_id`: the same on every attempt of this step, crashes included."""
+        return f"{self.run_id}/{self.step_id}"
 
 
 class StepFailure(Exception):
@@ -207,6 +209,16 @@ class AwaitHook:
 
 
 @attrs.frozen(kw_only=True)
+class CloseHook:
+    """Dispose the active hook `hook_id`: it takes no more deliveries and frees its token.
+
+    A workflow closes a hook it is done with (to wait on its token again, or at a time-out).
+    """
+
+    hook_id: str
+
+
+@attrs.frozen(kw_only=True)
 class ReportProgress:
     """Record a progress entry (once per `progress_id`)."""
 
@@ -249,6 +261,7 @@ RuntimeDecision: TypeAlias = (
     | ScheduleSteps
     | WaitUntil
     | AwaitHook
+    | CloseHook
     | ReportProgress
     | LinkChildOperation
     | UpdateAttributes
@@ -269,6 +282,7 @@ fast_inits(
         ScheduleSteps,
         WaitUntil,
         AwaitHook,
+        CloseHook,
         ReportProgress,
         LinkChildOperation,
     ]

@@ -50,6 +50,11 @@ def _changed_policy(step: StepState, call: ScheduleStep) -> RetryPolicy | None:
     return None if wanted == recorded else wanted
 
 
+def _numeric(step_id: str) -> tuple[int, str]:
+    """A sort key putting step ids that are numbers in numeric order (call ids), then others."""
+    return (int(step_id), "") if step_id.isdigit() else (1 << 62, step_id)
+
+
 def describe(exc: BaseException) -> bytes:
     """An exception as a step's error payload: its class and message, bounded.
 
@@ -235,8 +240,9 @@ class StepRunner:
     ) -> None:
         """Run the step bodies concurrently and propose their outcomes.
 
-        Each outcome but the last is committed as soon as it is known; the last is pending, to
-        go with the workflow's next decision. `timeouts` holds each step's own timeout.
+        Each outcome but the last is committed as soon as it is known (those known at once in
+        one append); the last are pending, to go with the workflow's next decision. `timeouts`
+        holds each step's own timeout.
         """
         if len(steps) == 1:  # no task to spawn for the common case
             step = steps[0]
@@ -249,12 +255,14 @@ class StepRunner:
         try:
             while tasks:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
+                for task in sorted(done, key=lambda t: _numeric(tasks[t].step_id)):
                     step = tasks.pop(task)
                     try:
-                        await self.outcome(step, task.result(), commit=bool(tasks))
+                        await self.outcome(step, task.result(), commit=False)
                     except Exception as exc:
                         errors.append(exc)
+                if tasks and not errors:  # the outcomes known so far, in one append
+                    await self.flush()
         finally:
             for task in tasks:
                 task.cancel()

@@ -7,10 +7,21 @@ crash: `Flow.recover()` in a fresh process carries every live run on from its hi
 `docs/tutorials/durable-functions.md`.
 """
 
-from runfold.flow.calls import sleep, step, wait_for_event
+from runfold.flow.calls import (
+    ChildHandle,
+    child,
+    recv,
+    report_progress,
+    set_attributes,
+    sleep,
+    start_child,
+    step,
+    wait_for_event,
+)
 from runfold.flow.definition import Workflow, registered_workflows, workflow
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import (
+    ChildWorkflowError,
     DuplicateWorkflow,
     FlowError,
     FlowNonDeterminism,
@@ -22,8 +33,11 @@ from runfold.flow.errors import (
     UnsupportedAwait,
 )
 from runfold.flow.flow import Flow, FlowRun, current_step
+from runfold.flow.info import WorkflowInfo, workflow_info
 
 __all__ = [
+    "ChildHandle",
+    "ChildWorkflowError",
     "DuplicateWorkflow",
     "Flow",
     "FlowError",
@@ -38,10 +52,17 @@ __all__ = [
     "UnknownWorkflow",
     "UnsupportedAwait",
     "Workflow",
+    "WorkflowInfo",
+    "child",
     "current_step",
+    "recv",
     "registered_workflows",
+    "report_progress",
+    "set_attributes",
     "sleep",
+    "start_child",
     "step",
     "wait_for_event",
     "workflow",
+    "workflow_info",
 ]

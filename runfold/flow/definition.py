@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, overload
 
 import attrs
+from croniter import croniter
 
 from runfold.flow.errors import DuplicateWorkflow
 
@@ -30,6 +31,9 @@ class Workflow:
 
     name: str
     fn: WorkflowFunction = attrs.field(eq=False)
+    schedule: str | None = None
+    """A cron expression: a fleet's workers start a run at each tick (its input the tick's
+    time, ISO 8601 in UTC), once across the fleet."""
 
     @property
     def origin(self) -> str:
@@ -54,11 +58,17 @@ def workflow(fn: WorkflowFunction, /) -> Workflow: ...
 
 
 @overload
-def workflow(*, name: str | None = None) -> Callable[[WorkflowFunction], Workflow]: ...
+def workflow(
+    *, name: str | None = None, schedule: str | None = None
+) -> Callable[[WorkflowFunction], Workflow]: ...
 
 
 def workflow(
-    fn: WorkflowFunction | None = None, /, *, name: str | None = None
+    fn: WorkflowFunction | None = None,
+    /,
+    *,
+    name: str | None = None,
+    schedule: str | None = None,
 ) -> Workflow | Callable[[WorkflowFunction], Workflow]:
     """Make `async def fn(input)` a durable workflow named `name` (default: its qualified name).
 
@@ -66,16 +76,22 @@ def workflow(
     run's input (decoded) and returns its output (encoded by the `Flow`'s codec); it may await
     only `step`, `sleep` and `wait_for_event`, and must be deterministic around them.
 
+    `schedule` (a cron expression, UTC: `"0 3 * * *"`) makes the workers that serve it
+    (`Flow.serve`) start a run at each tick, once across the fleet, with the tick's time (ISO
+    8601 text) as its input.
+
     Raises:
         DuplicateWorkflow: Another function is registered under the same name.
-        ValueError: `name` is empty.
+        ValueError: `name` is empty, or `schedule` is not a cron expression.
     """
 
     def wrap(function: WorkflowFunction) -> Workflow:
         chosen = name if name is not None else function.__qualname__
         if not chosen:
             raise ValueError("a workflow name must not be empty")
-        return _register(Workflow(name=chosen, fn=function))
+        if schedule is not None and not croniter.is_valid(schedule):
+            raise ValueError(f"schedule {schedule!r} is not a cron expression")
+        return _register(Workflow(name=chosen, fn=function, schedule=schedule))
 
     return wrap if fn is None else wrap(fn)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from runfold.kernel import RunfoldError
 
 __all__ = [
+    "ChildWorkflowError",
     "DuplicateWorkflow",
     "FlowError",
     "FlowNonDeterminism",
@@ -109,14 +110,41 @@ class StepError(FlowError):
 
 
 class TokenInUse(FlowError):
-    """Raised into workflow code by `await wait_for_event(...)`: another run holds the token.
+    """Raised into workflow code by `await wait_for_event(...)`: a live hook holds the token.
 
-    The hook was not created. Uncaught, it fails the run.
+    `holder_run_id` is the run whose hook holds it: another run, or (in a history recorded
+    before runfold closed a finished `wait_for_event`'s hook for the next one) this run. The
+    hook was not created. Uncaught, it fails the run.
     """
 
     code = "token_in_use"
     status = 409
 
-    def __init__(self, hook_id: str) -> None:
-        super().__init__(f"the token of wait_for_event({hook_id!r}) is held by another run")
+    def __init__(self, hook_id: str, holder_run_id: str | None = None, *, run_id: str = "") -> None:
+        if holder_run_id is not None and holder_run_id == run_id:
+            holder = f"an earlier wait_for_event of this run ({run_id!r})"
+        elif holder_run_id is not None:
+            holder = f"a hook of run {holder_run_id!r}"
+        else:
+            holder = "another run"
+        super().__init__(f"the token of wait_for_event({hook_id!r}) is held by {holder}")
         self.hook_id = hook_id
+        self.holder_run_id = holder_run_id
+
+
+class ChildWorkflowError(FlowError):
+    """Raised into workflow code by `await handle.result()`: the child run did not complete.
+
+    `child_run_id` is the child, `child_status` how it ended (failed, cancelled or timed_out)
+    and `child_error` its recorded error, if any. Uncaught, it fails the parent.
+    """
+
+    code = "child_workflow_failed"
+    status = 500
+
+    def __init__(self, child_run_id: str, child_status: str, child_error: str) -> None:
+        detail = f": {child_error}" if child_error else ""
+        super().__init__(f"child run {child_run_id!r} ended {child_status}{detail}")
+        self.child_run_id = child_run_id
+        self.child_status = child_status
+        self.child_error = child_error

@@ -7,30 +7,57 @@ the engine records everything through the `CommandHandler`, one commit per step.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
+import functools
 import inspect
 from collections.abc import Callable, Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
 
 from runfold.engine import (
+    DEFAULT_LEASE,
+    AwaitHook,
     Engine,
+    LinkChildOperation,
     Resumption,
     RuntimeDecision,
+    Schedule,
     StepInvocation,
+    Worker,
     WorkflowInvocation,
 )
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import FlowError, UnknownWorkflow
+from runfold.flow.family import Family
+from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.interpreter import Interpreter
+from runfold.flow.messages import mailbox_hook
 from runfold.handler import CommandHandler
-from runfold.kernel import Envelope, Snapshot
+from runfold.kernel import (
+    CreateHook,
+    EntityConflict,
+    Envelope,
+    HookNotFound,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunTimedOut,
+    Snapshot,
+)
 from runfold.stores.protocol import EventStore
 
 __all__ = ["Flow", "FlowRun", "current_step"]
+
+_RUN_ENDS = frozenset({RunCompleted, RunFailed, RunCancelled, RunTimedOut})
+# The decisions the Family acts on (a child's creation, a wait on a child).
+_FAMILY_DECISIONS = frozenset({LinkChildOperation, AwaitHook})
 
 # What a step body commonly returns, and can never be awaited: `inspect.isawaitable` is skipped.
 _NEVER_AWAITABLE = frozenset({str, bytes, int, float, bool, type(None), list, dict, tuple})
@@ -73,9 +100,15 @@ class Flow:
         codec: Encodes inputs, outputs, step arguments and results (default `JsonCodec`).
         clock: The time source of the handler and of new sleeps (default: UTC now).
         max_sessions: How many live workflow coroutines to keep between decisions.
+        step_threads: How many threads run plain `def` step bodies (an `async def` body runs
+            on the event loop), so a slow or blocking body never stalls other runs. 0 runs
+            them on the loop too: no thread hop per step (tens of microseconds idle, more on
+            a busy machine), for bodies that never block.
+        version: Recorded as the workflow version of every run this Flow starts
+            (`workflow_info().workflow_version`; DBOS's application version).
 
     Raises:
-        ValueError: There is no workflow to serve.
+        ValueError: There is no workflow to serve, or `step_threads` is negative.
     """
 
     def __init__(
@@ -86,10 +119,17 @@ class Flow:
         codec: PayloadCodec | None = None,
         clock: Callable[[], datetime] | None = None,
         max_sessions: int = 1024,
+        step_threads: int = 16,
+        version: str | None = None,
     ) -> None:
         served = tuple(workflows) if workflows is not None else registered_workflows()
         if not served:
             raise ValueError("a Flow needs at least one @workflow to serve")
+        if step_threads < 0:
+            raise ValueError("step_threads must be 0 (on the loop) or more")
+        self.step_threads = step_threads
+        self.version = version
+        self._threads: ThreadPoolExecutor | None = None  # made on the first `def` step
         self.codec: PayloadCodec = codec if codec is not None else JsonCodec()
         self.handler = (
             CommandHandler(store) if clock is None else CommandHandler(store, clock=clock)
@@ -99,23 +139,62 @@ class Flow:
             self.workflows, self.codec, self.handler.clock, max_sessions=max_sessions
         )
         self.engine = Engine(self.handler, self, observers=(self,))
+        self.family = Family(
+            self.engine, self.interpreter, self.codec, lambda: self.version, lambda: self.worker
+        )
+        self.worker: Worker | None = None
+        """The worker `serve` runs, while it serves."""
 
     # --- what people call ---------------------------------------------------------------------
 
-    async def start(self, workflow: Workflow, input: Any, *, run_id: str | None = None) -> FlowRun:
+    async def start(
+        self,
+        workflow: Workflow,
+        input: Any,
+        *,
+        run_id: str | None = None,
+        timeout: timedelta | None = None,
+        queued: bool = False,
+    ) -> FlowRun:
         """Start a run of `workflow` with `input` and drive it until it ends or waits.
 
-        Idempotent for a given `run_id`: the same input again returns the existing run.
+        Idempotent for a given `run_id`: the same input again returns the existing run. With a
+        `timeout`, the run times out (`timed_out`, its timers and open work with it) that long
+        after its first start: a retried start of the same run keeps the first deadline.
+        `queued` records the run and returns it pending, without running anything: a worker of
+        the fleet (`serve`, in this process or another) starts it. `result(run_id, wait=...)`
+        waits for its end.
 
         Raises:
             UnknownWorkflow: This Flow does not serve `workflow`.
-            RunDefinitionConflict: `run_id` is a run with another workflow or input.
+            RunDefinitionConflict: `run_id` is a run with another workflow or input (or
+                a deadline where none was asked, or none where one was).
             FlowNonDeterminism: The code asks for something other than the history holds.
+            ValueError: `timeout` is not positive.
         """
         if workflow.name not in self.workflows:
             raise UnknownWorkflow(f"this Flow does not serve workflow {workflow.name!r}")
-        snapshot = await self.engine.start(workflow.name, self.codec.encode(input), run_id=run_id)
-        return self.report(snapshot)
+        deadline = None
+        if timeout is not None:
+            if timeout <= timedelta(0):
+                raise ValueError("a run's timeout must be positive")
+            # The deadline is fixed at the first start: a retry finds it recorded.
+            existing = None if run_id is None else await self.handler.lookup(run_id)
+            if existing is not None and existing.deadline is not None:
+                deadline = existing.deadline
+            else:
+                deadline = self.handler.clock() + timeout
+        snapshot = await self.engine.start(
+            workflow.name,
+            self.codec.encode(input),
+            run_id=run_id,
+            workflow_version=self.version,
+            deadline=deadline,
+            queued=queued,
+        )
+        if queued and self.worker is not None:
+            self.worker.wake()
+        return await self.settled(snapshot)
 
     async def deliver(self, token: str, payload: Any, *, delivery_id: str | None = None) -> FlowRun:
         """Deliver `payload` to the `wait_for_event` holding `token`, and drive its run.
@@ -129,14 +208,68 @@ class Flow:
             EntityConflict: `delivery_id` was already received with another payload.
         """
         encoded = self.codec.encode(payload)
-        return self.report(await self.engine.deliver(token, encoded, delivery_id))
+        return await self.settled(await self.engine.deliver(token, encoded, delivery_id))
+
+    async def send(
+        self,
+        run_id: str,
+        message: Any,
+        *,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> FlowRun:
+        """Send `message` to the run on `topic` (DBOS's `send`), for its `recv` to take.
+
+        It is recorded in the run at once (a delivery of the run's mailbox hook for the topic,
+        which this call creates when the workflow has not asked yet), so it is kept until a
+        `recv` takes it; the run is then driven. The same `idempotency_key` again records the
+        message once.
+
+        Raises:
+            RunNotFound: The run has no history.
+            TerminalState: The run has ended.
+            EntityConflict: `idempotency_key` was already used with another message.
+        """
+        hook_id, token, metadata = mailbox_hook(run_id, topic)
+        encoded = self.codec.encode(message)
+        for _ in range(2):
+            try:
+                snapshot = await self.engine.deliver(token, encoded, idempotency_key)
+            except HookNotFound:  # no mailbox yet: make it, then deliver
+                create = CreateHook(hook_id=hook_id, token=token, metadata=metadata)
+                with contextlib.suppress(EntityConflict):  # made meanwhile
+                    await self.engine.execute(run_id, (create,))
+                continue
+            return await self.settled(snapshot)
+        raise AssertionError("a mailbox hook created just now took no delivery")
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> FlowRun:
+        """Cancel a live run (and, as it ends, its live children), and drive it to its end.
+
+        Raises:
+            RunNotFound: The run has no history.
+            TerminalState: The run already ended otherwise.
+            EntityConflict: The run is already cancelling for another reason.
+        """
+        return await self.settled(await self.engine.request_cancel(run_id, reason))
+
+    async def settled(self, snapshot: Snapshot) -> FlowRun:
+        """`snapshot` reported once the follow-ups of children and parents are done.
+
+        It is read again if they did anything: they may have moved the run.
+        """
+        if await self.family.settle():
+            snapshot = await self.handler.snapshot(snapshot.run_id)
+        return self.report(snapshot)
 
     async def recover(self) -> tuple[Resumption, ...]:
         """Drive every live run of the served workflows once (at start-up).
 
         A run that fails to drive is reported in its `Resumption` and does not stop the others.
         """
-        return await self.engine.recover()
+        resumed = await self.engine.recover()
+        await self.family.settle()
+        return resumed
 
     async def run_until_idle(self, now: datetime | None = None) -> tuple[Resumption, ...]:
         """Resume due sleeps and retries until nothing is due at `now` (default: the clock).
@@ -146,17 +279,89 @@ class Flow:
         resumed: list[Resumption] = []
         while True:
             found = await self.engine.resume_due(now)
+            await self.family.settle()
             resumed.extend(found)
             if all(r.error is not None for r in found):
                 return tuple(resumed)
 
-    async def result(self, run_id: str) -> FlowRun:
-        """The run as it stands.
+    async def serve(
+        self,
+        *,
+        worker_id: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        concurrency: int = 16,
+        poll_interval: float = 1.0,
+        grace: float = 30.0,
+        handle_signals: bool = True,
+    ) -> None:
+        """Serve this Flow's workflows as one worker of a fleet, until SIGTERM, Ctrl-C or `stop`.
+
+        Any number of processes may serve one store: each run is driven by one worker at a time
+        (its owner), due sleeps and retries and the runs of dead workers go to exactly one of
+        them. Runs this Flow `start`s while it serves are claimed by this worker; workflows
+        with a `schedule` are started at each tick. The arguments are `Worker`'s;
+        `handle_signals` makes SIGTERM and SIGINT stop gracefully.
+
+        Raises:
+            TypeError: The store keeps no worker leases (`WorkerLeases`).
+        """
+        schedules = [
+            Schedule(
+                workflow_name=w.name,
+                cron=w.schedule,
+                input_for=lambda tick: self.codec.encode(tick.isoformat()),
+            )
+            for w in self.workflows.values()
+            if w.schedule is not None
+        ]
+        worker = Worker(
+            self.engine,
+            worker_id=worker_id,
+            lease=lease,
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            grace=grace,
+            schedules=schedules,
+        )
+        self.worker = worker
+        if handle_signals:
+            worker.install_signal_handlers()
+        follow_ups = asyncio.create_task(self.family.keep_settling(), name="flow follow-ups")
+        try:
+            await worker.serve()
+        finally:
+            follow_ups.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow_ups
+            self.worker = None
+            self.engine.lease = None
+
+    def stop(self) -> None:
+        """Stop `serve` gracefully (what SIGTERM does); no-op when not serving."""
+        if self.worker is not None:
+            self.worker.stop()
+
+    async def result(self, run_id: str, *, wait: float | None = None) -> FlowRun:
+        """The run as it stands; with `wait`, once it ended or `wait` seconds passed.
+
+        Any process may wait, one that serves no workflow included: it reads what the run
+        appended since (one read) at growing intervals, from 10 ms to at most 0.5 s, so a run
+        that ends is seen within half a second of it.
 
         Raises:
             RunNotFound: The run has no history.
         """
-        return self.report(await self.handler.snapshot(run_id))
+        snapshot = await self.handler.snapshot(run_id)
+        if wait is None or snapshot.is_terminal:
+            return self.report(snapshot)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        pause = 0.01
+        while not snapshot.is_terminal and loop.time() < deadline:
+            await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
+            pause = min(pause * 2, 0.5)
+            snapshot = await self.handler.snapshot(run_id)
+        return self.report(snapshot)
 
     def report(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` as a `FlowRun`."""
@@ -186,7 +391,10 @@ class Flow:
         durable = None
         if replay and _has_results(snapshot):
             durable = await self.handler.lookup(snapshot.run_id)
-        return self.interpreter.decide(snapshot, durable, replay=replay)
+        decision = self.interpreter.decide(snapshot, durable, replay=replay)
+        if type(decision) in _FAMILY_DECISIONS:
+            await self.family.decided(snapshot, decision)
+        return decision
 
     async def run_step(self, invocation: StepInvocation) -> bytes:
         """Run the step's function on its decoded arguments; its result, encoded."""
@@ -195,26 +403,67 @@ class Flow:
         if held is not None:  # the run's coroutine is at this step: its own call
             fn = held[1].fn
             args = interpreter.arguments(held, invocation.input)
+            info = held[0].info
         else:
             found = interpreter.bodies.get(invocation.step_name)
             if found is None:
                 raise FlowError(f"no function is known for step {invocation.step_name!r}")
             fn, args = found, self.codec.decode(invocation.input)
+            info = WorkflowInfo.of(await self.handler.snapshot(invocation.run_id))
         token = _CURRENT_STEP.set(invocation)
+        info_token = CURRENT_INFO.set(info)
         try:
-            result = fn(*args)
-            if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
-                result = await result
+            if inspect.iscoroutinefunction(fn):
+                result = await fn(*args)
+            elif not self.step_threads:  # bodies that never block: no thread hop
+                result = fn(*args)
+                if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
+                    result = await result
+            else:  # a plain `def` may block: it runs in the pool, with this context
+                context = contextvars.copy_context()
+                call = functools.partial(context.run, _outcome, fn, tuple(args))
+                raised, result = await asyncio.get_running_loop().run_in_executor(
+                    self.threads, call
+                )
+                if raised:  # raised here, on the loop, as an on-loop body's would be
+                    raise result
+                if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
+                    result = await result
         finally:
+            CURRENT_INFO.reset(info_token)
             _CURRENT_STEP.reset(token)
         output = self.codec.encode(result)
         if held is not None:
             interpreter.ran(held, invocation.step_id, output, result)
         return output
 
+    @property
+    def threads(self) -> ThreadPoolExecutor:
+        """The pool that runs plain `def` step bodies (`step_threads` threads at most)."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(
+                max_workers=self.step_threads, thread_name_prefix="runfold-step"
+            )
+        return self._threads
+
     async def on_event(self, envelope: Envelope) -> None:
-        """Confirm what the engine appended to the live sessions."""
+        """Confirm what the engine appended to the live sessions; note runs that ended."""
+        if type(envelope.event) in _RUN_ENDS:
+            self.family.ended(envelope.run_id)
         self.interpreter.observe(envelope)
+
+
+def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+    """`(False, fn(*args))`, or `(True, exception)` for any exception it raised.
+
+    A `BaseException` (`GeneratorExit`, `SystemExit`) that crossed from the pool's thread into
+    the loop's future would unwind the awaiting coroutines without their handlers; returned as a
+    value, it is raised on the loop, where the engine's rule for step bodies applies.
+    """
+    try:
+        return False, fn(*args)
+    except BaseException as exc:
+        return True, exc
 
 
 def _has_results(snapshot: Snapshot) -> bool:

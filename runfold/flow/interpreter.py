@@ -30,6 +30,7 @@ from typing import Any, TypeAlias
 from runfold.engine import (
     AwaitHook,
     Cancel,
+    CloseHook,
     Complete,
     Fail,
     RuntimeDecision,
@@ -37,7 +38,20 @@ from runfold.engine import (
     WaitUntil,
 )
 from runfold.engine.raised import CODE_BASE_EXCEPTIONS, as_failure, error_payload, error_text
-from runfold.flow.calls import IN_WORKFLOW, Call, EventCall, SleepCall, StepCall
+from runfold.flow.calls import (
+    CALL_TYPES,
+    IN_WORKFLOW,
+    AttributesCall,
+    Call,
+    ChildResultCall,
+    EventCall,
+    ProgressCall,
+    RecvCall,
+    SleepCall,
+    StartChildCall,
+    StepCall,
+)
+from runfold.flow.children import on_child_result, on_start_child
 from runfold.flow.definition import Workflow
 from runfold.flow.encoding import ROUND_TRIP_TYPES, JsonCodec, PayloadCodec, round_trips
 from runfold.flow.errors import (
@@ -48,8 +62,16 @@ from runfold.flow.errors import (
     UnknownWorkflow,
     UnsupportedAwait,
 )
+from runfold.flow.info import CURRENT_INFO, WorkflowInfo
+from runfold.flow.messages import on_recv
+from runfold.flow.parallel import Gathered, gathered, on_gathered
+from runfold.flow.records import on_record
 from runfold.kernel import (
+    AttributesSet,
+    ChildLinked,
     Envelope,
+    HookDisposed,
+    ProgressRecorded,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -67,10 +89,24 @@ _log = logging.getLogger("runfold.flow")
 _FAILURES: tuple[type[BaseException], ...] = (Exception, *CODE_BASE_EXCEPTIONS)
 # The events `observe` acts on: outcomes a session may have consumed, and the run's ends.
 _OBSERVED = frozenset(
-    {StepCompleted, StepFailed, WaitCompleted, RunCompleted, RunFailed, RunCancelled, RunTimedOut}
+    {
+        StepCompleted,
+        StepFailed,
+        WaitCompleted,
+        HookDisposed,
+        AttributesSet,
+        ProgressRecorded,
+        ChildLinked,
+        RunCompleted,
+        RunFailed,
+        RunCancelled,
+        RunTimedOut,
+    }
 )
 
-# A result a session consumed: ("step", id) -> (status, payload); ("wait", id) -> ("completed",).
+# A result a session consumed: ("step", id) -> (status, payload); ("wait", id) -> ("completed",);
+# ("hook", id) -> ("disposed",): a wait_for_event that timed out; ("attributes", id) and
+# ("progress", id) -> ("recorded",): a set_attributes or report_progress the code went past.
 Consumed: TypeAlias = tuple[str, str]
 Expected: TypeAlias = tuple[str, bytes | None]
 
@@ -83,17 +119,23 @@ class Session:
         "call_input",
         "coro",
         "failure",
+        "family",
         "finished",
+        "info",
         "position",
         "produced",
+        "received",
         "result",
         "unconfirmed",
     )
 
-    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, Any], info: WorkflowInfo) -> None:
         self.coro = coro
+        self.info = info  # what `workflow_info()` answers in the run's code
+        self.family = False  # whether the code started a child (its end concerns them)
+        self.received: dict[str, int] = {}  # messages taken so far, by mailbox hook id
         self.position = 0  # calls issued so far; the current one has id str(position)
-        self.call: Call | None = None
+        self.call: Call | Gathered | None = None
         self.call_input: bytes | None = None  # the current step call's arguments, encoded
         self.finished = False
         self.result: Any = None
@@ -106,6 +148,7 @@ class Session:
     def resume(self, value: Any = None, error: BaseException | None = None) -> None:
         """Run the coroutine to its next call (or its end), sending `value` or throwing `error`."""
         token = IN_WORKFLOW.set(True)
+        info_token = CURRENT_INFO.set(self.info)
         try:
             yielded = self.coro.throw(error) if error is not None else self.coro.send(value)
         except StopIteration as stop:
@@ -115,16 +158,23 @@ class Session:
             self.finished, self.failure, self.call = True, exc, None
             return
         finally:
+            CURRENT_INFO.reset(info_token)
             IN_WORKFLOW.reset(token)
-        if not isinstance(yielded, StepCall | SleepCall | EventCall):
+        if not isinstance(yielded, CALL_TYPES):
+            children = gathered(yielded)
+            if children is not None:  # asyncio.gather(step(a), step(b), ...)
+                self.call = Gathered(children, self.position + 1)
+                self.position += len(children)
+                self.call_input = self.produced = None
+                return
             self.close()
             # The run fails: asked again, the code would await the same thing again.
             self.finished, self.result, self.call = True, None, None
             self.failure = UnsupportedAwait(
                 f"workflow code awaited {_shown(yielded)} after call {self.position}; it may "
-                "await only step, sleep and wait_for_event (everything a workflow waits on "
-                "must be durable: asyncio.sleep is runfold.flow.sleep, asyncio.gather awaits "
-                "one call at a time)"
+                "await only runfold.flow's calls (step, sleep, wait_for_event, ...) and "
+                "asyncio.gather of steps: everything a workflow waits on must be durable "
+                "(asyncio.sleep is runfold.flow.sleep)"
             )
             return
         self.position += 1
@@ -167,6 +217,15 @@ def _agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
             return False
         payload = step.output if step.status == "completed" else step.error
         return (step.status, payload) == expected
+    if kind == "hook":
+        hook = snapshot.hooks.get(entity_id)
+        return hook is not None and hook.status != "active" and not hook.deliveries
+    if kind == "attributes":
+        return entity_id in snapshot.attribute_write_ids
+    if kind == "progress":
+        return entity_id in snapshot.progress
+    if kind == "child":
+        return entity_id in snapshot.children
     wait = snapshot.waits.get(entity_id)
     return wait is not None and wait.status == "completed"
 
@@ -179,6 +238,9 @@ def _recorded(snapshot: Snapshot, entity_id: str) -> bool:
         or entity_id in snapshot.waits
         or entity_id in snapshot.hooks
         or entity_id in snapshot.hook_conflicts
+        or entity_id in snapshot.attribute_write_ids
+        or entity_id in snapshot.progress
+        or entity_id in snapshot.children
     )
 
 
@@ -187,24 +249,43 @@ def _describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:
     step = snapshot.steps.get(entity_id)
     if step is not None:
         return f"step {step.step_name!r}"
-    if entity_id in snapshot.waits:
-        return "a sleep"
-    hook = snapshot.hooks.get(entity_id)
+    hook = snapshot.hooks.get(entity_id)  # before the waits: a timeout's wait shares its id
     if hook is not None:
         return f"wait_for_event({(hook.metadata or b'').decode(errors='replace')!r})"
     if entity_id in snapshot.hook_conflicts:
         return "a wait_for_event"
+    if entity_id in snapshot.waits:
+        return "a sleep"
+    if entity_id in snapshot.attribute_write_ids:
+        return "set_attributes"
+    if entity_id in snapshot.progress:
+        return "report_progress"
+    link = snapshot.children.get(entity_id)
+    if link is not None:
+        return f"start_child of {link.operation_id!r}"
     return None
 
 
-def _describe_call(call: Call | None) -> str:
+def _describe_call(call: Call | Gathered | None) -> str:
     match call:
+        case Gathered():
+            return f"asyncio.gather of {len(call.children)} steps"
         case StepCall():
             return f"step {call.name!r}"
         case SleepCall():
             return "a sleep"
         case EventCall():
             return f"wait_for_event({call.hook_id!r})"
+        case AttributesCall():
+            return "set_attributes"
+        case ProgressCall():
+            return "report_progress"
+        case StartChildCall():
+            return f"start_child of {call.workflow.name!r}"
+        case ChildResultCall():
+            return f"the result of child {call.handle.run_id!r}"
+        case RecvCall():
+            return f"recv({call.topic!r})"
     return "the end of the workflow"
 
 
@@ -282,7 +363,7 @@ class Interpreter:
                 f"run {snapshot.run_id!r} is of workflow {snapshot.workflow_name!r}, which "
                 "this Flow does not serve"
             )
-        session = Session(found.fn(self.codec.decode(snapshot.input)))
+        session = Session(found.fn(self.codec.decode(snapshot.input)), WorkflowInfo.of(snapshot))
         self.replays += 1
         session.resume()
         self.sessions[snapshot.run_id] = session
@@ -299,6 +380,9 @@ class Interpreter:
         call = session.call
         if isinstance(call, StepCall) and str(session.position) == step_id:
             return session, call
+        if isinstance(call, Gathered):
+            found = call.at(step_id)
+            return None if found is None else (session, found)
         return None
 
     def arguments(self, held: tuple[Session, StepCall], step_input: bytes) -> Sequence[Any]:
@@ -343,6 +427,16 @@ class Interpreter:
             key, expected = ("step", event.step_id), ("failed", event.error)
         elif isinstance(event, WaitCompleted):
             key, expected = ("wait", event.wait_id), ("completed", None)
+        elif isinstance(event, HookDisposed):
+            key, expected = ("hook", event.hook_id), ("disposed", None)
+        elif isinstance(event, AttributesSet):
+            if event.write_id is None:
+                return
+            key, expected = ("attributes", event.write_id), ("recorded", None)
+        elif isinstance(event, ProgressRecorded):
+            key, expected = ("progress", event.progress_id), ("recorded", None)
+        elif isinstance(event, ChildLinked):
+            key, expected = ("child", event.reference_id), ("linked", None)
         else:  # the run ended
             self.forget(envelope.run_id)
             return
@@ -394,7 +488,18 @@ class Interpreter:
                 case SleepCall():
                     decision = self.on_sleep(session, snapshot, durable, call, call_id)
                 case EventCall():
-                    decision = self.on_event(session, snapshot, call, call_id)
+                    decision = self.on_event(session, snapshot, durable, call, call_id)
+                case AttributesCall() | ProgressCall():
+                    decision = on_record(self, session, snapshot, durable, call, call_id)
+                case Gathered():
+                    decision = on_gathered(self, session, snapshot, durable, call)
+                case StartChildCall():
+                    session.family = True
+                    decision = on_start_child(self, session, snapshot, durable, call, call_id)
+                case ChildResultCall():
+                    decision = on_child_result(self, session, snapshot, call, call_id)
+                case RecvCall():
+                    decision = on_recv(self, session, snapshot, durable, call, call_id)
             if decision is not None:
                 return decision
 
@@ -406,6 +511,10 @@ class Interpreter:
             recorded=recorded,
             asked=_describe_call(session.call),
         )
+
+    def recorded_at(self, snapshot: Snapshot, call_id: str) -> str | None:
+        """What the history holds at `call_id`, described, or None when nothing."""
+        return _describe_recorded(snapshot, call_id) if _recorded(snapshot, call_id) else None
 
     def other_kind(self, session: Session, snapshot: Snapshot, call_id: str) -> None:
         """Raise if the history holds another kind of call at `call_id`."""
@@ -482,7 +591,7 @@ class Interpreter:
     ) -> RuntimeDecision | None:
         """Create or keep waiting on the wait, or resume the coroutine once it completed."""
         wait = snapshot.waits.get(call_id)
-        if wait is None:
+        if wait is None or call_id in snapshot.hooks:  # a hook: a wait_for_event's time-out
             self.other_kind(session, snapshot, call_id)
             now = self.clock()
             try:
@@ -497,24 +606,57 @@ class Interpreter:
         return None
 
     def on_event(
-        self, session: Session, snapshot: Snapshot, call: EventCall, call_id: str
+        self,
+        session: Session,
+        snapshot: Snapshot,
+        durable: Snapshot | None,
+        call: EventCall,
+        call_id: str,
     ) -> RuntimeDecision | None:
-        """Create or keep awaiting the hook, or resume the coroutine with its first delivery."""
+        """Create or keep awaiting the hook, or resume the coroutine with its first delivery.
+
+        With a timeout, resume it with None once the timeout passed (the hook closed first).
+        """
         metadata = call.hook_id.encode()
         hook = snapshot.hooks.get(call_id)
         if hook is None:
-            if call_id in snapshot.hook_conflicts:
-                session.resume(error=TokenInUse(call.hook_id))
+            conflict = snapshot.hook_conflicts.get(call_id)
+            if conflict is not None:
+                error = TokenInUse(call.hook_id, conflict.holder_run_id, run_id=snapshot.run_id)
+                session.resume(error=error)
                 return None
             self.other_kind(session, snapshot, call_id)
+            earlier = _earlier_holder(snapshot, call.token)
+            if earlier is not None:  # a finished wait_for_event of this run: free the token
+                return CloseHook(hook_id=earlier)
             return AwaitHook(hook_id=call_id, token=call.token, metadata=metadata)
         if hook.metadata != metadata:
             recorded = _describe_recorded(snapshot, call_id) or "a wait_for_event"
             self.mismatch(session, snapshot, recorded)
         if hook.token != call.token:
             self.mismatch(session, snapshot, f"wait_for_event({call.hook_id!r}) with another token")
-        if not hook.deliveries:
+        if hook.deliveries:
+            # Deliveries are appended before anyone is shown them: nothing to confirm.
+            session.resume(self.codec.decode(hook.deliveries[0].payload))
+            return None
+        if call.timeout is None:
             return AwaitHook(hook_id=call_id, token=call.token, metadata=metadata)
-        # Deliveries are appended before anyone is shown them: nothing to confirm.
-        session.resume(self.codec.decode(hook.deliveries[0].payload))
-        return None
+        if hook.status != "active":  # closed at its time-out, before any delivery
+            self.consumed(session, durable, ("hook", call_id), ("disposed", None))
+            session.resume(None)
+            return None
+        wait = snapshot.waits.get(call_id)
+        if wait is None:
+            return WaitUntil(wait_id=call_id, resume_at=self.clock() + call.timeout)
+        if wait.status == "waiting":  # suspends the run until it is due, then completes it
+            return WaitUntil(wait_id=call_id, resume_at=wait.resume_at)
+        return CloseHook(hook_id=call_id)  # time is up: no delivery may win after this
+
+
+def _earlier_holder(snapshot: Snapshot, token: str) -> str | None:
+    """The active hook of the run holding `token`, if any: a finished `wait_for_event`'s, since
+    the run awaits one call at a time."""
+    for hook_id in snapshot.active_hook_ids:
+        if snapshot.hooks[hook_id].token == token:
+            return hook_id
+    return None

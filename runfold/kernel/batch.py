@@ -14,13 +14,13 @@ from datetime import datetime
 import attrs
 
 from runfold.kernel._fast import fast_init
-from runfold.kernel.commands import Command, StartStep
+from runfold.kernel.commands import ClaimRun, Command, StartStep
 from runfold.kernel.decide import decide
-from runfold.kernel.errors import HistoryError, InvalidCommand, Rejection
-from runfold.kernel.events import Event, StepCreated, make_envelope
+from runfold.kernel.errors import HistoryError, InvalidCommand, OwnershipLost, Rejection
+from runfold.kernel.events import Event, RunClaimed, StepCreated, make_envelope
 from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
-from runfold.kernel.snapshot import Snapshot, apply, project_run
+from runfold.kernel.snapshot import Ownership, Snapshot, apply, project_run
 
 __all__ = ["BatchDecision", "decide_many", "join_decisions", "recheck_decision"]
 
@@ -67,6 +67,7 @@ def decide_many(
     limits: Limits = DEFAULT_LIMITS,
     token_holder: HookHolder | None = None,
     run_id: str | None = None,
+    acting_as: Ownership | None = None,
 ) -> BatchDecision:
     """Decide `commands` in order, each on the snapshot the ones before it left.
 
@@ -81,6 +82,9 @@ def decide_many(
         limits: As for `decide`.
         token_holder: As for `decide`: what the store says holds a `CreateHook` token.
         run_id: Names the run when `snapshot` is None.
+        acting_as: As for `decide`: the worker each command is made for. A `ClaimRun` of the
+            batch must give that worker exactly the claim `acting_as` names, so the commands
+            after it are decided as its own.
 
     Raises:
         Rejection: A command was refused (`command_index` says which); `InvalidCommand` for
@@ -101,7 +105,10 @@ def decide_many(
                 limits=limits,
                 token_holder=token_holder,
                 run_id=run_id,
+                acting_as=acting_as,
             )
+            if acting_as is not None and isinstance(command, ClaimRun):
+                _check_claim(current, decision.events, acting_as)
         except Rejection as exc:
             exc.command_index = place
             if len(commands) > 1:
@@ -217,3 +224,22 @@ def recheck_decision(
         decided_on=snapshot,
         now=decided.now,
     )
+
+
+def _check_claim(current: Snapshot | None, events: tuple[Event, ...], acting_as: Ownership) -> None:
+    """Refuse a batch whose claim does not give `acting_as` the run: another claim came first."""
+    if events:
+        claimed = events[0]
+        assert isinstance(claimed, RunClaimed)
+        got = (claimed.owner_id, claimed.epoch)
+    elif current is not None and current.owner is not None:
+        got = (current.owner.owner_id, current.owner.epoch)
+    else:
+        got = None
+    if got != (acting_as.owner_id, acting_as.epoch):
+        run_id = current.run_id if current is not None else None
+        raise OwnershipLost(
+            f"worker {acting_as.owner_id!r} claimed run {run_id!r} as epoch {acting_as.epoch}, "
+            "but another claim came first",
+            run_id=run_id,
+        )

@@ -27,6 +27,7 @@ from runfold.kernel.events import (
 __all__ = [
     "CancelRun",
     "CancelStep",
+    "ClaimRun",
     "Command",
     "CompleteRun",
     "CompleteStep",
@@ -44,6 +45,7 @@ __all__ = [
     "ReceiveHook",
     "RecordLog",
     "RecordProgress",
+    "ReleaseRun",
     "RequestCancel",
     "RetryStep",
     "SetAttributes",
@@ -237,6 +239,31 @@ class RecordLog(Command):
     message: str
     step_id: str | None = None
     data: bytes | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ClaimRun(Command):
+    """Worker `owner_id` takes the run to drive it alone (`RunClaimed`, the next epoch).
+
+    A run nobody owns is taken; one `owner_id` already owns is a no-op. A run another worker
+    owns is taken only when `displacing` names that worker: the claimant found its lease
+    lapsed. `decide` rejects it with `RunOwned` (another owner, not displaced), `RunNotFound` and
+    `TerminalState` (the run ended).
+    """
+
+    owner_id: str
+    displacing: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ReleaseRun(Command):
+    """The owning worker `owner_id` lets the run go (`RunReleased`): another may claim it.
+
+    A no-op when nobody owns the run or it ended (ending a run ends its ownership). `decide`
+    rejects it with `OwnershipLost` when another worker owns the run, and `RunNotFound`.
+    """
+
+    owner_id: str
 
 
 # --- step commands ------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from datetime import datetime
 from runfold.kernel._rules.context import Rule, RuleContext
 from runfold.kernel._rules.fields import validate
 from runfold.kernel._rules.hooks import HOOK_RULES
+from runfold.kernel._rules.owners import OWNER_RULES, check_owner
 from runfold.kernel._rules.runs import RUN_RULES
 from runfold.kernel._rules.steps import STEP_RULES
 from runfold.kernel._rules.waits import WAIT_RULES
@@ -22,13 +23,19 @@ from runfold.kernel.commands import Command, Decision
 from runfold.kernel.errors import HistoryLimitExceeded, InvalidCommand, Rejection, RunNotSupported
 from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import DEFAULT_LIMITS, SPEC_VERSION, Limits
-from runfold.kernel.snapshot import Snapshot
+from runfold.kernel.snapshot import Ownership, Snapshot
 
 __all__ = ["decide"]
 
 
-_RULES: dict[type[Command], Rule] = {**RUN_RULES, **STEP_RULES, **WAIT_RULES, **HOOK_RULES}
-"""The rule of each command class, by family: run, step, wait and hook commands."""
+_RULES: dict[type[Command], Rule] = {
+    **RUN_RULES,
+    **STEP_RULES,
+    **WAIT_RULES,
+    **HOOK_RULES,
+    **OWNER_RULES,
+}
+"""The rule of each command class, by family: run, step, wait, hook and ownership commands."""
 
 
 def decide(
@@ -39,6 +46,7 @@ def decide(
     limits: Limits = DEFAULT_LIMITS,
     token_holder: HookHolder | None = None,
     run_id: str | None = None,
+    acting_as: Ownership | None = None,
 ) -> Decision:
     """Decide what `command` means for the run in `snapshot`: events to append, or a rejection.
 
@@ -53,6 +61,10 @@ def decide(
         limits: The bounds the command and the resulting history are checked against.
         token_holder: What the store says holds a `CreateHook` command's token, if anything.
         run_id: Names the run in messages when `snapshot` is None.
+        acting_as: The worker the command is made for, when a worker of a fleet makes it: the
+            run must be its own (`snapshot.owner`, epoch included), or the command is refused
+            with `OwnershipLost`. None (a host outside a fleet, an outside input such as a
+            delivery or a cancellation) checks no owner.
 
     Returns:
         The events to append; an empty `Decision(idempotent=True)` when the command had
@@ -61,6 +73,7 @@ def decide(
     Raises:
         InvalidCommand: A malformed command (a field's type, size or id), or a naive `now`.
         RunNotSupported: The run was stamped by a newer kernel spec than this one.
+        OwnershipLost: `acting_as` does not own the run.
         HistoryLimitExceeded: The events would take the run past `Limits.max_events_per_run`.
         Rejection: Any other refusal of the rules (`RunNotFound`, `TerminalState`, …).
     """
@@ -79,6 +92,8 @@ def decide(
         if snapshot is None and run_id is not None:
             ctx.ident(run_id, "run_id")  # an existing run's id was checked when created
         validate(ctx, command)
+        if acting_as is not None:
+            check_owner(snapshot, command, acting_as)
         events = _RULES[type(command)](ctx, command)
     except Rejection:
         raise

@@ -7,7 +7,7 @@ Each class has a stable `code` (a snake_case string, part of the public API) and
 - `HistoryError`: a history breaks a law of `project_run` (corruption is loud, never guessed over).
 - `EventDecodeError`: bytes that do not decode into an event.
 - Store errors: `SequenceConflict`, `TokenConflict`, `CorruptEvent`, `CorruptIndex`,
-  `StoreUnavailable`, `StoreClosed`.
+  `StoreUnavailable` (and its `StoreTimeout`, `CommitUnknown`), `StoreClosed`.
 - `InvalidArgument`: a store method called with an argument the store contract refuses.
 """
 
@@ -17,6 +17,7 @@ from datetime import datetime
 
 __all__ = [
     "AttemptsExhausted",
+    "CommitUnknown",
     "CorruptEvent",
     "CorruptIndex",
     "EntityConflict",
@@ -29,16 +30,19 @@ __all__ = [
     "InvalidAttributes",
     "InvalidCommand",
     "NonDeterministic",
+    "OwnershipLost",
     "Rejection",
     "RunExpired",
     "RunNotFound",
     "RunNotSupported",
+    "RunOwned",
     "RunfoldError",
     "SequenceConflict",
     "StepNotFound",
     "StoreClosed",
     "StoreError",
     "StoreOpenError",
+    "StoreTimeout",
     "StoreUnavailable",
     "TerminalState",
     "TokenConflict",
@@ -163,6 +167,33 @@ class AttemptsExhausted(Rejection):
     """
 
     code = "attempts_exhausted"
+    status = 409
+
+
+class RunOwned(Rejection):
+    """A worker claimed a run that another worker owns (and the claim did not displace it).
+
+    `owner_id` is the run's owner. A claim displaces an owner only when it names it, which a
+    worker does once it found that owner's lease lapsed.
+    """
+
+    code = "run_owned"
+    status = 409
+
+    def __init__(self, message: str, *, run_id: str | None = None, owner_id: str) -> None:
+        super().__init__(message, run_id=run_id)
+        self.owner_id = owner_id
+
+
+class OwnershipLost(Rejection):
+    """A command made on a worker's behalf, but that worker no longer owns the run.
+
+    Another claim took the run (the worker's lease lapsed: it was paused, cut off or too slow to
+    renew), or the worker released it. Nothing was written: a displaced worker records nothing,
+    and should drop the run.
+    """
+
+    code = "ownership_lost"
     status = 409
 
 
@@ -294,10 +325,54 @@ class CorruptIndex(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """The store could not be reached for now (connection lost, database locked): safe to retry."""
+    """The store could not be reached for now (connection lost, database locked): transient.
+
+    Raised by an append, it means nothing was written: the store settled the append's fate
+    before raising, so retrying is safe. Its subclass `CommitUnknown` is the one exception: the
+    store could not settle it.
+    """
 
     code = "store_unavailable"
     status = 503
+
+
+class StoreTimeout(StoreUnavailable, TimeoutError):
+    """A store call did not finish within its deadline (a hung server, a silent network).
+
+    Transient, as any `StoreUnavailable`: for an append, nothing was written (a timed-out append
+    that did commit returns its envelopes; one whose fate is unknown is `CommitUnknown`). It is a
+    `TimeoutError` too, so code written for `asyncio.timeout` still catches it.
+    """
+
+    code = "store_timeout"
+    status = 504
+
+
+class CommitUnknown(StoreUnavailable):
+    """An append whose outcome the store could not settle: it may or may not have been written.
+
+    The connection was lost after the append was sent, and the store could not read the run
+    back to see (the database still unreachable) within its deadline. `run_id` names the run,
+    `expected` the head the append was fenced on.
+
+    A `StoreUnavailable` on purpose: the condition is transient, code that retries on
+    `StoreUnavailable` rides through it, and retrying the same append at the same head is safe
+    (if the first copy was written, the fence refuses the second with `SequenceConflict`). What
+    is not safe is to take it for "nothing was written" and act on that: read the run first.
+    `CommandHandler` does so itself.
+    """
+
+    code = "commit_unknown"
+    status = 503
+
+    def __init__(self, run_id: str, expected: int, reason: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: whether the append at sequence {expected + 1} was written is "
+            f"unknown: {reason}"
+        )
+        self.run_id = run_id
+        self.expected = expected
+        self.reason = reason
 
 
 class StoreOpenError(StoreError):

@@ -33,9 +33,11 @@ __all__ = [
     "ProgressRecorded",
     "RetryPolicy",
     "RunCancelled",
+    "RunClaimed",
     "RunCompleted",
     "RunCreated",
     "RunFailed",
+    "RunReleased",
     "RunStarted",
     "RunTimedOut",
     "StepCancelled",
@@ -408,6 +410,30 @@ class HookConflict(_Catalogued):
     holder_run_id: str
 
 
+@attrs.frozen(kw_only=True)
+class RunClaimed(_Catalogued):
+    """Worker `owner_id` took the run: it alone drives it until it releases it or is displaced.
+
+    `epoch` counts the run's claims (1, 2, …): it is the fencing token a worker's commands carry,
+    so a displaced worker's late commands are refused. `displaced` names the owner whose lease
+    had lapsed when this claim took the run from it (None when the run had no owner).
+    """
+
+    event_type: ClassVar[str] = "run_claimed"
+    owner_id: str
+    epoch: int
+    displaced: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunReleased(_Catalogued):
+    """The owner of claim `epoch` let the run go: it waits, or its worker is shutting down."""
+
+    event_type: ClassVar[str] = "run_released"
+    owner_id: str
+    epoch: int
+
+
 EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
     {
         cls.event_type: cls
@@ -435,6 +461,8 @@ EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
             HookReceived,
             HookDisposed,
             HookConflict,
+            RunClaimed,
+            RunReleased,
         )
     }
 )

@@ -22,6 +22,7 @@ __all__ = [
     "RunSummary",
     "Wakeup",
     "WakeupKind",
+    "WorkerLease",
     "run_index",
 ]
 
@@ -43,6 +44,8 @@ class RunSummary:
     completed_at: datetime | None
     last_sequence: int
     attributes: Mapping[str, str]
+    owner_id: str | None = None
+    """The worker that owns the live run (`Snapshot.owner`), or None."""
 
 
 @attrs.frozen(kw_only=True)
@@ -106,6 +109,19 @@ class RunIndex:
         return tuple({c.token: c for c in self.hooks if c.holds_at(moment)}.values())
 
 
+@attrs.frozen(kw_only=True)
+class WorkerLease:
+    """A worker of a fleet as the store knows it: it holds its runs until `lease_until`.
+
+    The worker renews it while it lives; once it lapsed it is never renewed again, and the
+    runs the worker owns may be taken over (`EventStore`'s `orphaned_runs`).
+    """
+
+    worker_id: str
+    lease_until: datetime
+    started_at: datetime
+
+
 fast_inits([RunSummary, HookClaim, HookHolder, Wakeup, RunIndex])
 
 
@@ -127,6 +143,9 @@ def run_index(snapshot: Snapshot) -> RunIndex:
         completed_at=snapshot.completed_at,
         last_sequence=snapshot.last_sequence,
         attributes=snapshot.attributes,
+        owner_id=owner.owner_id
+        if (owner := snapshot.owner) is not None and snapshot.status in LIVE_RUN_STATUSES
+        else None,
     )
     live = snapshot.status in LIVE_RUN_STATUSES
     claims = []

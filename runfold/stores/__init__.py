@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runfold.stores import _conninfo
+from runfold.stores.leases import WorkerLeases
 from runfold.stores.memory import MemoryStore
 from runfold.stores.protocol import EventStore, FeedSubscriber, IndexRewriter, SchemaMigrator
 
@@ -24,6 +25,7 @@ __all__ = [
     "PostgresStore",
     "SQLiteStore",
     "SchemaMigrator",
+    "WorkerLeases",
     "open_store",
 ]
 

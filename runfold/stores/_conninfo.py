@@ -67,13 +67,18 @@ def secrets(dsn: str) -> tuple[str, ...]:
     with contextlib.suppress(ValueError, ImportError):  # unparsable: only its raw forms below
         found.add(check(dsn).get("password", ""))
     found.add(os.environ.get("PGPASSWORD", ""))
-    parts = urlsplit(dsn)
-    if parts.netloc or parts.query:
+    try:
+        netloc, query = urlsplit(dsn)[1:4:2]
+    except ValueError:  # a malformed URL (an unclosed `[::1`): its parts found by hand
+        rest = dsn.partition("://")[2]
+        netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        query = rest.partition("?")[2].partition("#")[0]
+    if netloc or query:
         # The raw forms of the URL, in case a message quotes the URL itself.
-        userinfo = parts.netloc.rpartition("@")[0]
+        userinfo = netloc.rpartition("@")[0]
         if ":" in userinfo:
             found.add(userinfo.partition(":")[2])
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        for key, value in parse_qsl(query, keep_blank_values=True):
             if key == "password":
                 found.add(value)
     for secret in list(found):
@@ -89,10 +94,18 @@ def scrub(text: str, dsn: str) -> str:
     return text
 
 
+def _host(host: str) -> str:
+    """A host as a URL shows it: an IPv6 address in brackets, a socket folder quoted."""
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]"
+    return quote(host, safe="[]:")
+
+
 def describe(dsn: str) -> str:
     """`dsn` as a URL to show people: user, host, port, database and options, no password.
 
     A libpq keyword string is shown in URL form too; one libpq cannot parse is not shown.
+    Several hosts are shown each with its port (`host=a,b port=5432,5433` as `a:5432,b:5433`).
     """
     try:
         keywords = check(dsn)
@@ -103,9 +116,16 @@ def describe(dsn: str) -> str:
     user = quote(keywords.pop("user", ""), safe="")
     if keywords.pop("password", None) is not None:
         user = f"{user}:{MASK}"
-    host = keywords.pop("host", "")
-    port = keywords.pop("port", "")
-    netloc = (f"{user}@" if user else "") + quote(host, safe=",:[]") + (f":{port}" if port else "")
+    hosts = keywords.pop("host", "").split(",")
+    ports = keywords.pop("port", "").split(",")
+    if len(ports) == 1:  # one port (or none) for every host
+        ports *= len(hosts)
+    elif len(ports) != len(hosts):  # libpq refuses this when it connects: shown as given
+        keywords["port"] = ",".join(ports)
+        ports = [""] * len(hosts)
+    netloc = (f"{user}@" if user else "") + ",".join(
+        _host(host) + (f":{port}" if port else "") for host, port in zip(hosts, ports, strict=True)
+    )
     database = quote(keywords.pop("dbname", ""), safe="")
     schema = split_schema(dsn)[1]
     options = sorted(keywords.items()) + ([("schema", schema)] if schema is not None else [])

@@ -71,7 +71,7 @@ _WAKEUP_KINDS = frozenset(typing.get_args(WakeupKind))
 
 SUMMARY_COLUMNS = (
     "run_id, workflow_name, status, parent_run_id, created_at, updated_at, completed_at, "
-    "last_sequence, attributes"
+    "last_sequence, attributes, owner_id"
 )
 """The `runs` columns a `RunSummary` is read from, in `summary_from_row` order."""
 
@@ -207,12 +207,12 @@ def summary_from_row(row: Any) -> RunSummary:
         CorruptIndex: The row does not decode into a summary.
     """
     try:
-        run_id, workflow_name, status, parent, created, updated, completed, last, attributes = row
+        run_id, name, status, parent, created, updated, completed, last, attributes, owner = row
         if status not in _RUN_STATUSES:
             raise ValueError(f"unknown status {status!r}")
         return RunSummary(
             run_id=_text(run_id, "run_id"),
-            workflow_name=_text(workflow_name, "workflow_name"),
+            workflow_name=_text(name, "workflow_name"),
             status=status,
             parent_run_id=_optional_text(parent, "parent_run_id"),
             created_at=from_key(created),
@@ -220,6 +220,7 @@ def summary_from_row(row: Any) -> RunSummary:
             completed_at=optional_time(completed),
             last_sequence=_integer(last, "last_sequence"),
             attributes=_attributes(attributes),
+            owner_id=_optional_text(owner, "owner_id"),
         )
     except (TypeError, ValueError, OverflowError) as exc:  # JSONDecodeError is a ValueError
         raise _corrupt(row, "summary row", exc) from None

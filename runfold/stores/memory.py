@@ -32,6 +32,7 @@ from runfold.kernel import (
     StoreClosed,
     TokenConflict,
     Wakeup,
+    WorkerLease,
     correlation_id,
     decode_event,
     decode_events,
@@ -40,6 +41,7 @@ from runfold.kernel import (
 )
 from runfold.kernel._gc import in_bulk
 from runfold.stores import arguments
+from runfold.stores.memory_leases import MemoryLeases
 from runfold.stores.protocol import (
     hook_cursor_key,
     hooks_page,
@@ -75,8 +77,12 @@ def _position(row: _Row) -> int:
     return row.position
 
 
-class MemoryStore:
-    """An `EventStore` in process memory: for tests, examples, and as the conformance oracle."""
+class MemoryStore(MemoryLeases):
+    """An `EventStore` in process memory: for tests, examples, and as the conformance oracle.
+
+    It keeps worker leases too (`WorkerLeases`), so a fleet of workers in one process can share
+    it.
+    """
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
@@ -86,6 +92,7 @@ class MemoryStore:
         self._next_position = 1
         self._indexes: dict[str, RunIndex] = {}
         self._tokens: dict[str, tuple[str, HookClaim]] = {}
+        self._leases: dict[str, WorkerLease] = {}
 
     async def __aenter__(self) -> Self:
         return self

@@ -87,6 +87,7 @@ class _FailingFlow(Flow):
         counter: list[int],
     ) -> None:
         super().__init__(store, [workflow], codec=codec, clock=clock)
+        self.handler.store_retry = None  # a `fail` fault reaches the Flow where it strikes
         self.failing = failing
         self.counter = counter  # shared by the Flows of one life: body runs so far
 

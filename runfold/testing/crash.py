@@ -1,8 +1,9 @@
 """`CrashingStore`: any `EventStore` that fails or dies around chosen writes.
 
 A fault schedule names writes by number (the first `append_if_sequence` is write 1) and says
-what happens there: `fail` raises `StoreUnavailable` (a transient error the caller sees and may
-retry), `stop` raises `SimulatedCrash` and keeps raising it for every call until `restart()`
+what happens there: `fail` raises `StoreUnavailable` before the write (nothing written) and
+`CommitUnknown` after it (written, the reply lost): transient errors the caller sees and may
+retry, `stop` raises `SimulatedCrash` and keeps raising it for every call until `restart()`
 (the process died). `before` acts before the write reaches the store (nothing written);
 `after` once it is durable (written, but the caller never hears so): the two cases a durable
 runtime must survive.
@@ -16,14 +17,17 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from runfold.kernel import Envelope, Event, RunIndex, StoreUnavailable
+from runfold.kernel import CommitUnknown, Envelope, Event, RunIndex, StoreUnavailable
 from runfold.stores.protocol import EventStore
 from runfold.testing.delegating import DelegatingStore
 
 __all__ = ["CrashingStore", "Fault", "FaultKind", "FaultMoment", "SimulatedCrash"]
 
 FaultKind: TypeAlias = Literal["fail", "stop"]
-"""`fail`: a `StoreUnavailable` the caller sees; `stop`: the process dies (`SimulatedCrash`)."""
+"""`fail`: a `StoreUnavailable` the caller sees; `stop`: the process dies (`SimulatedCrash`).
+
+After the write, a `fail` is `CommitUnknown` (a `StoreUnavailable`).
+"""
 FaultMoment: TypeAlias = Literal["before", "after"]
 """Whether the fault strikes before the write reaches the store or after it is durable."""
 
@@ -71,11 +75,13 @@ class CrashingStore(DelegatingStore):
         """A new process: calls reach the store again (later faults still strike)."""
         self.stopped = False
 
-    def _strike(self, fault: Fault) -> None:
+    def _strike(self, fault: Fault, run_id: str, expected: int) -> None:
         self.struck.append(fault)
         if fault.kind == "stop":
             self.stopped = True
             raise SimulatedCrash(f"stopped {fault.moment} write {fault.write}")
+        if fault.moment == "after":
+            raise CommitUnknown(run_id, expected, f"injected failure after write {fault.write}")
         raise StoreUnavailable(f"injected failure {fault.moment} write {fault.write}")
 
     async def pause(self) -> None:
@@ -98,7 +104,7 @@ class CrashingStore(DelegatingStore):
         self.writes += 1
         fault = self.schedule.get(self.writes)
         if fault is not None and fault.moment == "before":
-            self._strike(fault)
+            self._strike(fault, run_id, expected_sequence)
         written = await super().append_if_sequence(
             run_id,
             expected_sequence,
@@ -108,5 +114,5 @@ class CrashingStore(DelegatingStore):
             expected_position=expected_position,
         )
         if fault is not None:
-            self._strike(fault)
+            self._strike(fault, run_id, expected_sequence)
         return written

@@ -22,17 +22,33 @@ from runfold.kernel import (
     RunStatus,
     RunSummary,
     Wakeup,
+    WorkerLease,
 )
+from runfold.stores.leases import WorkerLeases
 from runfold.stores.protocol import EventStore
 
 __all__ = ["DelegatingStore"]
 
 
+_LEASE_METHODS = ("renew_lease", "drop_lease", "list_leases", "orphaned_runs")
+"""The methods of `WorkerLeases`."""
+
+
 class DelegatingStore:
-    """Passes every call to `inner` after awaiting `pause()`, which subclasses override."""
+    """Passes every call to `inner` after awaiting `pause()`, which subclasses override.
+
+    When `inner` keeps worker leases (`WorkerLeases`), so does the wrapper: it passes the four
+    lease methods on too, and is a `WorkerLeases` to an `isinstance` check exactly then.
+    """
 
     def __init__(self, inner: EventStore) -> None:
         self.inner = inner
+        if isinstance(inner, WorkerLeases):
+            # Set on the instance, not written on the class: a wrapper of a store without
+            # leases must not pass for one that keeps them. A subclass's own method stays.
+            for name in _LEASE_METHODS:
+                if not hasattr(type(self), name):
+                    setattr(self, name, getattr(self, f"_forward_{name}"))
 
     async def pause(self) -> None:
         """Runs before every call but `close`; a no-op here."""
@@ -153,6 +169,36 @@ class DelegatingStore:
         return await self.inner.delete_runs(
             terminal_before=terminal_before, limit=limit, run_ids=run_ids
         )
+
+    # --- WorkerLeases, when the inner store keeps them (see `__init__`) ----------------------
+
+    def _leases(self) -> WorkerLeases:
+        assert isinstance(self.inner, WorkerLeases)
+        return self.inner
+
+    async def _forward_renew_lease(
+        self, worker_id: str, *, lease_until: datetime, now: datetime
+    ) -> bool:
+        """`pause()`, then the inner store's `renew_lease`."""
+        await self.pause()
+        return await self._leases().renew_lease(worker_id, lease_until=lease_until, now=now)
+
+    async def _forward_drop_lease(self, worker_id: str) -> None:
+        """`pause()`, then the inner store's `drop_lease`."""
+        await self.pause()
+        await self._leases().drop_lease(worker_id)
+
+    async def _forward_list_leases(self) -> list[WorkerLease]:
+        """`pause()`, then the inner store's `list_leases`."""
+        await self.pause()
+        return await self._leases().list_leases()
+
+    async def _forward_orphaned_runs(
+        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    ) -> list[RunSummary]:
+        """`pause()`, then the inner store's `orphaned_runs`."""
+        await self.pause()
+        return await self._leases().orphaned_runs(now, limit=limit, workflow_names=workflow_names)
 
     async def close(self) -> None:
         """Close the inner store (without `pause()`: closing always goes through)."""

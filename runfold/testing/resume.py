@@ -46,9 +46,22 @@ class CrashOutcome:
     actual: FlowRun
     restarts: int
     struck: tuple[Fault, ...]
+    same_if_failed: bool = False
+    """Whether two runs that did not complete but ended alike count as `same`."""
 
     @property
     def same(self) -> bool:
+        """Whether both runs completed (or, with `same_if_failed`, ended) `alike`.
+
+        Two runs that failed alike are not the same by default: a workflow meant to complete
+        that fails in both the clean and the faulty run proves nothing about crashes.
+        """
+        if self.expected.status != "completed" and not self.same_if_failed:
+            return False
+        return self.alike
+
+    @property
+    def alike(self) -> bool:
         """Whether both runs ended alike, and recorded the same calls with the same outcomes.
 
         That is status, output, error, and `shape` (attempt counts may differ: a crash costs an
@@ -135,26 +148,32 @@ async def crash_and_resume(
     run_id: str = "crash-test",
     codec: PayloadCodec | None = None,
     max_restarts: int = 100,
+    workflows: Iterable[Workflow] = (),
+    same_if_failed: bool = False,
 ) -> CrashOutcome:
     """Run `workflow(input)` cleanly, then on `store` under `schedule`, resuming after faults.
 
     `events` maps hook tokens to the payloads delivered to them once their hooks are live.
     After a `stop` a fresh `Flow` (a new process) recovers and carries on; after a `fail` the
-    same `Flow` does, as a process that saw a transient store error would.
+    same `Flow` does, as a process that saw a transient store error would. The Flows' handlers
+    do not retry store faults (`store_retry=None`), so that each `fail` reaches them. Every
+    `Flow` serves `workflow` and `workflows` (the children a parent starts, say). The outcome is
+    `same` only when the clean run completed, unless `same_if_failed`.
 
     Raises:
         AssertionError: More than `max_restarts` faults, or a run that does not end.
     """
     events = dict(events or {})
+    served = {w.name: w for w in (workflow, *workflows)}.values()
     clean_clock = RoundClock()
-    clean = Flow(MemoryStore(), [workflow], codec=codec, clock=clean_clock)
+    clean = Flow(MemoryStore(), served, codec=codec, clock=clean_clock)
     expected = await run_to_end(
         clean, workflow, input, run_id=run_id, events=events, clock=clean_clock
     )
     crashing = CrashingStore(store, schedule)
     clock = RoundClock()
     restarts = 0
-    flow = Flow(crashing, [workflow], codec=codec, clock=clock)
+    flow = _unretried(Flow(crashing, served, codec=codec, clock=clock))
     while True:
         try:
             actual = await run_to_end(
@@ -166,10 +185,20 @@ async def crash_and_resume(
                 raise AssertionError(f"more than {max_restarts} restarts") from None
             if isinstance(exc, SimulatedCrash):  # a new process: nothing kept in memory
                 crashing.restart()
-                flow = Flow(crashing, [workflow], codec=codec, clock=clock)
+                flow = _unretried(Flow(crashing, served, codec=codec, clock=clock))
             # A failed write leaves the process as it was: the same Flow carries on, its live
             # coroutines facing a store that may or may not hold what they were shown.
             continue
         return CrashOutcome(
-            expected=expected, actual=actual, restarts=restarts, struck=tuple(crashing.struck)
+            expected=expected,
+            actual=actual,
+            restarts=restarts,
+            struck=tuple(crashing.struck),
+            same_if_failed=same_if_failed,
         )
+
+
+def _unretried(flow: Flow) -> Flow:
+    """`flow`, its handler raising store faults at once: a `fail` is seen where it strikes."""
+    flow.handler.store_retry = None
+    return flow

@@ -11,7 +11,8 @@ from runfold.ui import DEFAULT_HOST, DEFAULT_PORT, redact_url, serve
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the arguments and serve; 2 for a store that cannot be opened."""
+    """Parse the arguments and serve; 2 for a store or an address that cannot be used (and,
+    from the package's import, without the `ui` extra); 130 when stopped with Ctrl-C."""
     parser = argparse.ArgumentParser(
         prog="python -m runfold.ui", description="runfold's read-only web inspector"
     )
@@ -25,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"runfold.ui: error: {redact_url(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return 0
+        return 130
     return 0
 
 

@@ -36,7 +36,7 @@ from runfold.kernel import (
     project_run,
 )
 from runfold.stores import EventStore, open_store
-from runfold.ui.history import history_entry, short_text, timestamp
+from runfold.ui.history import history_entry, hook_status, short_text, timestamp
 from runfold.ui.payloads import show_payload
 from runfold.ui.timeline import build_timeline
 
@@ -94,6 +94,7 @@ def _templates() -> Jinja2Templates:
     env.filters["payload"] = show_payload
     env.filters["when"] = timestamp
     env.filters["short"] = short_text
+    env.filters["hook_status"] = hook_status
     return Jinja2Templates(env=env)
 
 

@@ -14,10 +14,24 @@ from typing import Any, cast
 
 import attrs
 
-from runfold.kernel import AttributeChange, Envelope, RetryPolicy, correlation_id
+from runfold.kernel import (
+    AttributeChange,
+    Envelope,
+    HookState,
+    RetryPolicy,
+    Snapshot,
+    correlation_id,
+)
 from runfold.ui.payloads import ShownPayload, show_payload
 
-__all__ = ["EventField", "HistoryEntry", "history_entry", "short_text", "timestamp"]
+__all__ = [
+    "EventField",
+    "HistoryEntry",
+    "history_entry",
+    "hook_status",
+    "short_text",
+    "timestamp",
+]
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -45,6 +59,23 @@ class HistoryEntry:
 def timestamp(value: datetime) -> str:
     """A time as the pages show it: ISO 8601 to the millisecond, `Z` for UTC."""
     return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def hook_status(hook: HookState, run: Snapshot) -> str:
+    """A hook's status as `runfold show` words it: `released` or `retained until …` once ended.
+
+    An active hook of an ended run holds its token only while it is retained.
+
+    The command line has the same rule (`runfold.cli.output.hook_status`); the inspector does
+    not import the CLI, nor the CLI the inspector's extra, so each keeps its few lines.
+    """
+    if hook.status != "active" or not run.is_terminal:
+        return hook.status
+    if hook.retain_token_until is not None and (
+        run.completed_at is None or hook.retain_token_until > run.completed_at
+    ):
+        return f"retained until {timestamp(hook.retain_token_until)}"
+    return "released"
 
 
 def short_text(value: object) -> str:

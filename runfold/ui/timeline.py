@@ -278,21 +278,34 @@ def _shorten(label: str) -> str:
 
 
 def _ticks(span: float, plot: float) -> tuple[Tick, ...]:
-    """Axis ticks at a round step (1, 2 or 5 times a power of ten seconds), about six of them."""
-    raw = span / 6
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    ticks = []
-    value = 0.0
-    while value <= span * 1.0001:
-        ticks.append(Tick(x=LABEL_WIDTH + plot * value / span, text=_duration(value, step)))
-        value += step
-    return tuple(ticks)
+    """Axis ticks at a round step, about six of them, each label distinct: 1, 2 or 5 times a
+    power of ten below a minute, then whole minutes, hours and days."""
+    step = _round_step(span / 6)
+    count = math.floor(span * 1.0001 / step)
+    return tuple(
+        Tick(x=LABEL_WIDTH + plot * (n * step) / span, text=_duration(n * step, step))
+        for n in range(count + 1)
+    )
+
+
+_LONG_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+"""Round steps from a minute to a day, in seconds."""
+
+
+def _round_step(raw: float) -> float:
+    if 30 <= raw <= _LONG_STEPS[-1]:
+        return float(next(step for step in _LONG_STEPS if step >= raw))
+    unit = 86400 if raw > _LONG_STEPS[-1] else 1
+    power = 10.0 ** math.floor(math.log10(raw / unit))
+    return float(unit * next(m * power for m in (1, 2, 5, 10) if m * power >= raw / unit))
 
 
 def _duration(seconds: float, step: float) -> str:
+    """A tick's label, with as many decimals as its step needs (`0.5ms`, never `0ms` twice)."""
     if step < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if step < 60:
-        return f"{seconds:g}s"
-    return f"{seconds / 60:g}m"
+        decimals = max(0, -math.floor(math.log10(step * 1000) + 1e-9))
+        return f"{seconds * 1000:.{decimals}f}ms"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if step >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"

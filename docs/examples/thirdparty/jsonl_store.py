@@ -125,6 +125,7 @@ def index_to_json(index: RunIndex) -> dict[str, Any]:
             _maybe_micros(s.completed_at),
             s.last_sequence,
             dict(s.attributes),
+            s.owner_id,
         ],
         "hooks": [[c.token, c.hook_id, _maybe_micros(c.retained_until)] for c in index.hooks],
         "wakeups": [[w.kind, w.subject_id, _micros(w.due_at)] for w in index.wakeups],
@@ -133,7 +134,7 @@ def index_to_json(index: RunIndex) -> dict[str, Any]:
 
 def index_from_json(run_id: str, data: dict[str, Any]) -> RunIndex:
     """The inverse of `index_to_json`."""
-    name, status, parent, created, updated, completed, last, attributes = data["summary"]
+    name, status, parent, created, updated, completed, last, attributes, owner = data["summary"]
     summary = RunSummary(
         run_id=run_id,
         workflow_name=name,
@@ -144,6 +145,7 @@ def index_from_json(run_id: str, data: dict[str, Any]) -> RunIndex:
         completed_at=_maybe_time(completed),
         last_sequence=last,
         attributes=attributes,
+        owner_id=owner,
     )
     hooks = tuple(
         HookClaim(token=token, hook_id=hook_id, retained_until=_maybe_time(until))

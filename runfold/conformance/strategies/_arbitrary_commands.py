@@ -24,6 +24,7 @@ from runfold.conformance.strategies._pools import (
     DELIVERY_IDS,
     FOREIGN_RUN_ID,
     HOOK_IDS,
+    OWNER_IDS,
     PROGRESS_IDS,
     REASONS,
     REFERENCE_IDS,
@@ -48,6 +49,7 @@ from runfold.conformance.strategies._values import (
 from runfold.kernel import (
     CancelRun,
     CancelStep,
+    ClaimRun,
     Command,
     CompleteRun,
     CompleteStep,
@@ -63,6 +65,7 @@ from runfold.kernel import (
     ReceiveHook,
     RecordLog,
     RecordProgress,
+    ReleaseRun,
     RequestCancel,
     RetryStep,
     SetAttributes,
@@ -100,6 +103,7 @@ def _command_strategies(
     reasons = st.sampled_from(REASONS)
     levels = st.sampled_from(("info", "warning", "error", "debug") if invalid else ("info",))
     tokens = ids(TOKENS, False)
+    owners = ids(OWNER_IDS, invalid)
     if invalid:
         tokens = weighted((12, tokens), (1, st.sampled_from(("", "t" * 1025, "\ud800"))))
     ints = st.integers(-1, 4)
@@ -174,6 +178,10 @@ def _command_strategies(
             delivery_id=optional(ids(DELIVERY_IDS, invalid)),
         ),
         DisposeHook: st.builds(DisposeHook, hook_id=hooks),
+        ClaimRun: st.builds(
+            ClaimRun, owner_id=owners, displacing=optional(ids(OWNER_IDS, invalid))
+        ),
+        ReleaseRun: st.builds(ReleaseRun, owner_id=owners),
     }
 
 

@@ -28,9 +28,11 @@ from runfold.kernel import (
     ProgressRecorded,
     RetryPolicy,
     RunCancelled,
+    RunClaimed,
     RunCompleted,
     RunCreated,
     RunFailed,
+    RunReleased,
     RunStarted,
     RunTimedOut,
     StepCancelled,
@@ -137,6 +139,8 @@ def _event_strategies() -> dict[type[Event], st.SearchStrategy[Event]]:
         HookReceived: st.builds(HookReceived, hook_id=text, payload=data, delivery_id=opt_text),
         HookDisposed: st.builds(HookDisposed, hook_id=text),
         HookConflict: st.builds(HookConflict, hook_id=text, token=text, holder_run_id=text),
+        RunClaimed: st.builds(RunClaimed, owner_id=text, epoch=ints, displaced=opt_text),
+        RunReleased: st.builds(RunReleased, owner_id=text, epoch=ints),
     }
     return builds
 

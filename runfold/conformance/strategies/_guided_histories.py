@@ -25,6 +25,7 @@ from runfold.conformance.strategies._pools import (
     DELIVERY_IDS,
     FOREIGN_RUN_ID,
     HOOK_IDS,
+    OWNER_IDS,
     PROGRESS_IDS,
     REASONS,
     REFERENCE_IDS,
@@ -38,6 +39,7 @@ from runfold.conformance.strategies._values import attribute_changes, retry_poli
 from runfold.kernel import (
     CancelRun,
     CancelStep,
+    ClaimRun,
     Command,
     CompleteRun,
     CompleteStep,
@@ -59,6 +61,7 @@ from runfold.kernel import (
     RecordLog,
     RecordProgress,
     Rejection,
+    ReleaseRun,
     RequestCancel,
     RetryStep,
     SetAttributes,
@@ -110,6 +113,8 @@ _LIVE_KINDS: tuple[tuple[int, str], ...] = (
     (6, "progress"),
     (4, "child"),
     (4, "log"),
+    (3, "claim"),
+    (2, "release"),
     (6, "arbitrary"),
     (12, "create_step"),
 )
@@ -265,6 +270,14 @@ def _guided_command(
     if kind == "log":
         log_step = draw(st.sampled_from((None, *list(snap.steps)[:2])))
         return RecordLog(level="info", message="hello", step_id=log_step), None
+    if kind == "claim":  # a free run is claimed; an owned one is taken over now and then
+        owner = draw(st.sampled_from(OWNER_IDS))
+        held = snap.owner.owner_id if snap.owner is not None else None
+        displacing = held if held is not None and draw(st.booleans()) else None
+        return ClaimRun(owner_id=owner, displacing=displacing), None
+    if kind == "release":
+        held = snap.owner.owner_id if snap.owner is not None else None
+        return ReleaseRun(owner_id=held or draw(st.sampled_from(OWNER_IDS))), None
     if kind == "request_cancel":
         return RequestCancel(reason=draw(st.sampled_from(REASONS))), None
     if kind == "complete_run":

@@ -14,6 +14,7 @@ __all__ = [
     "DELIVERY_IDS",
     "FOREIGN_RUN_ID",
     "HOOK_IDS",
+    "OWNER_IDS",
     "PROGRESS_IDS",
     "REASONS",
     "REFERENCE_IDS",
@@ -37,6 +38,8 @@ WAIT_IDS = ("w0", "w1", "w2")
 """Wait ids `commands()` draws; `valid_histories()` creates `w0, w1, …` in that order."""
 HOOK_IDS = ("h0", "h1", "h2")
 """Hook ids `commands()` draws; `valid_histories()` creates `h0, h1, …` in that order."""
+OWNER_IDS = ("worker-a", "worker-b")
+"""Worker ids both strategies draw, so claims contend for runs and displace each other."""
 TOKENS = ("tok-0", "tok-1", "tok-2")
 """Hook tokens both strategies draw, so hooks contend for the same tokens."""
 PROGRESS_IDS = ("p0", "p1")

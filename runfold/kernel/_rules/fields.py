@@ -16,6 +16,7 @@ from typing import Any
 from runfold.kernel.commands import (
     CancelRun,
     CancelStep,
+    ClaimRun,
     Command,
     CompleteRun,
     CompleteStep,
@@ -32,6 +33,7 @@ from runfold.kernel.commands import (
     ReceiveHook,
     RecordLog,
     RecordProgress,
+    ReleaseRun,
     RequestCancel,
     RetryStep,
     SetAttributes,
@@ -394,6 +396,11 @@ def _validate_create_wait(c: FieldCheck, cmd: CreateWait) -> None:
     c.time(cmd.resume_at, "resume_at")
 
 
+def _validate_claim(c: FieldCheck, cmd: ClaimRun) -> None:
+    c.ident(cmd.owner_id, "owner_id")
+    c.ident(cmd.displacing, "displacing", optional=True)
+
+
 _VALIDATORS: dict[type[Command], Callable[[FieldCheck, Any], None]] = {
     CreateRun: _validate_create_run,
     StartRun: _validate_start_run,
@@ -417,4 +424,6 @@ _VALIDATORS: dict[type[Command], Callable[[FieldCheck, Any], None]] = {
     CreateHook: _validate_create_hook,
     ReceiveHook: _validate_receive_hook,
     DisposeHook: lambda c, cmd: c.ident(cmd.hook_id, "hook_id"),
+    ClaimRun: _validate_claim,
+    ReleaseRun: lambda c, cmd: c.ident(cmd.owner_id, "owner_id"),
 }

@@ -39,6 +39,7 @@ from runfold.kernel.snapshot.states import (
     LIVE_RUN_STATUSES,
     Cancellation,
     HookState,
+    Ownership,
     Snapshot,
     StepState,
     WaitState,
@@ -77,6 +78,8 @@ class Builder:
         "live_steps",
         "log_count",
         "output",
+        "owner",
+        "owner_epoch",
         "parent_run_id",
         "progress",
         "progress_new",
@@ -118,6 +121,8 @@ class Builder:
     completed_at: datetime | None
     updated_at: datetime
     cancellation: Cancellation | None
+    owner: Ownership | None
+    owner_epoch: int
     attributes: Mapping[str, str]
     attributes_owned: bool
     log_count: int
@@ -212,6 +217,8 @@ class Builder:
             self.updated_at,
             self.seq,
             self.cancellation,
+            self.owner,
+            self.owner_epoch,
             self.steps.derive(steps_new) if steps_new else self.steps,
             self.waits.derive(waits_new) if waits_new else self.waits,
             self.hooks.derive(hooks_new) if hooks_new else self.hooks,
@@ -250,6 +257,8 @@ _SNAPSHOT_FIELDS = (
     "updated_at",
     "last_sequence",
     "cancellation",
+    "owner",
+    "owner_epoch",
     "steps",
     "waits",
     "hooks",
@@ -305,6 +314,7 @@ def start_builder(first: Envelope, limits: Limits) -> Builder:
     b.created_at = b.updated_at = first.recorded_at
     b.started_at = b.completed_at = None
     b.cancellation = None
+    b.owner, b.owner_epoch = None, 0
     b.attributes = {}
     b.attributes_owned = True
     merge_attributes(b, tuple(AttributeChange(key=k, value=v) for k, v in ev.attributes.items()))
@@ -339,6 +349,7 @@ def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
     b.created_at, b.updated_at = snapshot.created_at, snapshot.updated_at
     b.started_at, b.completed_at = snapshot.started_at, snapshot.completed_at
     b.cancellation = snapshot.cancellation
+    b.owner, b.owner_epoch = snapshot.owner, snapshot.owner_epoch
     b.attributes = snapshot.attributes
     b.attributes_owned = False
     b.log_count = snapshot.log_count

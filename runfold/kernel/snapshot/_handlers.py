@@ -30,9 +30,11 @@ from runfold.kernel.events import (
     ProgressRecorded,
     RetryPolicy,
     RunCancelled,
+    RunClaimed,
     RunCompleted,
     RunCreated,
     RunFailed,
+    RunReleased,
     RunStarted,
     RunTimedOut,
     StepCancelled,
@@ -46,7 +48,7 @@ from runfold.kernel.events import (
 )
 from runfold.kernel.snapshot._builder import Builder, check_attributes, merge_attributes
 from runfold.kernel.snapshot._records import HookRecord, StepRecord, WaitRecord
-from runfold.kernel.snapshot.states import LIVE_RUN_STATUSES, Cancellation, Delivery
+from runfold.kernel.snapshot.states import LIVE_RUN_STATUSES, Cancellation, Delivery, Ownership
 
 __all__ = ["FIELD_HANDLERS", "HANDLERS"]
 
@@ -308,6 +310,25 @@ def _on_hook_conflict(b: Builder, ev: HookConflict, at: datetime) -> None:
     b.hook_conflicts_new[ev.hook_id] = ev
 
 
+def _on_run_claimed(b: Builder, ev: RunClaimed, at: datetime) -> None:
+    b.require_live("run_claimed")
+    if ev.epoch != b.owner_epoch + 1:
+        raise b.fail(f"run_claimed with epoch {ev.epoch} after epoch {b.owner_epoch}")
+    held = b.owner.owner_id if b.owner is not None else None
+    if ev.displaced != held:
+        raise b.fail(f"run_claimed displacing {ev.displaced!r}, but the run's owner is {held!r}")
+    b.owner = Ownership(owner_id=ev.owner_id, epoch=ev.epoch, claimed_at=at)
+    b.owner_epoch = ev.epoch
+
+
+def _on_run_released(b: Builder, ev: RunReleased, at: datetime) -> None:
+    b.require_live("run_released")
+    owner = b.owner
+    if owner is None or (owner.owner_id, owner.epoch) != (ev.owner_id, ev.epoch):
+        raise b.fail(f"run_released by {ev.owner_id!r} (epoch {ev.epoch}), not the run's owner")
+    b.owner = None
+
+
 FIELD_HANDLERS: dict[type[Event], Any] = {
     LogRecorded: _on_log_recorded,
     StepCreated: _on_step_created,
@@ -341,6 +362,8 @@ HANDLERS: dict[type[Event], Any] = {
     HookCreated: _on_hook_created,
     HookDisposed: _on_hook_disposed,
     HookConflict: _on_hook_conflict,
+    RunClaimed: _on_run_claimed,
+    RunReleased: _on_run_released,
     **{cls: compile_event_call(cls, handler) for cls, handler in FIELD_HANDLERS.items()},
 }
 """The handler of each event class: `(builder, event, at)`."""

@@ -27,6 +27,7 @@ __all__ = [
     "Delivery",
     "HookState",
     "HookStatus",
+    "Ownership",
     "RunStatus",
     "Snapshot",
     "StepState",
@@ -121,6 +122,19 @@ class Cancellation:
 
 
 @attrs.frozen(kw_only=True)
+class Ownership:
+    """Who drives a run: the worker of the run's claim number `epoch`, since `claimed_at`.
+
+    `(owner_id, epoch)` is the fencing token: commands made on a worker's behalf carry it
+    (`decide(..., acting_as=...)`) and are refused once another claim has taken the run.
+    """
+
+    owner_id: str
+    epoch: int
+    claimed_at: datetime
+
+
+@attrs.frozen(kw_only=True)
 class WakeupDue:
     """Something of a live run that becomes due at a time (exported by `run_index`)."""
 
@@ -162,6 +176,10 @@ class Snapshot:
     updated_at: datetime
     last_sequence: int
     cancellation: Cancellation | None
+    owner: Ownership | None
+    """The worker driving the run (its last claim, not released), or None."""
+    owner_epoch: int
+    """How many times the run was claimed: the epoch of its last claim (0: never)."""
     steps: PView[StepRecord, StepState]
     waits: PView[WaitRecord, WaitState]
     hooks: PView[HookRecord, HookState]

@@ -45,7 +45,7 @@ Its detail is JSON naming the claim's ordinal and its holder, never the token.
 _P = POSITIONS_PER_TRANSACTION
 _XACT = "pg_current_xact_id()::text::bigint"
 """The id of the writing transaction: its events' positions are `id × P + ordinal`."""
-_CHANGING = ("status", "updated_at", "completed_at", "last_sequence", "attributes")
+_CHANGING = ("status", "updated_at", "completed_at", "last_sequence", "attributes", "owner_id")
 """The summary columns an append may change; the others are fixed when the run is created."""
 _FIXED = ("workflow_name", "parent_run_id", "created_at")
 
@@ -163,10 +163,10 @@ def _append_events(s: str) -> str:
         RETURNING old.has_hooks, old.has_wakeups INTO v_had_hooks, v_had_wakeups;
         IF NOT FOUND AND r.expected = 0 THEN
             INSERT INTO {s}.runs (run_id, workflow_name, status, parent_run_id, created_at,
-                updated_at, completed_at, last_sequence, attributes, head, head_position,
-                has_hooks, has_wakeups)
+                updated_at, completed_at, last_sequence, attributes, owner_id, head,
+                head_position, has_hooks, has_wakeups)
             VALUES (r.run_id, r.workflow_name, r.status, r.parent_run_id, r.created_at,
-                r.updated_at, r.completed_at, r.last_sequence, r.attributes, v_count,
+                r.updated_at, r.completed_at, r.last_sequence, r.attributes, r.owner_id, v_count,
                 coalesce(v_position, 0), cardinality(r.tokens) > 0,
                 cardinality(r.wakeup_kinds) > 0)
             ON CONFLICT (run_id) DO NOTHING;

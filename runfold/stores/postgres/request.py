@@ -48,6 +48,7 @@ class Append:
         "attributes",
         "claims",
         "count",
+        "deadline",
         "encoded",
         "events",
         "expected",
@@ -82,6 +83,7 @@ class Append:
         self.recorded_at = recorded_at
         self.future: asyncio.Future[int] | None = None
         self.ticket = -1  # its place among the appends queued, once queued
+        self.deadline = 0.0  # the event loop time by which it must be settled (the store's)
         self.claims = index.claims_at(recorded_at)
         self.encoded = [encode_event(event) for event in events]
         attributes = index.summary.attributes
@@ -118,6 +120,7 @@ class Append:
             "completed_at": None if completed_at is None else time_key(completed_at),
             "last_sequence": summary.last_sequence,
             "attributes": self.attributes,
+            "owner_id": summary.owner_id,
             "expected": self.expected,
             "expected_position": self.expected_position,
             "run_id": self.run_id,
@@ -154,6 +157,7 @@ class Append:
                 *(claims_fields(self.claims) if self.claims else NO_CLAIMS),
                 *(wakeups_fields(index.wakeups) if index.wakeups else NO_WAKEUPS),
                 int8_field(self.expected_position),
+                text_field(summary.owner_id),
             )
         )
 

@@ -102,6 +102,19 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TYPE {s}.append_request ADD ATTRIBUTE expected_position bigint;
     """,
+    # Run ownership: the owner of a live run (`RunSummary.owner_id`), found by its owner when
+    # the owner's lease lapsed; and the leases of a fleet's workers (`WorkerLeases`).
+    """
+    ALTER TABLE {s}.runs ADD COLUMN owner_id text COLLATE "C";
+    CREATE INDEX runs_owner ON {s}.runs (owner_id) WHERE owner_id IS NOT NULL;
+    ALTER TYPE {s}.append_request ADD ATTRIBUTE owner_id text;
+    CREATE TABLE {s}.leases (
+        worker_id text COLLATE "C" PRIMARY KEY,
+        lease_until bigint NOT NULL,
+        started_at bigint NOT NULL
+    );
+    CREATE INDEX leases_until ON {s}.leases (lease_until);
+    """,
 )
 """The migrations, in order: the schema version is how many of them a database has had."""
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Collection, Sequence
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
+from psycopg.conninfo import conninfo_to_dict
 
 from runfold.kernel import (
     TERMINAL_RUN_STATUSES,
@@ -38,9 +39,15 @@ from runfold.stores._sql import (
     wakeup_from_row,
     wakeups_query,
 )
-from runfold.stores.postgres.connections import Connection, Connections, Pool
+from runfold.stores.postgres.connections import (
+    Connection,
+    Connections,
+    Pool,
+    ReconnectingPool,
+)
 from runfold.stores.postgres.feed import EVENT_COLUMNS, Feed
 from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
+from runfold.stores.postgres.leases import PostgresLeases
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.retention import DELETE_RUNS, DROP_UNBORN_RUN
 from runfold.stores.postgres.schema import (
@@ -55,8 +62,11 @@ from runfold.stores.protocol import ReplayedRun, time_key
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(IndexReads):
-    """An `EventStore` in a PostgreSQL schema, opened with `await PostgresStore.open(dsn)`."""
+class PostgresStore(IndexReads, PostgresLeases):
+    """An `EventStore` in a PostgreSQL schema, opened with `await PostgresStore.open(dsn)`.
+
+    It keeps worker leases too (`WorkerLeases`), so a fleet of workers can share the schema.
+    """
 
     MARK = "%s"
 
@@ -84,6 +94,7 @@ class PostgresStore(IndexReads):
         timeout: float = 10.0,
         feed_wait: float = 0.1,
         migrate: bool = True,
+        call_timeout: float = 30.0,
     ) -> PostgresStore:
         """Open the store in `schema` of the database `dsn` names, or on an existing `pool`.
 
@@ -101,6 +112,14 @@ class PostgresStore(IndexReads):
         it, a schema that is missing or older is refused, so an application without DDL rights
         can run on a schema migrated beforehand.
 
+        `call_timeout` is every call's deadline, in seconds: a call that has not finished by then
+        (a hung server, a network gone silent) raises `StoreTimeout`, a `StoreUnavailable`; an
+        append is settled first (`doubt`), so it returns its envelopes if it committed, and raises
+        `CommitUnknown` if that cannot be known within half a second more. `timeout(seconds)`
+        overrides it for the calls of a block. The server enforces it too on the connections the
+        store makes: their `statement_timeout` is `call_timeout` (and `connect_timeout`, unless
+        the connection string sets one, is `timeout`).
+
         Raises `StoreOpenError` for a schema written by a newer runfold, a schema that is not
         runfold's, or (without `migrate`) one that needs migrating; `StoreUnavailable` when no
         connection can be made within `timeout`; `ValueError` for bad arguments, a connection
@@ -109,6 +128,8 @@ class PostgresStore(IndexReads):
         """
         if (dsn is None) == (pool is None):
             raise ValueError("PostgresStore.open needs a dsn or a pool (one of them)")
+        if not call_timeout > 0:
+            raise ValueError("call_timeout must be a positive number of seconds")
         if dsn is not None:
             dsn, named = _conninfo.split_schema(dsn)
             schema = schema or named
@@ -116,6 +137,7 @@ class PostgresStore(IndexReads):
         schema = schema or "runfold"
         if pool is not None:
             store = cls(pool, schema, owns_pool=False, feed_wait=feed_wait)
+            store._connections.call_timeout = call_timeout
             try:
                 async with store._connections.connection() as conn:
                     await store._prepare_schema(conn, migrate)
@@ -137,16 +159,21 @@ class PostgresStore(IndexReads):
         if refusal is not None:  # raised out here: the driver's error is not kept as context
             raise StoreUnavailable(f"cannot connect to PostgreSQL: {refusal}")
         async with probe:
-            pool = AsyncConnectionPool(
+            kwargs: dict[str, Any] = {"autocommit": True}
+            if "connect_timeout" not in conninfo_to_dict(dsn or ""):
+                kwargs["connect_timeout"] = max(2, round(timeout))
+            pool = ReconnectingPool(
                 dsn or "",
                 min_size=pool_min,
                 max_size=pool_max,
-                kwargs={"autocommit": True},
+                kwargs=kwargs,
                 timeout=timeout,
                 open=False,
                 name=f"runfold-{schema}",
+                configure=_server_deadline(call_timeout),
             )
             store = cls(pool, schema, owns_pool=True, feed_wait=feed_wait)
+            store._connections.call_timeout = call_timeout
             try:
                 await pool.open(wait=False)  # its connections are made in the background meanwhile
                 store._connections.guard_exit()
@@ -178,6 +205,16 @@ class PostgresStore(IndexReads):
 
     def _check_open(self) -> None:
         self._connections.check_open()
+
+    def timeout(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """`with store.timeout(2.0):` the store's calls in the block have `seconds` each.
+
+        That is, instead of `call_timeout`, for the calls this task makes in the block and those
+        of the tasks it starts there.
+        The server's `statement_timeout` stays `call_timeout`. Raises `ValueError` unless
+        `seconds` is positive.
+        """
+        return self._connections.timeout(seconds)
 
     @property
     def schema_version(self) -> int:
@@ -240,6 +277,7 @@ class PostgresStore(IndexReads):
             raise InvalidArgument("events", f"holds more than this store takes at once ({limit})")
         request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
         self._check_open()
+        request.deadline = self._connections.deadline()
         base = await self._writer.append(request)
         self._feed.announce()
         return [
@@ -400,7 +438,9 @@ class PostgresStore(IndexReads):
             return
         # An append of no events is exactly this: the head check, then the index rows.
         self._check_open()
-        await self._writer.append_one(Append(run_id, index.summary.last_sequence, (), index, now))
+        request = Append(run_id, index.summary.last_sequence, (), index, now)
+        request.deadline = self._connections.deadline()
+        await self._writer.append_one(request)
 
     async def delete_runs(
         self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
@@ -417,3 +457,13 @@ class PostgresStore(IndexReads):
             },
         )
         return int(count)
+
+
+def _server_deadline(seconds: float) -> Callable[[Connection], Awaitable[None]]:
+    """The pool's `configure`: the server cancels a statement that runs past `seconds`."""
+    setting = f"SET statement_timeout = {max(1, round(seconds * 1000))}"
+
+    async def configure(conn: Connection) -> None:
+        await conn.execute(setting)
+
+    return configure

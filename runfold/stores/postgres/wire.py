@@ -1,7 +1,7 @@
 """Values in PostgreSQL's binary format: the composite `append_request` and its arrays.
 
 The store sends each append as one value of its composite type, encoded here: cheaper than its
-22 fields adapted one by one. `Wire` is such a value, which `WireDumper` passes through as it is.
+23 fields adapted one by one. `Wire` is such a value, which `WireDumper` passes through as it is.
 """
 
 # Why by hand: psycopg's own adaptation of composites (`CompositeInfo.fetch`, then

@@ -8,6 +8,10 @@ each choice gives); fewer wait to join the next one. Plain appends go through
 `append_plain_batch`, the others through `append_batch`, each in a subtransaction of its own, so
 each keeps its own all-or-nothing outcome. A write that finds a run's head settles the appends
 queued for that run which expect another head (`Writer._prune`).
+
+Every write is bounded by its appends' deadline (`Deadline`). A write whose connection is lost
+after it was sent, or that passes its deadline, is settled (`doubt.settle`) before its callers
+hear of it: written, not written, or `CommitUnknown`.
 """
 
 from __future__ import annotations
@@ -20,8 +24,14 @@ from typing import Any
 import psycopg
 from psycopg import errors
 
-from runfold.kernel import SequenceConflict, StoreUnavailable, TokenConflict
-from runfold.stores.postgres.connections import Connection, Connections
+from runfold.kernel import (
+    SequenceConflict,
+    StoreTimeout,
+    StoreUnavailable,
+    TokenConflict,
+)
+from runfold.stores.postgres.connections import Connection, Connections, Deadline, Identity
+from runfold.stores.postgres.doubt import SETTLE_GRACE, settle
 from runfold.stores.postgres.functions import (
     POSITIONS_PER_TRANSACTION,
     SEQUENCE_CONFLICT,
@@ -75,6 +85,7 @@ class Writer:
     def __init__(self, connections: Connections, schema: str) -> None:
         """The writer of the store in `schema`, over `connections`."""
         self._connections = connections
+        self._schema = schema
         # Group commit: `_writing` transactions are in flight; appends arriving meanwhile wait
         # in `_queue` and go together in the next one.
         self._writing = 0
@@ -216,37 +227,70 @@ class Writer:
 
     async def _write_one(self, request: Append) -> int:
         for attempt in range(1, RETRIES + 1):
+            conn: Connection | None = None
+            identity: Identity | None = None
             try:
-                conn = await self._connections.getconn()
-                try:
-                    cursor = self._connections.cursors[conn]
-                    if request.single:
-                        await cursor.execute(self._plain_sql, request.plain_parameters())
+                async with Deadline(request.deadline, "an append"):
+                    conn = await self._connections.getconn()
+                    identity = self._connections.identities.get(conn)
+                    try:
+                        cursor = self._connections.cursors[conn]
+                        if request.single:
+                            await cursor.execute(self._plain_sql, request.plain_parameters())
+                            row = await cursor.fetchone()
+                            assert row is not None
+                            state, _, detail = plain_outcome(request.expected, row[0])
+                            if state is None:
+                                return int(row[0])
+                            refusal = await self._refusal(request, state, detail)
+                            if refusal is not None:
+                                raise refusal
+                        # Not single, or the statement could not say why it wrote nothing.
+                        await cursor.execute(
+                            self._append_sql, (self._connections.request(request.wire()),)
+                        )
                         row = await cursor.fetchone()
-                        assert row is not None
-                        state, _, detail = plain_outcome(request.expected, row[0])
-                        if state is None:
-                            return int(row[0])
-                        refusal = await self._refusal(request, state, detail)
-                        if refusal is not None:
-                            raise refusal
-                    # Not single, or the statement could not say why it wrote nothing.
-                    await cursor.execute(
-                        self._append_sql, (self._connections.request(request.wire()),)
-                    )
-                    row = await cursor.fetchone()
-                finally:
-                    await self._connections.putconn(conn)
+                    finally:
+                        await self._connections.putconn(conn)
                 assert row is not None
                 return int(row[0])
+            except StoreTimeout as timeout:
+                if conn is None:
+                    raise  # no connection in time: nothing was sent
+                [outcome] = await self._in_doubt([request], identity, timeout)
             except psycopg.Error as exc:
                 if isinstance(exc, errors.SerializationFailure) and attempt < RETRIES:
                     continue  # refused before writing anything: a younger transaction passes
-                refusal = await self._refusal(request, exc.sqlstate, exc.diag.message_detail)
-                if refusal is not None:
-                    raise refusal from None
-                raise self._connections.translate(exc) from exc
+                if isinstance(exc, errors.ReadOnlySqlTransaction) and conn is not None:
+                    self._connections.discard(conn)
+                if conn is None or not (conn.closed or exc.sqlstate is None):
+                    refusal = await self._refusal(request, exc.sqlstate, exc.diag.message_detail)
+                    if refusal is not None:
+                        raise refusal from None
+                    raise self._connections.translate(exc) from exc
+                [outcome] = await self._in_doubt([request], identity, exc)
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
         raise AssertionError("unreachable")
+
+    async def _in_doubt(
+        self, requests: list[Append], identity: Identity | None, cause: Exception
+    ) -> list[int | Exception]:
+        """The outcomes of `requests`, whose connection was lost (or deadline passed) after
+        they were sent: settled by reading their runs back (`doubt.settle`)."""
+        if isinstance(cause, psycopg.Error):
+            cause = self._connections.translate(cause)
+        deadline = min(r.deadline for r in requests) + SETTLE_GRACE
+        outcomes = await settle(self._connections, self._schema, requests, identity, deadline)
+        for n, outcome in enumerate(outcomes):
+            if not isinstance(outcome, Exception):
+                continue
+            if isinstance(cause, StoreTimeout) and type(outcome) is StoreUnavailable:
+                # Not written, because the deadline passed: say so.
+                outcome = outcomes[n] = StoreTimeout(f"{cause}; {outcome}")
+            outcome.__cause__ = cause
+        return outcomes
 
     async def _append_many(self, batch: list[Append]) -> None:
         """Write `batch` in one transaction and settle each append's future."""
@@ -260,27 +304,36 @@ class Writer:
         plain = all(r.plain for r in batch)  # a batch's runs are distinct (`_drain`)
         rows: Sequence[tuple[Any, ...]]  # (state, base, detail) per append, as `append_batch`
         conn: Connection | None = None
+        identity: Identity | None = None
         try:
-            conn = await self._connections.getconn()
-            try:
-                cursor = self._connections.cursors[conn]
-                if plain:
-                    await cursor.execute(self._plain_batch_sql, (requests,))
-                    rows = [
-                        plain_outcome(r.expected, o)
-                        for r, (o,) in zip(batch, await cursor.fetchall(), strict=True)
-                    ]
-                else:
-                    await cursor.execute(self._batch_sql, (requests,))
-                    rows = await cursor.fetchall()
-            finally:
-                await self._connections.putconn(conn)
-        except psycopg.Error as exc:
-            if conn is None or conn.broken or exc.sqlstate is None:
-                # No connection, or it failed (lost, its backend killed): whether the batch
-                # committed is unknown, so nothing is retried.
+            async with Deadline(min(r.deadline for r in batch), "a group commit"):
+                conn = await self._connections.getconn()
+                identity = self._connections.identities.get(conn)
+                try:
+                    cursor = self._connections.cursors[conn]
+                    if plain:
+                        await cursor.execute(self._plain_batch_sql, (requests,))
+                        rows = [
+                            plain_outcome(r.expected, o)
+                            for r, (o,) in zip(batch, await cursor.fetchall(), strict=True)
+                        ]
+                    else:
+                        await cursor.execute(self._batch_sql, (requests,))
+                        rows = await cursor.fetchall()
+                finally:
+                    await self._connections.putconn(conn)
+        except (psycopg.Error, StoreTimeout) as exc:
+            if conn is None:  # no connection: nothing was sent
+                failure = exc if isinstance(exc, StoreTimeout) else self._connections.translate(exc)
                 for request in batch:
-                    request.settle(self._connections.translate(exc))
+                    request.settle(failure)
+                return
+            if isinstance(exc, StoreTimeout) or conn.closed or exc.sqlstate is None:
+                # Lost after it was sent (or past its deadline): whether the batch committed is
+                # unknown until its runs are read back.
+                outcomes = await self._in_doubt(batch, identity, exc)
+                for request, outcome in zip(batch, outcomes, strict=True):
+                    request.settle(outcome)
                 return
             # The server refused the whole transaction (a deadlock, say): nothing was written,
             # so each append alone gets its own outcome.

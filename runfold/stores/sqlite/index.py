@@ -25,6 +25,7 @@ class IndexRows(NamedTuple):
 
     status: str | None
     completed_at: int | None
+    owner_id: str | None
     has_hooks: bool
     has_wakeups: bool
 
@@ -50,15 +51,16 @@ def live_claims(
 
 _UPSERT_RUN = (
     "INSERT INTO runs (run_id, workflow_name, status, parent_run_id, created_at, updated_at, "
-    "completed_at, last_sequence, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "completed_at, last_sequence, attributes, owner_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, "
     "completed_at = excluded.completed_at, updated_at = excluded.updated_at, "
-    "last_sequence = excluded.last_sequence, attributes = excluded.attributes"
+    "last_sequence = excluded.last_sequence, attributes = excluded.attributes, "
+    "owner_id = excluded.owner_id"
 )
 _UPDATE_RUN = "UPDATE runs SET updated_at = ?, last_sequence = ?, attributes = ? WHERE run_id = ?"
 _UPDATE_RUN_STATUS = (
-    "UPDATE runs SET status = ?, completed_at = ?, updated_at = ?, last_sequence = ?, "
-    "attributes = ? WHERE run_id = ?"
+    "UPDATE runs SET status = ?, completed_at = ?, owner_id = ?, updated_at = ?, "
+    "last_sequence = ?, attributes = ? WHERE run_id = ?"
 )
 
 
@@ -82,9 +84,13 @@ def write_index(
         # The row is there (its status is never NULL): an UPDATE of what an append changes,
         # rather than an upsert, which tries the INSERT (and its triggers) first. SQLite rewrites
         # an index whenever the SET clause names one of its columns, whatever the value, so
-        # status and end time are set only when they change (a run's fixed name, parent and
-        # creation time never are): most appends then write no runs index page at all.
-        if before.status == summary.status and before.completed_at == completed_at:
+        # status, end time and owner are set only when one changes (a run's fixed name, parent
+        # and creation time never are): most appends then write no runs index page at all.
+        if (
+            before.status == summary.status
+            and before.completed_at == completed_at
+            and before.owner_id == summary.owner_id
+        ):
             cursor.execute(
                 _UPDATE_RUN,
                 (time_key(summary.updated_at), summary.last_sequence, attributes, run_id),
@@ -95,6 +101,7 @@ def write_index(
                 (
                     summary.status,
                     completed_at,
+                    summary.owner_id,
                     time_key(summary.updated_at),
                     summary.last_sequence,
                     attributes,
@@ -103,7 +110,7 @@ def write_index(
             )
     else:
         # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting
-        # all five runs indexes.
+        # all six runs indexes.
         cursor.execute(
             _UPSERT_RUN,
             (
@@ -116,6 +123,7 @@ def write_index(
                 completed_at,
                 summary.last_sequence,
                 attributes,
+                summary.owner_id,
             ),
         )
     if before is None or before.has_hooks:

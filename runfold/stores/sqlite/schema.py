@@ -46,6 +46,22 @@ row of the wrong type is `CorruptEvent` when read; a trigger there would cost ev
 check per event."""
 
 
+_OWNER_TYPE = "typeof(NEW.owner_id) IN ('text', 'null')"
+"""Migration 4's addition to the runs rule of `_COLUMN_TYPES` (never edit)."""
+
+
+def _typed_owner() -> str:
+    """Migration 4's triggers on runs: migration 3's rule for the table, and its new owner_id."""
+    rule = f"{_COLUMN_TYPES['runs']} AND {_OWNER_TYPE}"
+    return "".join(
+        f"DROP TRIGGER runs_types_{when}; "
+        f"CREATE TRIGGER runs_types_{when} BEFORE {when.upper()} ON runs "
+        f"WHEN NOT ({rule}) BEGIN SELECT RAISE(ABORT, "
+        "'runfold: a value of the wrong type in runs'); END;"
+        for when in ("insert", "update")
+    )
+
+
 def _typed_tables() -> str:
     """Migration 3: triggers refusing an index row with a value of the wrong type in any column.
 
@@ -122,6 +138,19 @@ MIGRATIONS: tuple[str, ...] = (
     # Index rows of the wrong type cannot be stored (rows stored before are read as
     # `CorruptIndex`; `runfold verify --rebuild-index` rewrites them).
     _typed_tables(),
+    # Run ownership: the owner of a live run (`RunSummary.owner_id`), found by its owner when
+    # the owner's lease lapsed; and the leases of a fleet's workers (`WorkerLeases`).
+    """
+    ALTER TABLE runs ADD COLUMN owner_id TEXT;
+    CREATE INDEX runs_owner ON runs (owner_id) WHERE owner_id IS NOT NULL;
+    CREATE TABLE leases (
+        worker_id TEXT PRIMARY KEY CHECK (typeof(worker_id) = 'text'),
+        lease_until INTEGER NOT NULL CHECK (typeof(lease_until) = 'integer'),
+        started_at INTEGER NOT NULL CHECK (typeof(started_at) = 'integer')
+    ) WITHOUT ROWID;
+    CREATE INDEX leases_until ON leases (lease_until);
+    """
+    + _typed_owner(),
 )
 """The migrations, in order: the schema version is how many of them a database has had."""
 SCHEMA_VERSION = len(MIGRATIONS)

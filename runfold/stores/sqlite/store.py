@@ -41,6 +41,7 @@ from runfold.stores._sql import (
 from runfold.stores.protocol import ReplayedRun, time_key
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
+from runfold.stores.sqlite.leases import SQLiteLeases
 from runfold.stores.sqlite.reads import fetch, fetch_summaries, read_head, read_rows
 from runfold.stores.sqlite.retention import delete_ended_runs
 from runfold.stores.sqlite.schema import (
@@ -75,8 +76,11 @@ def _others_ready() -> bool:
     return ready is None or bool(ready)
 
 
-class SQLiteStore(IndexReads):
-    """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`."""
+class SQLiteStore(IndexReads, SQLiteLeases):
+    """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`.
+
+    It keeps worker leases too (`WorkerLeases`), so a fleet of workers can share the file.
+    """
 
     MARK = "?"
 

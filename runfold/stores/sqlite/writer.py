@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from runfold.kernel import (
+    CommitUnknown,
     Envelope,
     Event,
     RunIndex,
     SequenceConflict,
     StoreError,
+    StoreUnavailable,
     TokenConflict,
     correlation_id,
     encode_event,
@@ -26,7 +28,7 @@ from runfold.stores.protocol import time_key
 from runfold.stores.sqlite.index import IndexRows, live_claims, write_index
 from runfold.stores.sqlite.reads import read_head
 
-__all__ = ["Append", "append_batch", "settle"]
+__all__ = ["Append", "append_batch", "settle", "settle_commit"]
 
 
 class Append:
@@ -76,14 +78,14 @@ def settle(request: Append, outcome: list[Envelope] | BaseException) -> None:
 _RUN_STATE = (
     "SELECT (SELECT max(sequence) FROM events WHERE run_id = ?1), "
     "(SELECT position FROM events WHERE run_id = ?1 ORDER BY sequence DESC LIMIT 1), runs.status, "
-    "runs.completed_at, EXISTS (SELECT 1 FROM hooks WHERE run_id = ?1), "
+    "runs.completed_at, runs.owner_id, EXISTS (SELECT 1 FROM hooks WHERE run_id = ?1), "
     "EXISTS (SELECT 1 FROM wakeups WHERE run_id = ?1), "
     "max(coalesce((SELECT max(position) FROM events), 0), (SELECT position FROM feed_high_water)) "
     "FROM (SELECT 1) LEFT JOIN runs ON runs.run_id = ?1"
 )
 """The run's head and its event's feed position; what its index rows hold now: status and end
-time (None, None without a runs row), and whether it has hook and wakeup rows; and the last feed
-position handed out (retention may have deleted its event)."""
+time and owner (None without a runs row), and whether it has hook and wakeup rows; and the last
+feed position handed out (retention may have deleted its event)."""
 
 
 _INSERT_EVENT = (
@@ -94,7 +96,7 @@ _INSERT_EVENT = (
 
 def _append_one(cursor: sqlite3.Cursor, request: Append) -> list[Envelope]:
     run_id = request.run_id
-    last, head_position, status, completed_at, has_hooks, has_wakeups, next_position = (
+    last, head_position, status, completed_at, owner_id, has_hooks, has_wakeups, next_position = (
         cursor.execute(_RUN_STATE, (run_id,)).fetchone()
     )
     head = last or 0
@@ -112,7 +114,7 @@ def _append_one(cursor: sqlite3.Cursor, request: Append) -> list[Envelope]:
         cursor.execute(_INSERT_EVENT, rows[0])
     else:
         cursor.executemany(_INSERT_EVENT, rows)
-    before = IndexRows(status, completed_at, bool(has_hooks), bool(has_wakeups))
+    before = IndexRows(status, completed_at, owner_id, bool(has_hooks), bool(has_wakeups))
     write_index(cursor, run_id, request.index, claims, before)
     return [
         make_envelope(run_id, head + n, event, request.recorded_at, next_position + n)
@@ -163,9 +165,57 @@ def append_batch(
                 cursor.execute("RELEASE one_append")
             outcomes.append(envelopes)
         if conn.in_transaction:  # a lone append that failed has rolled it back already
-            cursor.execute("COMMIT")
+            try:
+                cursor.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    raise  # still open: rolled back below, nothing was written
+                return settle_commit(conn, batch, outcomes, exc)
     except BaseException:
         if conn.in_transaction:
             cursor.execute("ROLLBACK")
         raise
     return outcomes
+
+
+_WRITTEN = (
+    "SELECT type, schema_version, payload, correlation_id, recorded_at FROM events "
+    "WHERE run_id = ? AND sequence > ? ORDER BY sequence LIMIT ?"
+)
+
+
+def settle_commit(
+    conn: sqlite3.Connection,
+    batch: list[Append],
+    outcomes: list[list[Envelope] | BaseException],
+    error: sqlite3.Error,
+) -> list[list[Envelope] | BaseException]:
+    """The outcomes of `batch` after its `COMMIT` raised `error` and ended the transaction.
+
+    Whether it committed is unknown, so each append meant to be written is read back: its own
+    rows at `expected + 1 …` mean it was (its envelopes stand); else it was not
+    (`StoreUnavailable`). A file that cannot be read gives `CommitUnknown`.
+    """
+    settled: list[list[Envelope] | BaseException] = []
+    for request, outcome in zip(batch, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            settled.append(outcome)  # refused before the commit
+            continue
+        stamp = time_key(request.recorded_at)
+        try:
+            rows = conn.execute(_WRITTEN, (request.run_id, request.expected, len(request.rows)))
+            found = [tuple(row) for row in rows.fetchall()]
+        except sqlite3.Error as again:
+            unknown = CommitUnknown(request.run_id, request.expected, f"{error}; then {again}")
+            settled.append(unknown)
+            continue
+        if found == [(*row, stamp) for row in request.rows]:
+            settled.append(outcome)
+        else:
+            settled.append(
+                StoreUnavailable(
+                    f"SQLite could not commit the append to {request.run_id!r}: {error}; it "
+                    "was not written"
+                )
+            )
+    return settled

@@ -1,0 +1,160 @@
+"""The commands of a fleet: `worker` serves an application's workflows, `workers` lists them.
+
+`runfold worker --app MODULE` imports MODULE (its `@workflow` functions register as it loads),
+then serves them with `Flow.serve` on the store until SIGTERM or Ctrl-C, and exits 0 once it
+stopped gracefully. `runfold workers` shows each worker's lease and the live runs it owns.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import click
+
+from runfold.cli.exit_codes import EXIT_OK, EXIT_USAGE, CliError
+from runfold.cli.options import json_option, store_option
+from runfold.cli.output import Terminal, timestamp
+from runfold.cli.store_access import work_on_store
+from runfold.engine import DEFAULT_LEASE
+from runfold.flow import Flow, registered_workflows
+from runfold.kernel import RunStatus
+from runfold.stores import EventStore, WorkerLeases
+
+
+def _import_app(module: str) -> None:
+    """Import the application's module, with the current folder on the path."""
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # whatever the application's import raises is its own
+        raise CliError(
+            f"cannot import --app {module!r}: {type(exc).__name__}: {exc}", EXIT_USAGE
+        ) from None
+
+
+@click.command()
+@click.option(
+    "--app",
+    "module",
+    required=True,
+    metavar="MODULE",
+    help="the module whose @workflow functions to serve",
+)
+@click.option(
+    "--id", "worker_id", metavar="ID", help="the worker id's prefix (default: the host name)"
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="runs driven at once",
+)
+@click.option(
+    "--lease",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_LEASE.total_seconds(),
+    show_default=True,
+    help="seconds a lease holds without renewal; another worker takes a dead one's runs after it",
+)
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="longest sleep between looks for work, in seconds",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="seconds running drives get to finish on SIGTERM",
+)
+@store_option
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    module: str,
+    worker_id: str | None,
+    concurrency: int,
+    lease: float,
+    poll: float,
+    grace: float,
+    command_store: str | None,
+) -> int:
+    """Serve the workflows of MODULE as one worker of a fleet, until SIGTERM or Ctrl-C.
+
+    Any number of workers, on any hosts, may serve one store: each run is driven by one worker
+    at a time, and the runs of a worker that died are taken over once its lease lapsed.
+    """
+    _import_app(module)
+    served = registered_workflows()
+    if not served:
+        raise CliError(f"--app {module!r} defines no @workflow", EXIT_USAGE)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    async def work(store: EventStore, terminal: Terminal) -> int:
+        flow = Flow(store, served)
+        terminal.line(f"serving {', '.join(sorted(flow.workflows))} (Ctrl-C stops)")
+        await flow.serve(
+            worker_id=worker_id,
+            lease=timedelta(seconds=lease),
+            concurrency=concurrency,
+            poll_interval=poll,
+            grace=grace,
+        )
+        return EXIT_OK
+
+    return work_on_store(ctx, command_store, work, read_only=False)
+
+
+@click.command()
+@json_option
+@store_option
+@click.pass_context
+def workers(ctx: click.Context, as_json: bool, command_store: str | None) -> int:
+    """List the fleet's workers: their leases, and how many live runs each owns."""
+
+    async def work(store: EventStore, terminal: Terminal) -> int:
+        if not isinstance(store, WorkerLeases):
+            raise CliError("this store keeps no worker leases", EXIT_USAGE)
+        leases = await store.list_leases()
+        owned: dict[str, int] = {}
+        live: tuple[RunStatus, ...] = ("pending", "running", "cancelling")
+        for status in live:
+            cursor = None
+            while True:
+                page = await store.list_runs(status=status, cursor=cursor, limit=500)
+                for summary in page.items:
+                    if summary.owner_id is not None:
+                        owned[summary.owner_id] = owned.get(summary.owner_id, 0) + 1
+                if not page.has_more:
+                    break
+                cursor = page.cursor
+        rows = [
+            {
+                "worker_id": lease.worker_id,
+                "started_at": timestamp(lease.started_at),
+                "lease_until": timestamp(lease.lease_until),
+                "runs": owned.get(lease.worker_id, 0),
+            }
+            for lease in leases
+        ]
+        if as_json:
+            terminal.json(rows)
+        elif not rows:
+            terminal.line("no workers")
+        for row in [] if as_json else rows:
+            terminal.line(
+                f"{row['worker_id']}  runs {row['runs']}  lease until {row['lease_until']}  "
+                f"since {row['started_at']}"
+            )
+        return EXIT_OK
+
+    return work_on_store(ctx, command_store, work, read_only=True)

@@ -1,0 +1,62 @@
+"""`Lease`: what a worker of a fleet holds, and how long it may still act on it.
+
+A worker holds one lease in the store (`WorkerLeases.renew_lease`), renewed while it lives, and
+owns runs through their histories (`ClaimRun`). Before each append on a run it owns, the engine
+asks the lease whether it still `holds`: judged by this process's monotonic clock, from the
+moment the last renewal was sent, so a process that was paused (SIGSTOP, a long GC, a laptop
+lid) past its lease knows it on waking, before it writes anything, even though the store would
+also fence it (`OwnershipLost`) once another worker took its runs over.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from datetime import timedelta
+
+__all__ = ["DEFAULT_LEASE", "Lease", "new_worker_id"]
+
+DEFAULT_LEASE = timedelta(seconds=15)
+"""How long a worker's lease holds without a renewal.
+
+A worker renews it every third of that, and another worker takes its runs over once it lapsed
+(so within about twice this after a worker dies)."""
+
+
+def new_worker_id(prefix: str | None = None) -> str:
+    """A worker id unique to this process: `prefix` (default: the host name), pid, random."""
+    head = prefix if prefix else socket.gethostname() or "worker"
+    return f"{head}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Lease:
+    """A worker's lease as this process sees it: its worker id and until when it holds.
+
+    Args:
+        worker_id: The worker's id in the store; ids are never reused after a lapse.
+        duration: How long the lease holds after each renewal.
+    """
+
+    __slots__ = ("_until", "duration", "worker_id")
+
+    def __init__(self, worker_id: str, duration: timedelta = DEFAULT_LEASE) -> None:
+        if duration <= timedelta(0):
+            raise ValueError("a lease's duration must be positive")
+        self.worker_id = worker_id
+        self.duration = duration
+        self._until = float("-inf")
+
+    def holds(self) -> bool:
+        """Whether the lease still holds by this process's clock (the last renewal + duration)."""
+        return time.monotonic() < self._until
+
+    def renewed(self, sent_at: float) -> None:
+        """The store took a renewal sent at monotonic time `sent_at`."""
+        self._until = max(self._until, sent_at + self.duration.total_seconds())
+
+    def lapse(self, new_worker_id: str) -> None:
+        """The lease lapsed: it holds no more, and the worker goes on under a new id."""
+        self._until = float("-inf")
+        self.worker_id = new_worker_id

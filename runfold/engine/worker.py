@@ -1,0 +1,325 @@
+"""`Worker`: one process of a fleet, serving the runs of its engine's workflows from one store.
+
+Many workers (processes, hosts) share a store. Each holds a lease in it (`WorkerLeases`), renewed
+every third of its duration, and drives a run only as its owner (`ClaimRun`, fenced by the
+kernel). A worker finds its work in three places:
+
+- due wakeups (timers, delayed retries, deadlines) of runs nobody owns: they were released when
+  they began to wait;
+- orphans: live runs whose owner's lease lapsed (it died, hung or lost the store), taken over with
+  a claim that displaces that owner;
+- queued runs: created and not started (`Engine.start(..., queued=True)`), owned by nobody;
+- what the process itself starts (`Engine.start` claims the new run in its first append).
+
+Each candidate is driven by one task that first claims the run: when two workers go for the same
+run, the store's fenced append lets one claim win, and the other is refused (`RunOwned`) and
+moves on. So two live workers never drive a run at once, and a worker paused past its lease
+records nothing when it wakes (`OwnershipLost`). It goes on under a new worker id, never renewing
+the lapsed lease.
+
+Stopping (`stop()`, or SIGTERM/SIGINT with `install_signal_handlers`): the worker claims nothing
+more, lets its drives finish within a grace period, cancels the rest, and drops its lease, so the
+runs it still owns are orphans at once and another worker takes them over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+import attrs
+
+from runfold.engine.engine import Engine
+from runfold.engine.errors import RunDefinitionConflict
+from runfold.engine.lease import DEFAULT_LEASE, Lease, new_worker_id
+from runfold.engine.schedule import Schedule
+from runfold.kernel import (
+    OwnershipLost,
+    RunOwned,
+    StoreClosed,
+    StoreUnavailable,
+    TerminalState,
+)
+from runfold.stores.leases import WorkerLeases
+
+__all__ = ["Worker", "WorkerCounts"]
+
+_log = logging.getLogger("runfold.worker")
+_BATCH = 100
+"""How many due wakeups and orphans one look at the store asks for."""
+
+
+@attrs.define
+class WorkerCounts:
+    """What a worker did since it started: runs driven, taken over, lost, and failed drives."""
+
+    drives: int = 0
+    takeovers: int = 0
+    refused: int = 0
+    """Claims another worker won (`RunOwned`), or runs lost while driving (`OwnershipLost`)."""
+    failures: int = 0
+    """Drives that raised something else (logged with the error)."""
+    lapses: int = 0
+    """Times the worker's lease lapsed and it went on under a new id."""
+
+
+class Worker:
+    """Serves an engine's workflows as one worker of a fleet sharing the engine's store.
+
+    Args:
+        engine: Whose runtime runs the workflows; the worker sets its `lease`.
+        worker_id: A prefix of the worker's id (default: the host name); the id adds the pid
+            and a random part, since an id is never used again after its lease lapsed.
+        lease: How long the lease holds without a renewal (renewed every third of it). Another
+            worker takes over this one's runs once it lapsed.
+        concurrency: How many runs it drives at once.
+        poll_interval: Seconds: the longest it sleeps before looking for work again (it wakes
+            earlier for the next due wakeup it knows of, and on `wake()`).
+        grace: Seconds `stop` gives running drives to finish before cancelling them.
+        schedules: Workflows to start at each tick of a cron expression, once across the fleet.
+
+    Raises:
+        TypeError: The engine's store keeps no worker leases.
+        ValueError: `concurrency` below 1, or a non-positive `poll_interval`.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        worker_id: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        concurrency: int = 16,
+        poll_interval: float = 1.0,
+        grace: float = 30.0,
+        schedules: Sequence[Schedule] = (),
+    ) -> None:
+        store = engine.handler.store
+        if not isinstance(store, WorkerLeases):
+            raise TypeError(f"{type(store).__name__} keeps no worker leases: a fleet needs one")
+        if concurrency < 1 or not poll_interval > 0 or grace < 0:
+            raise ValueError("concurrency must be >= 1, poll_interval > 0 and grace >= 0")
+        self.engine = engine
+        self.leases: WorkerLeases = store
+        self.prefix = worker_id
+        self.lease = Lease(new_worker_id(worker_id), lease)
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        self.grace = grace
+        self.counts = WorkerCounts()
+        self.schedules = tuple(schedules)
+        self._ticked: datetime | None = None  # when the ticks were last turned into runs
+        self._drives: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        engine.lease = self.lease
+
+    @property
+    def worker_id(self) -> str:
+        """The id the worker holds its lease under now."""
+        return self.lease.worker_id
+
+    @property
+    def driving(self) -> frozenset[str]:
+        """The ids of the runs it is driving now."""
+        return frozenset(self._drives)
+
+    def wake(self) -> None:
+        """Look for work now rather than at the next poll."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Begin a graceful stop: `serve` claims nothing more and returns once it stopped."""
+        self._stopping.set()
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        """Make SIGTERM and SIGINT stop the worker gracefully (call inside the event loop)."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stop)
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Serve until `stop()`: renew the lease, find work, drive it, and stop gracefully.
+
+        Raises:
+            StoreClosed: The store was closed under the worker.
+        """
+        await self._join()
+        self._ticked = self.engine.handler.clock()
+        heartbeat = asyncio.create_task(self._heartbeat(), name=f"lease {self.worker_id}")
+        _log.info("worker %s serving %s", self.worker_id, sorted(self.engine.workflow_names))
+        try:
+            while not self._stopping.is_set():
+                self._wake.clear()
+                try:
+                    pause = await self._look()
+                except StoreUnavailable as exc:
+                    _log.warning("worker %s cannot reach the store: %s", self.worker_id, exc)
+                    pause = self.poll_interval
+                if self._stopping.is_set():
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), pause)
+        finally:
+            await self._wind_down()
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+            with contextlib.suppress(StoreUnavailable, StoreClosed):
+                await self.leases.drop_lease(self.worker_id)
+            _log.info("worker %s stopped: %s", self.worker_id, self.counts)
+
+    async def _look(self) -> float:
+        """Claim what there is room for; the seconds to sleep before looking again."""
+        room = self.concurrency - len(self._drives)
+        now = self.engine.handler.clock()
+        await self._tick(now)
+        if room > 0:
+            orphans = await self.leases.orphaned_runs(
+                now, limit=_BATCH, workflow_names=self.engine.workflow_names
+            )
+            # Several workers see the same list: each takes it in its own order.
+            for summary in random.sample(orphans, len(orphans)):
+                if room <= 0:
+                    break
+                if summary.run_id not in self._drives and summary.owner_id is not None:
+                    self._start(summary.run_id, displacing=summary.owner_id)
+                    room -= 1
+        for workflow_name in sorted(self.engine.workflow_names):
+            if room <= 0:
+                break
+            page = await self.engine.handler.store.list_runs(
+                workflow_name=workflow_name, status="pending", limit=_BATCH
+            )
+            queued = [s.run_id for s in page.items if s.owner_id is None]
+            for run_id in random.sample(queued, len(queued)):
+                if room <= 0:
+                    break
+                if run_id not in self._drives:
+                    self._start(run_id)
+                    room -= 1
+        if room > 0:
+            due = await self.engine.handler.store.due_wakeups(
+                now, limit=_BATCH, workflow_names=self.engine.workflow_names
+            )
+            runs = list(dict.fromkeys(w.run_id for w in due))
+            for run_id in random.sample(runs, len(runs)):
+                if room <= 0:
+                    break
+                if run_id not in self._drives:
+                    self._start(run_id)
+                    room -= 1
+            if len(due) >= _BATCH and room > 0:
+                return 0.0  # more is due than one look found
+        # Sleep until the next wakeup that is not due yet: what is due now was taken, is being
+        # driven here, or waits for room (a drive that ends wakes the loop).
+        nxt = await self.engine.next_wakeup()
+        pause = self.poll_interval
+        if nxt is not None:
+            ahead = (nxt.due_at - self.engine.handler.clock()).total_seconds()
+            if ahead > 0:
+                pause = min(pause, ahead)
+        return pause
+
+    async def _tick(self, now: datetime) -> None:
+        """Record a queued run for each tick of each schedule since the last look."""
+        after, self._ticked = self._ticked, now
+        if after is None:
+            return
+        for schedule in self.schedules:
+            for tick in schedule.ticks(after, now):
+                try:
+                    await self.engine.start(
+                        schedule.workflow_name,
+                        schedule.input_for(tick),
+                        run_id=schedule.run_id(tick),
+                        queued=True,
+                    )
+                except RunDefinitionConflict as exc:  # the id holds a run of other input
+                    _log.error("schedule of %r: %s", schedule.workflow_name, exc)
+
+    def _start(self, run_id: str, *, displacing: str | None = None) -> None:
+        task = asyncio.create_task(self._drive(run_id, displacing), name=f"drive {run_id}")
+        self._drives[run_id] = task
+
+    async def _drive(self, run_id: str, displacing: str | None) -> None:
+        try:
+            await self.engine.drive(run_id, displacing=displacing)
+            self.counts.drives += 1
+            if displacing is not None:
+                self.counts.takeovers += 1
+                _log.info("worker %s took run %r over from %s", self.worker_id, run_id, displacing)
+        except (RunOwned, OwnershipLost, TerminalState) as exc:
+            self.counts.refused += 1
+            _log.debug("worker %s left run %r: %s", self.worker_id, run_id, exc)
+        except Exception as exc:
+            self.counts.failures += 1
+            _log.warning("worker %s: driving run %r failed: %r", self.worker_id, run_id, exc)
+        finally:
+            self._drives.pop(run_id, None)
+            self._wake.set()  # room for more work
+
+    # --- the lease ----------------------------------------------------------------------------
+
+    async def _join(self) -> None:
+        """Take a lease, under a new id as long as the store says the id's lease lapsed."""
+        while not await self._renew():
+            self.lease.lapse(new_worker_id(self.prefix))
+
+    async def _renew(self) -> bool:
+        sent = time.monotonic()
+        now = self.engine.handler.clock()
+        held = await self.leases.renew_lease(
+            self.worker_id, lease_until=now + self.lease.duration, now=now
+        )
+        if held:
+            self.lease.renewed(sent)
+        return held
+
+    async def _heartbeat(self) -> None:
+        period = self.lease.duration.total_seconds() / 3
+        while True:
+            await asyncio.sleep(period)
+            try:
+                held = self.lease.holds() and await self._renew()
+            except StoreUnavailable as exc:
+                _log.warning("worker %s could not renew its lease: %s", self.worker_id, exc)
+                held = self.lease.holds()
+                if held:
+                    continue
+            if not held:
+                await self._lapsed()
+
+    async def _lapsed(self) -> None:
+        """The lease lapsed: drop every drive (their runs may be another's now), join anew."""
+        old = self.worker_id
+        self.counts.lapses += 1
+        self.lease.lapse(new_worker_id(self.prefix))
+        _log.warning("worker %s let its lease lapse; going on as %s", old, self.worker_id)
+        await _cancel(self._drives.values())
+        with contextlib.suppress(StoreUnavailable):
+            await self._join()
+        self._wake.set()
+
+    async def _wind_down(self) -> None:
+        """Let the drives finish within the grace period, then cancel what is left."""
+        if self._drives:
+            _, late = await asyncio.wait(list(self._drives.values()), timeout=self.grace)
+            await _cancel(late)
+
+
+async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:
+    chosen = list(tasks)
+    for task in chosen:
+        task.cancel()
+    if chosen:
+        await asyncio.gather(*chosen, return_exceptions=True)

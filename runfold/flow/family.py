@@ -1,0 +1,207 @@
+"""What a `Flow` does for parents and children beyond the engine: create, wake, cancel.
+
+Decisions and appends are the engine's; these follow-ups are the `Flow`'s, made after each of
+its operations (`settle`), so they never run inside another run's drive:
+
+- a `start_child` decision creates the child run, queued (before the decision is appended, so a
+  link always names a run that exists), and has it driven: by this `Flow` after its operation,
+  or, while it serves a fleet, by whichever worker takes the queued run up (this one is woken);
+- a child that ended has its end delivered to the hook its parent awaits it on (now, or when the
+  parent reaches that hook: the `Flow` checks the child then), which drives the parent;
+- a parent that ended has its live children cancelled (the documented policy).
+
+While the `Flow` serves (`Flow.serve`), `keep_settling` does the follow-ups as they come.
+
+A crash between any two of these loses nothing: a created child not yet driven is a live run
+`recover` drives; a parent awaiting a child that already ended is driven by `recover`, and its
+awaiting the child's hook makes the `Flow` deliver then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+from runfold.engine import AwaitHook, Engine, LinkChildOperation, RunDefinitionConflict, Worker
+from runfold.flow.calls import StartChildCall
+from runfold.flow.children import CHILD_KIND, RESULT_METADATA, result_payload, result_token
+from runfold.flow.encoding import PayloadCodec
+from runfold.kernel import (
+    CreateRun,
+    EntityConflict,
+    HookNotFound,
+    RunExpired,
+    Snapshot,
+    StoreClosed,
+    StoreUnavailable,
+    TerminalState,
+)
+
+if TYPE_CHECKING:
+    from runfold.flow.interpreter import Interpreter
+
+__all__ = ["Family"]
+
+_log = logging.getLogger("runfold.flow")
+
+FollowUp: TypeAlias = tuple[Literal["drive", "ended", "deliver"], str, bytes]
+"""("drive", run id, b""), ("ended", run id, b""), ("deliver", token, payload)."""
+
+
+class Family:
+    """The parent/child follow-ups of one `Flow`'s operations."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        interpreter: Interpreter,
+        codec: PayloadCodec,
+        version: Callable[[], str | None],
+        worker: Callable[[], Worker | None],
+    ) -> None:
+        self.engine = engine
+        self.handler = engine.handler
+        self.interpreter = interpreter
+        self.codec = codec
+        self.version = version
+        self.worker = worker  # the worker the Flow serves as, if it does
+        self.queue: deque[FollowUp] = deque()
+        self.queued = asyncio.Event()  # set when a follow-up joins the queue
+
+    def push(self, follow_up: FollowUp) -> None:
+        """Queue a follow-up."""
+        self.queue.append(follow_up)
+        self.queued.set()
+
+    # --- while the engine drives --------------------------------------------------------------
+
+    async def decided(self, snapshot: Snapshot, decision: object) -> None:
+        """Act on a workflow decision before the engine applies it."""
+        if isinstance(decision, LinkChildOperation) and decision.kind == CHILD_KIND:
+            await self.create_child(snapshot, decision)
+        elif (
+            isinstance(decision, AwaitHook)
+            and decision.metadata is not None
+            and decision.metadata.startswith(RESULT_METADATA)
+        ):
+            child_id = decision.metadata[len(RESULT_METADATA) :].decode()
+            found = await self.handler.lookup(child_id)
+            if found is not None and found.is_terminal:  # ended before the parent asked
+                self.push(("deliver", decision.token, _outcome(found)))
+
+    async def create_child(self, parent: Snapshot, link: LinkChildOperation) -> None:
+        """Create the child run `link` names, queued, unless it exists; have it driven."""
+        session = self.interpreter.sessions.get(parent.run_id)
+        call = None if session is None else session.call
+        assert isinstance(call, StartChildCall) and link.child_run_id is not None
+        child_id = link.child_run_id
+        existing = await self.handler.lookup(child_id)
+        if existing is None:
+            deadline: datetime | None = None
+            if call.timeout is not None:
+                deadline = self.handler.clock() + call.timeout
+            create = CreateRun(
+                workflow_name=call.workflow.name,
+                input=self.codec.encode(call.input),
+                workflow_version=self.version(),
+                parent_run_id=parent.run_id,
+                deadline=deadline,
+            )
+            try:
+                await self.handler.execute(child_id, create)
+            except EntityConflict:  # created meanwhile (another process replaying the parent)
+                existing = await self.handler.lookup(child_id)
+        if existing is not None and (
+            existing.parent_run_id != parent.run_id or existing.workflow_name != call.workflow.name
+        ):
+            raise RunDefinitionConflict(
+                f"child run {child_id!r} of run {parent.run_id!r} exists as another run "
+                f"(workflow {existing.workflow_name!r}, parent {existing.parent_run_id!r})",
+                run_id=child_id,
+            )
+        self.push(("drive", child_id, b""))
+
+    def ended(self, run_id: str) -> None:
+        """A run ended: its parent and children may need a follow-up."""
+        session = self.interpreter.sessions.get(run_id)
+        if session is None or session.family or session.info.parent_run_id is not None:
+            self.push(("ended", run_id, b""))
+
+    # --- after a Flow operation ---------------------------------------------------------------
+
+    async def settle(self) -> bool:
+        """Do every follow-up, and those they bring; whether there was any.
+
+        A follow-up that fails is logged and dropped: what it would have done is found again by
+        `Flow.recover` (a live child, a parent awaiting an ended child).
+
+        Raises:
+            StoreUnavailable: The store could not be reached (`recover` carries on).
+            StoreClosed: The store was closed.
+        """
+        worked = False
+        while self.queue:
+            worked = True
+            kind, subject, payload = self.queue.popleft()
+            try:
+                worker = self.worker()
+                if kind == "drive" and worker is not None:
+                    worker.wake()  # a queued run: the fleet takes it up
+                elif kind == "drive":
+                    await self.engine.drive(subject)
+                elif kind == "deliver":
+                    await self.deliver(subject, payload)
+                else:
+                    await self.after_end(subject)
+            except (StoreUnavailable, StoreClosed):
+                raise
+            except Exception as exc:
+                _log.warning("follow-up %s of %r failed: %r", kind, subject, exc)
+        return worked
+
+    async def keep_settling(self) -> None:
+        """`settle` whenever a follow-up is queued, until cancelled (while the Flow serves)."""
+        while True:
+            await self.queued.wait()
+            self.queued.clear()
+            try:
+                await self.settle()
+            except (StoreUnavailable, StoreClosed) as exc:
+                _log.warning("parent/child follow-ups wait for the store: %r", exc)
+                await asyncio.sleep(1.0)
+                self.queued.set()
+
+    async def deliver(self, token: str, payload: bytes) -> None:
+        """Deliver a child's end to its parent's hook, once, and drive the parent."""
+        # Refused when the parent is not awaiting it (yet, or any more), or already has it.
+        with contextlib.suppress(HookNotFound, RunExpired, EntityConflict):
+            await self.engine.deliver(token, payload, delivery_id="child-ended")
+
+    async def after_end(self, run_id: str) -> None:
+        """Wake the ended run's parent if it awaits it; cancel its live children."""
+        run = await self.handler.snapshot(run_id)
+        if run.parent_run_id is not None:
+            parent = await self.handler.lookup(run.parent_run_id)
+            if parent is not None and parent.is_live:
+                for link in parent.children.values():
+                    if link.kind == CHILD_KIND and link.child_run_id == run_id and link.metadata:
+                        await self.deliver(result_token(link.metadata), _outcome(run))
+        for link in run.children.values():
+            if link.kind != CHILD_KIND or link.child_run_id is None:
+                continue
+            child = await self.handler.lookup(link.child_run_id)
+            if child is not None and child.is_live and child.cancellation is None:
+                reason = f"its parent run {run_id!r} ended {run.status}"
+                # Refused when it ended or started cancelling meanwhile.
+                with contextlib.suppress(TerminalState, EntityConflict):
+                    await self.engine.request_cancel(link.child_run_id, reason=reason)
+
+
+def _outcome(run: Snapshot) -> bytes:
+    body = run.output if run.status == "completed" else run.error
+    return result_payload(run.status, body)

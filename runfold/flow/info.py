@@ -1,0 +1,60 @@
+"""`workflow_info()`: what a workflow or step body knows about the run it belongs to.
+
+DBOS's `DBOS.workflow_id` and friends: the run's id, its workflow's name and version, the run
+that started it (a child's parent) and when it started. The interpreter sets it while workflow
+code runs, the `Flow` while a step body runs (on the loop or in its thread pool), so it is
+the same in both and on every replay.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from datetime import datetime
+
+import attrs
+
+from runfold.flow.errors import NotInWorkflow
+from runfold.kernel import Snapshot
+
+__all__ = ["WorkflowInfo", "workflow_info"]
+
+
+@attrs.frozen(kw_only=True)
+class WorkflowInfo:
+    """The run a workflow or step body belongs to."""
+
+    run_id: str
+    workflow_name: str
+    workflow_version: str | None
+    """The `version` of the `Flow` that started the run, if it had one."""
+    parent_run_id: str | None
+    """The run that started this one as a child, else None."""
+    started_at: datetime
+    """When the run started (its creation, for a run not started yet); the same on replays."""
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> WorkflowInfo:
+        """The info of the run `snapshot` stands for."""
+        started = snapshot.started_at
+        return cls(
+            run_id=snapshot.run_id,
+            workflow_name=snapshot.workflow_name,
+            workflow_version=snapshot.workflow_version,
+            parent_run_id=snapshot.parent_run_id,
+            started_at=started if started is not None else snapshot.created_at,
+        )
+
+
+CURRENT_INFO: ContextVar[WorkflowInfo | None] = ContextVar("runfold_flow_info", default=None)
+
+
+def workflow_info() -> WorkflowInfo:
+    """The run the calling workflow code or step body belongs to.
+
+    Raises:
+        NotInWorkflow: Called outside workflow code or a step body run by a `Flow`.
+    """
+    found = CURRENT_INFO.get()
+    if found is None:
+        raise NotInWorkflow("workflow_info() is for workflow code and step bodies run by a Flow")
+    return found

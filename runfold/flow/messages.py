@@ -1,0 +1,79 @@
+"""Messages: `Flow.send(run_id, message, topic=...)` and `await recv(topic, timeout=...)`.
+
+A run's messages on a topic go to one hook of the run, its mailbox (`mailbox_hook_id`), whose
+token is derived from the run id and the topic (`mailbox_token`): the sender names the run,
+as in DBOS. Whoever needs the mailbox first creates it: the workflow's first `recv` of the
+topic, or `Flow.send`, which records a `hook_created` on the run itself when the workflow has
+not asked yet, so a message sent early is kept. Every message is a delivery of that hook; the
+k-th `recv` of a topic in a run takes its k-th delivery, which the session counts as the
+workflow replays, so each message is received once.
+
+A `recv` with a timeout at call id n has a durable timer n. Once it is due with no message
+waiting, the interpreter records a second, already-due timer `n:timed-out` and only then
+resumes the workflow with None: a message recorded before that marker but after the decision
+to time out is left for the next `recv` on every replay alike, since the marker decides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+
+from runfold.engine import AwaitHook, RuntimeDecision, WaitUntil
+from runfold.flow.calls import RecvCall
+from runfold.kernel import Snapshot
+
+if TYPE_CHECKING:
+    from runfold.flow.interpreter import Interpreter, Session
+
+__all__ = ["MAILBOX_METADATA", "mailbox_hook", "on_recv"]
+
+MAILBOX_METADATA = b"runfold.flow.mailbox:"
+"""What the metadata of a mailbox hook starts with (then the topic)."""
+
+
+def mailbox_hook(run_id: str, topic: str | None) -> tuple[str, str, bytes]:
+    """The hook id, token and metadata of the run's mailbox for `topic`."""
+    name = topic if topic is not None else ""
+    digest = hashlib.sha256(f"{run_id}\x00{name}".encode()).hexdigest()
+    return f"mailbox:{name}", f"runfold-mailbox:{digest}", MAILBOX_METADATA + name.encode()
+
+
+def on_recv(
+    interpreter: Interpreter,
+    session: Session,
+    snapshot: Snapshot,
+    durable: Snapshot | None,
+    call: RecvCall,
+    call_id: str,
+) -> RuntimeDecision | None:
+    """Resume with the topic's next message, or wait for one (or for the timeout)."""
+    hook_id, token, metadata = mailbox_hook(snapshot.run_id, call.topic)
+    marker_id = f"{call_id}:timed-out"
+    waits = snapshot.waits
+    marker = waits.get(marker_id)
+    if marker is not None:  # the timeout was decided: None, whatever arrived since
+        if marker.status == "waiting":
+            return WaitUntil(wait_id=marker_id, resume_at=marker.resume_at)
+        interpreter.consumed(session, durable, ("wait", marker_id), ("completed", None))
+        session.resume(None)
+        return None
+    mailbox = snapshot.hooks.get(hook_id)
+    taken = session.received.get(hook_id, 0)
+    if mailbox is not None and len(mailbox.deliveries) > taken:
+        # Deliveries are appended before anyone is shown them: nothing to confirm.
+        session.received[hook_id] = taken + 1
+        session.resume(interpreter.codec.decode(mailbox.deliveries[taken].payload))
+        return None
+    if mailbox is None:
+        interpreter.other_kind(session, snapshot, call_id)
+        return AwaitHook(hook_id=hook_id, token=token, metadata=metadata)
+    if call.timeout is None:
+        return AwaitHook(hook_id=hook_id, token=token, metadata=metadata)
+    timer = waits.get(call_id)
+    if timer is None:
+        interpreter.other_kind(session, snapshot, call_id)
+        return WaitUntil(wait_id=call_id, resume_at=interpreter.clock() + call.timeout)
+    if timer.status == "waiting":  # suspends the run until it is due, then completes it
+        return WaitUntil(wait_id=call_id, resume_at=timer.resume_at)
+    return WaitUntil(wait_id=marker_id, resume_at=timer.resume_at)  # due: made and completed

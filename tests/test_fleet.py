@@ -1,0 +1,108 @@
+"""A fleet: several workers on one store, each run driven by one owner at a time.
+
+In one process here (several `Flow`s, each serving as a worker, over one store); the chaos test
+with real processes under SIGKILL and SIGSTOP is `tests/test_fleet_chaos.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from runfold import MemoryStore
+from runfold.engine import Worker
+from runfold.flow import Flow, workflow
+from runfold.stores import EventStore, WorkerLeases
+from tests.fleet_workflows import EXPECTED, LEDGER_ENV, fleet_run, overlaps, ran_twice, read_ledger
+
+RUNS = 24
+
+
+async def wait_for(condition: object, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await condition():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_three_workers_share_the_runs_and_run_each_body_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = tmp_path / "ledger"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    store = MemoryStore()
+    flows = [Flow(store, [fleet_run]) for _ in range(3)]
+    serving = [
+        asyncio.create_task(
+            flow.serve(poll_interval=0.05, lease=timedelta(seconds=5), handle_signals=False)
+        )
+        for flow in flows
+    ]
+    await wait_for(lambda: _all_serving(flows))
+    ids = []
+    for n in range(RUNS):
+        started = await flows[n % 3].start(fleet_run, {"work": 0.001, "sleep": 0.05})
+        ids.append(started.run_id)
+
+    async def all_done() -> bool:
+        return all([(await flows[0].result(i)).status == "completed" for i in ids])
+
+    await wait_for(all_done)
+    for flow in flows:
+        flow.stop()
+    await asyncio.gather(*serving)
+    assert {(await flows[0].result(i)).output for i in ids} == {EXPECTED}
+    rows = read_ledger(ledger)
+    assert len([r for r in rows if r[0] == "start"]) == RUNS * 10
+    assert (ran_twice(rows), overlaps(rows)) == (0, 0)
+    # The sleeps were resumed by whichever worker found them due: the work was shared.
+    drives = [flow.engine for flow in flows]
+    assert all(engine.lease is None for engine in drives)
+    assert await store.list_leases() == []  # each worker dropped its lease on stopping
+
+
+async def _all_serving(flows: list[Flow]) -> bool:
+    return all(flow.worker is not None for flow in flows)
+
+
+async def test_a_worker_needs_a_store_that_keeps_leases(store: EventStore) -> None:
+    flow = Flow(store, [fleet_run])
+    if isinstance(store, WorkerLeases):
+        Worker(flow.engine)  # accepted
+        return
+    with pytest.raises(TypeError, match="keeps no worker leases"):
+        Worker(flow.engine)
+
+
+@workflow(name="test-fleet-tick", schedule="* * * * * *")
+async def every_second(tick: str) -> str:
+    return tick
+
+
+async def test_a_schedule_starts_one_run_per_tick_across_the_fleet() -> None:
+    store = MemoryStore()
+    flows = [Flow(store, [every_second]) for _ in range(3)]
+    serving = [
+        asyncio.create_task(flow.serve(poll_interval=0.05, handle_signals=False)) for flow in flows
+    ]
+    await asyncio.sleep(3.6)
+    for flow in flows:
+        flow.stop()
+    await asyncio.gather(*serving)
+    page = await store.list_runs(workflow_name="test-fleet-tick", limit=100)
+    outputs = [(await flows[0].result(s.run_id)).output for s in page.items]
+    ticks = sorted(datetime.fromisoformat(output) for output in outputs)
+    assert len(ticks) >= 3, ticks
+    assert len(set(ticks)) == len(ticks) == len(page.items)
+    # One run per tick, none missed: consecutive seconds.
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(ticks)), ticks
+    assert all(s.status == "completed" for s in page.items)
+
+
+def test_a_bad_schedule_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a cron expression"):
+        workflow(name="test-fleet-bad", schedule="every tuesday")(every_second.fn)

@@ -1,0 +1,177 @@
+"""Child workflows: `start_child`, `await handle.result()`, `await child(...)`, on every store."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import given, settings
+
+from runfold import EventStore, MemoryStore
+from runfold.flow import (
+    ChildWorkflowError,
+    Flow,
+    child,
+    sleep,
+    start_child,
+    step,
+    wait_for_event,
+    workflow,
+    workflow_info,
+)
+from runfold.kernel import HookNotFound, RetryPolicy, RunNotFound
+from runfold.testing import Fault, crash_and_resume
+from runfold.testing.strategies import fault_schedules
+from tests.conftest import Clock
+
+
+def price(item: str) -> int:
+    return len(item)
+
+
+def out_of_stock(item: str) -> None:
+    raise RuntimeError(f"no {item}")
+
+
+@workflow(name="test-order-line")
+async def order_line(item: str) -> dict[str, Any]:
+    cost: int = await step(price, item)
+    if item.startswith("wait"):
+        await wait_for_event("packed", token=f"packed-{item}")
+    if item.startswith("gone"):
+        await step(out_of_stock, item, retry=RetryPolicy(max_attempts=1))
+    if item.startswith("slow"):
+        await sleep(timedelta(days=3))
+    return {"item": item, "cost": cost, "parent": workflow_info().parent_run_id}
+
+
+@workflow(name="test-order-parent")
+async def order_parent(items: list[str]) -> list[Any]:
+    handles = [await start_child(order_line, item) for item in items]
+    lines: list[Any] = []
+    for handle in handles:
+        try:
+            lines.append([handle.run_id, await handle.result()])
+        except ChildWorkflowError as exc:
+            lines.append([handle.run_id, exc.child_status, exc.child_error])
+    lines.append(await child(order_line, "gift-wrap"))
+    return lines
+
+
+async def test_children_are_linked_awaited_and_report_failures(store: EventStore) -> None:
+    flow = Flow(store, [order_parent, order_line])
+    done = await flow.start(order_parent, ["pen", "gone-ink"], run_id="P")
+    assert done.status == "completed", done.error
+    assert done.output == [
+        ["P/1", {"item": "pen", "cost": 3, "parent": "P"}],
+        ["P/2", "failed", "StepError: step 'out_of_stock' failed: RuntimeError: no gone-ink"],
+        {"item": "gift-wrap", "cost": 9, "parent": "P"},
+    ]
+    links = done.snapshot.children
+    assert [(k, v.child_run_id, v.operation_id) for k, v in links.items()] == [
+        ("1", "P/1", "test-order-line"),
+        ("2", "P/2", "test-order-line"),
+        ("5", "P/5", "test-order-line"),
+    ]
+    for child_id in ("P/1", "P/2", "P/5"):
+        assert (await flow.result(child_id)).snapshot.parent_run_id == "P"
+
+
+async def test_the_parent_wakes_when_its_child_ends(store: EventStore) -> None:
+    await Flow(store, [order_parent, order_line]).start(order_parent, ["wait-1"], run_id="W")
+    # A fresh process: the child's end, delivered by a webhook, wakes the parent at once.
+    flow = Flow(store, [order_parent, order_line])
+    assert (await flow.result("W")).status == "running"
+    child_run = await flow.deliver("packed-wait-1", True)
+    assert (child_run.run_id, child_run.status) == ("W/1", "completed")
+    parent = await flow.result("W")
+    assert parent.status == "completed" and parent.output[0][0] == "W/1"
+
+
+async def test_a_parent_woken_late_after_a_crash_is_found_by_recover(store: EventStore) -> None:
+    flow = Flow(store, [order_parent, order_line])
+    await flow.start(order_parent, ["wait-2"], run_id="R")
+    await flow.handler.deliver("packed-wait-2", flow.codec.encode(True))
+    await flow.engine.drive("R/1")  # the child ends; the process dies before waking the parent
+    assert (await flow.result("R/1")).status == "completed"
+    assert (await flow.result("R")).status == "running"
+    await Flow(store, [order_parent, order_line]).recover()
+    assert (await flow.result("R")).status == "completed"
+
+
+async def test_cancelling_or_timing_out_the_parent_cancels_its_children(
+    store: EventStore, clock: Clock
+) -> None:
+    flow = Flow(store, [order_parent, order_line], clock=clock)
+    await flow.start(order_parent, ["slow-1", "wait-3"], run_id="C")
+    cancelled = await flow.cancel("C", reason="customer gave up")
+    assert cancelled.status == "cancelled"
+    for child_id in ("C/1", "C/2"):
+        ended = await flow.result(child_id)
+        assert ended.status == "cancelled", child_id
+        assert ended.snapshot.cancellation is not None
+        assert "'C' ended cancelled" in (ended.snapshot.cancellation.reason or "")
+
+    await flow.start(order_parent, ["slow-2"], run_id="T", timeout=timedelta(days=1))
+    clock.advance(timedelta(days=1))
+    await flow.run_until_idle()
+    assert (await flow.result("T")).status == "timed_out"
+    assert (await flow.result("T/1")).status == "cancelled"
+
+
+@settings(max_examples=15)
+@given(schedule=fault_schedules(max_write=16, max_faults=2))
+async def test_parent_and_children_survive_any_fault_schedule(schedule: tuple[Fault, ...]) -> None:
+    outcome = await crash_and_resume(
+        order_parent,
+        ["pen", "wait-4"],
+        store=MemoryStore(),
+        schedule=schedule,
+        workflows=[order_line],
+        events={"packed-wait-4": True},
+        run_id="H",
+    )
+    assert outcome.same, outcome
+
+
+async def test_children_under_a_fleet_of_two_workers(store: EventStore) -> None:
+    flows = [Flow(store, [order_parent, order_line]) for _ in range(2)]
+    serving = [
+        asyncio.create_task(flow.serve(poll_interval=0.05, handle_signals=False)) for flow in flows
+    ]
+    try:
+        async with asyncio.timeout(60):
+            while not all(flow.worker is not None for flow in flows):
+                await asyncio.sleep(0.01)
+            await flows[0].start(order_parent, ["pen", "wait-5"], run_id="F", queued=True)
+            while await _status(flows[1], "F/2") != "running":
+                await asyncio.sleep(0.02)  # a worker took the child up
+            while True:  # the hook is there once the child's worker drove it to the wait
+                try:
+                    await flows[1].deliver("packed-wait-5", True)
+                    break
+                except HookNotFound:
+                    await asyncio.sleep(0.02)
+            done = await _ended(flows[0], "F")
+            assert done.status == "completed", done.error
+            assert [line[0] for line in done.output[:2]] == ["F/1", "F/2"]
+    finally:
+        for flow in flows:
+            flow.stop()
+        await asyncio.gather(*serving)
+
+
+async def _status(flow: Flow, run_id: str) -> str | None:
+    try:
+        return (await flow.result(run_id)).status
+    except RunNotFound:
+        return None
+
+
+async def _ended(flow: Flow, run_id: str) -> Any:
+    while True:
+        run = await flow.result(run_id)
+        if run.status not in ("pending", "running"):
+            return run
+        await asyncio.sleep(0.02)
