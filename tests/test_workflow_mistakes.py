@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runfold import CommandHandler, EventStore
+from runfold import CommandHandler, EventStore, MemoryStore
 from runfold.engine import (
     DEFAULT_STEP_TIMEOUT,
     BaseExceptionRaised,
@@ -22,6 +22,7 @@ from runfold.engine import (
     ScheduleStep,
     ScheduleSteps,
     StepInvocation,
+    UpdateAttributes,
     WorkflowInvocation,
 )
 from runfold.flow import Flow, PayloadError, StepError, sleep, step, wait_for_event, workflow
@@ -502,3 +503,26 @@ async def test_the_engine_step_timeout_is_a_default_a_step_may_lift(store: Event
         step(slow, 1, timeout=0)
     with pytest.raises(ValueError, match="step_timeout"):
         Engine(flow.handler, flow, step_timeout=timedelta(0))
+
+
+# --- long runs ----------------------------------------------------------------------------------
+
+
+async def test_a_drive_goes_on_until_the_run_ends_not_for_a_count_of_steps() -> None:
+    """`Flow.start` raised `ReplayLimitExceeded` after 1,024 steps, and nothing drove on."""
+    flow = Flow(MemoryStore(), [long_one])
+    run = await flow.start(long_one, 2_000, run_id="r")
+    assert run.status == "completed" and run.output == sum(range(2_000))
+    assert flow.engine.max_replay_iterations is None
+
+
+async def test_a_workflow_that_never_settles_fails_at_the_history_limit(
+    handler: CommandHandler,
+) -> None:
+    def chatty(invocation: WorkflowInvocation) -> RuntimeDecision:
+        return UpdateAttributes(changes={"n": str(invocation.snapshot.last_sequence)})
+
+    handler.limits = Limits(max_events_per_run=50)
+    run = await Engine(handler, Scripted(chatty)).start("wf", b"", run_id="r")
+    assert run.status == "failed" and run.error_code == "HistoryLimitExceeded"
+    assert run.last_sequence == 51  # its end may always take one event past the limit

@@ -11,6 +11,7 @@ next drive makes again, since the workflow is deterministic.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from datetime import datetime
@@ -133,7 +134,8 @@ class Drive(StepRunner):
     async def run(self) -> Snapshot:
         """Drive until the run ends or waits, and return it as stored."""
         try:
-            for _ in range(self.engine.max_replay_iterations):
+            bound = self.engine.max_replay_iterations  # None: until it ends or waits
+            for _ in range(bound) if bound is not None else itertools.count():
                 view = self.view
                 if view is not None and view.is_terminal:
                     if await self.flush() == "shown":
@@ -153,7 +155,7 @@ class Drive(StepRunner):
             await self.flush()
             raise ReplayLimitExceeded(
                 f"run {self.run_id!r} neither ended nor suspended after "
-                f"{self.engine.max_replay_iterations} decisions; drive it again to continue",
+                f"{bound} decisions; drive it again to continue",
                 run_id=self.run_id,
             )
         except Exception as exc:

@@ -125,7 +125,9 @@ class Engine:
         runtime: The workflow code: what a run does next, and the step bodies.
         observers: See every envelope the engine appends.
         max_replay_iterations: How often one `drive` may ask the runtime before it raises
-            `ReplayLimitExceeded`.
+            `ReplayLimitExceeded`; None (the default): no bound, a drive goes on until the run
+            ends or waits (the run's `Limits.max_events_per_run` bounds a workflow that never
+            does: past it the run fails with `HistoryLimitExceeded`).
         jitter: The share of a retry delay the replay-stable jitter may take off.
         lease: The lease of the fleet worker this engine drives runs for (a `Worker` sets
             it). With one, every drive first claims its run for the worker (the claim goes in
@@ -146,12 +148,12 @@ class Engine:
         runtime: WorkflowRuntime,
         observers: Iterable[EngineObserver] = (),
         *,
-        max_replay_iterations: int = 1024,
+        max_replay_iterations: int | None = None,
         jitter: float = DEFAULT_JITTER,
         lease: Lease | None = None,
         step_timeout: timedelta | None = DEFAULT_STEP_TIMEOUT,
     ) -> None:
-        if max_replay_iterations < 1:
+        if max_replay_iterations is not None and max_replay_iterations < 1:
             raise ValueError("max_replay_iterations must be at least 1")
         if not 0.0 <= jitter <= 1.0:
             raise ValueError("jitter must be between 0 and 1")
@@ -252,7 +254,8 @@ class Engine:
             Rejection: The kernel refused a decision on the freshest view (`NonDeterministic`,
                 `TerminalState`, …).
             InvalidDecision: The runtime returned a decision the engine cannot apply.
-            ReplayLimitExceeded: The run did not settle within `max_replay_iterations`.
+            ReplayLimitExceeded: The run did not settle within `max_replay_iterations` (only
+                when one is set).
             RunOwned: With a `lease`: another worker owns the run (and is not `displacing`,
                 the owner whose lease the caller found lapsed).
             OwnershipLost: With a `lease`: the worker lost the run while driving it.

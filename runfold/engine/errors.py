@@ -80,6 +80,8 @@ class InvalidDecision(EngineError):
 class ReplayLimitExceeded(EngineError):
     """One `drive` asked the runtime `max_replay_iterations` times and the run never settled.
 
+    Only with a bound set on the `Engine` (by default a drive has none).
+
     Settling is ending or suspending. Everything decided so far is durable: driving again
     continues from there.
     """
