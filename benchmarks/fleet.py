@@ -10,7 +10,8 @@ then until its last run completed; it is paused again while the other fleet work
 times the fleet alone, draining a backlog: no enqueueing, no start-up, no other fleet polling.
 
 Reported: workflows/s of each fleet and workload (`fleet_app`: 2 ms CPU steps, 20 ms I/O
-steps), with runfold's ratios to one runfold process and to DBOS with as many processes.
+steps), with runfold's ratios to one runfold process and to DBOS with as many processes; and
+the CPU time the worker processes spent per workflow (from /proc: Linux only).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ DRAIN_SECONDS = 600.0
 SIZES = (1, 2, 4)
 """Worker processes per fleet."""
 RUNS_PER_PROCESS = {"cpu": 60, "io": 100}
-"""A round's batch: runs queued per worker process (about 2 s of work for runfold's)."""
+"""A round's batch: runs queued per worker process (a few seconds of work for runfold's)."""
 WORKLOADS = {
     "cpu": (f"{CPU_STEP_SECONDS * 1000:g} ms CPU steps", fleet_cpu.name),
     "io": (f"{IO_STEP_SECONDS * 1000:g} ms I/O steps", fleet_io.name),

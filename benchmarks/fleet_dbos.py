@@ -88,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         time.sleep(QUEUE_THREAD_START)
         print("ready", flush=True)
-        stopping.wait()
+        # A wait with a timeout: the kernel may hand SIGTERM to one of DBOS's threads, and a main
+        # thread blocked for good in `wait()` would never run the handler.
+        while not stopping.wait(timeout=0.2):
+            pass
     finally:
         DBOS.destroy()
     return 0
