@@ -113,8 +113,8 @@ _LIVE_KINDS: tuple[tuple[int, str], ...] = (
     (6, "progress"),
     (4, "child"),
     (4, "log"),
-    (3, "claim"),
-    (2, "release"),
+    (2, "claim"),
+    (1, "release"),
     (6, "arbitrary"),
     (12, "create_step"),
 )
