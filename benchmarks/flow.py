@@ -35,7 +35,10 @@ PARALLEL_SHAPE = "parallel workflow (asyncio.gather of steps), one at a time"
 PEER = "DBOS Transact (DBOS.workflow / DBOS.step)"
 
 
-def _work(previous: str) -> str:
+async def _work(previous: str) -> str:
+    # An `async def` body runs on the loop, as DBOS runs a synchronous step inline in its
+    # workflow's thread: no hop to a thread per step on either side. (A plain `def` body runs
+    # in runfold's step thread pool, for bodies that may block.)
     return "o" * PAYLOAD_BYTES
 
 
