@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from runfold import MemoryStore
+from runfold import ClaimRun, MemoryStore
 from runfold.engine import Worker
-from runfold.flow import Flow, workflow
+from runfold.flow import Flow, sleep, workflow
 from runfold.stores import EventStore, WorkerLeases
 from tests.fleet_workflows import EXPECTED, LEDGER_ENV, fleet_run, overlaps, ran_twice, read_ledger
 
@@ -106,3 +106,34 @@ async def test_a_schedule_starts_one_run_per_tick_across_the_fleet() -> None:
 def test_a_bad_schedule_is_refused() -> None:
     with pytest.raises(ValueError, match="not a cron expression"):
         workflow(name="test-fleet-bad", schedule="every tuesday")(every_second.fn)
+
+
+@workflow(name="test-fleet-long-sleep")
+async def long_sleep(_: None) -> str:
+    await sleep(timedelta(hours=1))
+    return "woke"
+
+
+async def test_a_waiting_run_of_a_dead_owner_is_taken_over_and_released() -> None:
+    store = MemoryStore()
+    starter = Flow(store, [long_sleep])
+    run = await starter.start(long_sleep, None)
+    assert run.status == "running"
+    # A worker that died right after claiming the waiting run: it holds no lease.
+    await starter.handler.execute(run.run_id, ClaimRun(owner_id="dead-worker"))
+    assert [s.run_id for s in await store.orphaned_runs(datetime.now(UTC))] == [run.run_id]
+    flow = Flow(store, [long_sleep])
+    serving = asyncio.create_task(flow.serve(poll_interval=0.02, handle_signals=False))
+
+    async def released() -> bool:
+        return (await store.get_runs([run.run_id]))[0].owner_id is None  # type: ignore[union-attr]
+
+    await wait_for(released, timeout=10)
+    flow.stop()
+    await serving
+    kinds = [
+        (type(e.event).__name__, getattr(e.event, "displaced", None))
+        for e in await store.read(run.run_id)
+    ]
+    assert kinds[-2:] == [("RunClaimed", "dead-worker"), ("RunReleased", None)]
+    assert await store.orphaned_runs(datetime.now(UTC)) == []

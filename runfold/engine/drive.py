@@ -432,10 +432,11 @@ class Drive(StepRunner):
     def let_go(self) -> None:
         """The run waits: release it with what is pending (another worker resumes it when due).
 
-        A claim that is all that is pending is dropped instead: nothing happened, so nothing is
-        written. The drive keeps acting as the owner until what is pending is appended, so that
-        append is fenced like every other; a run that another drive of this engine is running a
-        step of stays claimed: that drive releases it.
+        A claim of a free run that is all that is pending is dropped instead: nothing happened,
+        so nothing is written. A claim that displaced a lapsed owner is written with its release,
+        or the run would stay the dead owner's orphan. The drive keeps acting as the owner until
+        what is pending is appended, so that append is fenced like every other; a run that
+        another drive of this engine is running a step of stays claimed: that drive releases it.
         """
         view = self.snapshot
         if self.ownership is None or not view.is_live:
@@ -443,7 +444,8 @@ class Drive(StepRunner):
         running = self.engine.running
         if any(s not in self.claims and running(self.run_id, s) for s in view.live_step_ids):
             return
-        if len(self.pending) == 1 and isinstance(self.pending[0], ClaimRun):
+        free = self.durable is None or self.durable.owner is None
+        if free and len(self.pending) == 1 and isinstance(self.pending[0], ClaimRun):
             self.pending.clear()
             self.proposed.clear()
             self.created.clear()
