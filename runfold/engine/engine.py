@@ -65,9 +65,10 @@ __all__ = ["Engine", "EngineSummary", "Resumption", "Suspension", "SuspensionKin
 
 _log = logging.getLogger("runfold.engine")
 
-SuspensionKind: TypeAlias = Literal["wait", "retry", "deadline", "hook"]
-"""What a `Suspension` waits on: a wait, a delayed step retry, the deadline, or a hook."""
-_KIND_ORDER: dict[str, int] = {"wait": 0, "retry": 1, "deadline": 2, "hook": 3}
+SuspensionKind: TypeAlias = Literal["wait", "retry", "deadline", "ready", "hook"]
+"""What a `Suspension` waits on: a wait, a delayed step retry, the deadline, a worker of the
+fleet (input reached the run while nobody owned it), or a hook."""
+_KIND_ORDER: dict[str, int] = {"wait": 0, "retry": 1, "deadline": 2, "ready": 3, "hook": 4}
 _LIVE: tuple[RunStatus, ...] = ("pending", "running", "cancelling")
 _PAGE = 500
 
@@ -306,7 +307,9 @@ class Engine:
             now, limit=limit, workflow_names=self.workflow_names
         )
         for wakeup in wakeups:
-            by_run.setdefault(wakeup.run_id, []).append(wakeup)
+            # Input for a fleet's run is a worker's to take (see `deliver`).
+            if wakeup.kind != "ready" or self.lease is not None:
+                by_run.setdefault(wakeup.run_id, []).append(wakeup)
         resumed = []
         for run_id, due in by_run.items():
             try:
@@ -379,7 +382,9 @@ class Engine:
     async def deliver(self, token: str, payload: bytes, delivery_id: str | None = None) -> Snapshot:
         """Deliver `payload` to the live hook holding `token`, then drive its run.
 
-        A repeated `delivery_id` with the same payload is recorded once.
+        A repeated `delivery_id` with the same payload is recorded once. A run of a fleet is
+        driven only by its workers: without a `lease`, once a worker ever claimed the run, the
+        delivery is recorded and a worker takes the run on (its `ready` wakeup).
 
         Raises:
             HookNotFound: No live hook holds the token.
@@ -390,10 +395,11 @@ class Engine:
         """
         outcome = await self.handler.deliver(token, payload, delivery_id)
         await self._notify(outcome.appended)
-        return await self._drive(outcome.snapshot)
+        return await self._take_input(outcome.snapshot)
 
     async def request_cancel(self, run_id: str, reason: str | None = None) -> Snapshot:
-        """Ask a run to cancel, then drive it so the workflow can end it.
+        """Ask a run to cancel, then drive it so the workflow can end it (a fleet's run: as
+        `deliver` says).
 
         Its open steps, waits and hooks are cancelled; the workflow, seeing
         `snapshot.cancellation`, must end the run as cancelled or failed (it may run cleanup
@@ -405,7 +411,22 @@ class Engine:
             RunfoldError: Whatever `drive` raises.
         """
         outcome = await self.execute(run_id, (RequestCancel(reason=reason),))
-        return await self._drive(outcome.snapshot)
+        return await self._take_input(outcome.snapshot)
+
+    async def _take_input(self, snapshot: Snapshot) -> Snapshot:
+        """Drive a run that input (a delivery, a cancellation request) just reached, unless it
+        is a fleet's and this engine is none of its workers.
+
+        A run a worker ever claimed belongs to the fleet: an engine without a lease (a web
+        process, say) leaves it be, and the run's `ready` wakeup hands it to a worker. With a
+        lease, a run another live worker owns is left to it: the owner sees the input.
+        """
+        if self.lease is None and snapshot.owner_epoch > 0:
+            return snapshot
+        try:
+            return await self._drive(snapshot)
+        except RunOwned:
+            return await self.handler.snapshot(snapshot.run_id)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Snapshot:
         """End a run as cancelled now, without asking the workflow (no cleanup).

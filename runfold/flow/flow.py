@@ -202,7 +202,9 @@ class Flow:
     async def deliver(self, token: str, payload: Any, *, delivery_id: str | None = None) -> FlowRun:
         """Deliver `payload` to the `wait_for_event` holding `token`, and drive its run.
 
-        A repeated `delivery_id` with the same payload is recorded once.
+        A repeated `delivery_id` with the same payload is recorded once. A run of a fleet is
+        driven by its workers: a process that does not serve (`serve`) only records the
+        delivery, and a worker, woken by it, takes the run on.
 
         Raises:
             HookNotFound: No live hook holds the token.

@@ -80,16 +80,13 @@ class SignalBoard:
 
     def __init__(self) -> None:
         self._work: set[asyncio.Future[None]] = set()
+        self._work_unseen = False  # work posted while nobody waited: the next wait sees it
         self._ends: dict[str, set[asyncio.Future[None]]] = {}
-
-    @property
-    def waiting(self) -> bool:
-        """Whether anyone waits now."""
-        return bool(self._work) or bool(self._ends)
 
     def post(self, tidings: Tidings, *, every_end: bool = False) -> None:
         """Wake the waiters `tidings` concern (with `every_end`, every waiter for an end)."""
         if tidings.work:
+            self._work_unseen = not self._work
             _wake(self._work)
         ended = list(self._ends) if every_end else tidings.ended
         for run_id in ended:
@@ -104,7 +101,11 @@ class SignalBoard:
             _wake(waiters)
 
     async def wait_for_work(self, timeout: float) -> bool:
-        """`RunSignals.wait_for_work`, within this process."""
+        """`RunSignals.wait_for_work`, within this process; True at once for work posted since
+        the last wait ended (a worker between two waits misses nothing)."""
+        if self._work_unseen:
+            self._work_unseen = False
+            return True
         return await _wait(self._work, timeout)
 
     async def wait_for_end(self, run_id: str, timeout: float) -> bool:
@@ -141,9 +142,8 @@ class BoardSignals:
     _signals: SignalBoard
 
     def _post(self, index: RunIndex) -> None:
-        """Wake the waiters an append that wrote `index` concerns (costs nothing when none)."""
-        if self._signals.waiting:
-            self._signals.post(tidings_of(index))
+        """Wake the waiters an append that wrote `index` concerns."""
+        self._signals.post(tidings_of(index))
 
     async def wait_for_work(self, timeout: float) -> bool:
         """`RunSignals.wait_for_work` (woken by appends of this process)."""

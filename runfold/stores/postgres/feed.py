@@ -145,8 +145,7 @@ class Feed:
         tidings = tidings_of(index)
         if tidings:
             self._tidings.add(tidings)
-            if self.board.waiting:
-                self.board.post(tidings)
+            self.board.post(tidings)
         self._unannounced = True
         if not self._announcing:
             self._announcing = True
