@@ -27,8 +27,11 @@ __all__ = [
 ]
 
 WakeupKind: TypeAlias = Literal["wait", "retry", "deadline", "ready"]
-"""What a `Wakeup` is for: a wait's timer, a delayed step retry, the run's deadline, or input
-that reached a run of the fleet while no worker owned it (`Snapshot.ready_at`)."""
+"""What a `Wakeup` is for.
+
+A wait's timer, a delayed step retry, the run's deadline, or input that reached a run of the
+fleet while no worker owned it (`Snapshot.ready_at`).
+"""
 T = TypeVar("T")
 
 
@@ -73,9 +76,9 @@ class HookHolder:
 
 @attrs.frozen(kw_only=True)
 class Wakeup:
-    """Something of a live run due at `due_at`: a wait, a delayed step retry, the deadline, or
-    input for the fleet (`ready`).
+    """Something of a live run due at `due_at`.
 
+    A wait, a delayed step retry, the deadline, or input for the fleet (`ready`).
     `subject_id` is the wait id, the step id, or the run id for a deadline and for `ready`.
     """
 

@@ -32,13 +32,16 @@ class RunSignals(Protocol):
     """
 
     async def wait_for_work(self, timeout: float) -> bool:
-        """True soon after an append leaves a live run without an owner; False after `timeout`
-        seconds without one. May return True for nothing."""
+        """True soon after an append leaves a live run without an owner.
+
+        False after `timeout` seconds without one. May return True for nothing.
+        """
         ...
 
     async def wait_for_end(self, run_id: str, timeout: float) -> bool:
-        """True soon after an append ends run `run_id`; False after `timeout` seconds without
-        one. May return True for nothing (the run may not have ended).
+        """True soon after an append ends run `run_id`; False after `timeout` s without one.
+
+        May return True for nothing (the run may not have ended).
 
         The wait counts from the call, before its first suspension: a caller may start it as a
         task, read the run, and then await it, missing no end in between.
@@ -101,8 +104,11 @@ class SignalBoard:
             _wake(waiters)
 
     async def wait_for_work(self, timeout: float) -> bool:
-        """`RunSignals.wait_for_work`, within this process; True at once for work posted since
-        the last wait ended (a worker between two waits misses nothing)."""
+        """`RunSignals.wait_for_work`, within this process.
+
+        True at once for work posted since the last wait ended: a worker between two waits
+        misses nothing.
+        """
         if self._work_unseen:
             self._work_unseen = False
             return True

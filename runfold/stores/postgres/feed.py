@@ -134,8 +134,9 @@ class Feed:
         return True
 
     def announce(self, index: RunIndex) -> None:
-        """Wake subscribers and waiters: `NOTIFY` soon after an append of `index` committed, in
-        the background (waiters of this process at once).
+        """Wake subscribers and waiters after an append of `index` committed.
+
+        `NOTIFY` soon, in the background; waiters of this process at once.
 
         Not inside `append_events`: a notifying transaction holds a database-wide lock from
         before its commit until its commit is flushed, so concurrent writers would flush one by
