@@ -12,7 +12,6 @@ from __future__ import annotations
 import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -33,12 +32,12 @@ from runfold.kernel import (
     HistoryError,
     RunNotSupported,
     RunStatus,
-    project_run,
 )
 from runfold.stores import EventStore, open_store
+from runfold.ui.details import DELIVERIES_SHOWN, TABLES, run_details
 from runfold.ui.history import history_entry, hook_status, short_text, timestamp
-from runfold.ui.payloads import show_payload
-from runfold.ui.timeline import build_timeline
+from runfold.ui.payloads import LISTED_LIMIT, show_payload
+from runfold.ui.snapshots import SnapshotCache
 
 __all__ = ["LOOPBACK_HOSTS", "create_app", "open_read_store"]
 
@@ -92,6 +91,10 @@ def _templates() -> Jinja2Templates:
     )
     env.filters["urlpart"] = lambda value: quote(str(value), safe="")
     env.filters["payload"] = show_payload
+    env.filters["listed"] = lambda payload: show_payload(payload, LISTED_LIMIT)
+    env.filters["clip"] = lambda text: (
+        text if len(text) <= LISTED_LIMIT else text[:LISTED_LIMIT] + "…"
+    )
     env.filters["when"] = timestamp
     env.filters["short"] = short_text
     env.filters["hook_status"] = hook_status
@@ -118,6 +121,17 @@ def _limit(request: Request, default: int) -> int:
     return int(text)
 
 
+def _offsets(request: Request) -> dict[str, int]:
+    """Where each table of a run's page starts (`steps_from=40` …), 0 when not given."""
+    offsets = {}
+    for name in TABLES:
+        text = request.query_params.get(f"{name}_from", "0")
+        if not text.isdigit() or len(text) > 9:
+            raise _BadRequest(f"{name}_from must be a row number, not {text!r}")
+        offsets[name] = int(text)
+    return offsets
+
+
 class _BadRequest(Exception):
     """A query parameter the page cannot use; shown as a 400 page naming it."""
 
@@ -132,11 +146,13 @@ def create_app(
     """
     templates = _templates()
     store: EventStore | None = None
+    snapshots: SnapshotCache | None = None
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        nonlocal store
+        nonlocal store, snapshots
         store = await open_read_store(store_url)
+        snapshots = SnapshotCache(store)
         try:
             yield
         finally:
@@ -145,6 +161,10 @@ def create_app(
     def the_store() -> EventStore:
         assert store is not None, "the app's lifespan opens the store"
         return store
+
+    def the_snapshots() -> SnapshotCache:
+        assert snapshots is not None, "the app's lifespan opens the store"
+        return snapshots
 
     def error_page(request: Request, status: int, message: str) -> Response:
         return templates.TemplateResponse(
@@ -198,43 +218,110 @@ def create_app(
             },
         )
 
+    def history_page(request: Request) -> tuple[int, int]:
+        limit = _limit(request, HISTORY_PAGE)
+        after_text = request.query_params.get("after", "0")
+        if not after_text.isdigit():
+            raise _BadRequest(f"after must be a sequence number, not {after_text!r}")
+        return int(after_text), limit
+
     async def run(request: Request) -> Response:
+        """The first screen: the run's index row, its first event and a page of its history;
+        the details (tables, timeline) come from `details`, which the page fetches."""
         run_id = request.path_params["run_id"]
         try:
-            limit = _limit(request, HISTORY_PAGE)
-            after_text = request.query_params.get("after", "0")
-            if not after_text.isdigit():
-                raise _BadRequest(f"after must be a sequence number, not {after_text!r}")
+            after, limit = history_page(request)
+            offsets = _offsets(request)
         except _BadRequest as exc:
             return error_page(request, 400, str(exc))
-        after = int(after_text)
         store = the_store()
-        history = await store.read(run_id)
-        if not history:
+        [summary] = await store.get_runs([run_id])
+        if summary is None:
             return error_page(request, 404, f"no run {run_id!r} in this store")
         try:
-            snapshot = project_run(history)
-        except (HistoryError, RunNotSupported, CorruptEvent) as exc:
+            shown = await store.read(run_id, after=after, limit=limit)
+        except CorruptEvent as exc:
             return error_page(request, 500, f"the run's history cannot be read: {exc}")
-        live = snapshot.status in LIVE_RUN_STATUSES
-        start = history[0].recorded_at
-        shown = [e for e in history if e.sequence > after][:limit]
+        try:
+            first = shown[:1] if after == 0 else await store.read(run_id, limit=1)
+        except CorruptEvent as exc:
+            return error_page(request, 500, f"the run's history cannot be read: {exc}")
+        if not first:  # deleted since its index row was read
+            return error_page(request, 404, f"no run {run_id!r} in this store")
+        start = first[0].recorded_at
+        last = shown[-1].sequence if shown else after
+        details_query = urlencode({f"{name}_from": n for name, n in offsets.items() if n})
         return templates.TemplateResponse(
             request,
             "run.html",
             {
-                "run": snapshot,
-                "live": live,
-                "timeline": build_timeline(history, now=datetime.now(UTC) if live else None),
+                "run": summary,
+                "live": summary.status in LIVE_RUN_STATUSES,
+                "details_url": f"/runs/{quote(run_id, safe='')}/details"
+                + (f"?{details_query}" if details_query else ""),
                 "entries": [history_entry(e, start) for e in shown],
                 "after": after,
                 "limit": limit,
+                "last_shown": last,
+                "at_tail": last >= summary.last_sequence,
                 "previous_after": max(after - limit, 0) if after > 0 else None,
-                "next_after": shown[-1].sequence
-                if shown and shown[-1].sequence < snapshot.last_sequence
-                else None,
+                "next_after": last if shown and last < summary.last_sequence else None,
                 "poll_ms": POLL_MS,
             },
+        )
+
+    async def details(request: Request) -> Response:
+        """The run's details, a fragment: header fields of its snapshot, the shown page of each
+        table and their timeline; bounded, however long the run."""
+        run_id = request.path_params["run_id"]
+        try:
+            offsets = _offsets(request)
+        except _BadRequest as exc:
+            return error_page(request, 400, str(exc))
+        try:
+            snapshot = await the_snapshots().get(run_id)
+        except (HistoryError, RunNotSupported, CorruptEvent) as exc:
+            return error_page(request, 500, f"the run's history cannot be read: {exc}")
+        if snapshot is None:
+            return error_page(request, 404, f"no run {run_id!r} in this store")
+        found = await run_details(the_store(), snapshot, offsets)
+        page_url = f"/runs/{quote(run_id, safe='')}"
+
+        def table_url(name: str, first: int) -> str:
+            moved = {f"{table}_from": n for table, n in {**offsets, name: first}.items() if n}
+            return f"{page_url}?{urlencode(moved)}" if moved else page_url
+
+        return templates.TemplateResponse(
+            request,
+            "details.html",
+            {
+                "run": found.run,
+                "live": found.live,
+                "timeline": found.timeline,
+                "tables": found.tables,
+                "deliveries_shown": DELIVERIES_SHOWN,
+                "table_url": table_url,
+            },
+        )
+
+    async def events(request: Request) -> Response:
+        """History rows after `after`, a fragment: what a live page appends, nothing more."""
+        run_id = request.path_params["run_id"]
+        try:
+            after, limit = history_page(request)
+        except _BadRequest as exc:
+            return error_page(request, 400, str(exc))
+        store = the_store()
+        try:
+            first = await store.read(run_id, limit=1)
+            shown = await store.read(run_id, after=after, limit=limit)
+        except CorruptEvent as exc:
+            return error_page(request, 500, f"the run's history cannot be read: {exc}")
+        if not first:
+            return error_page(request, 404, f"no run {run_id!r} in this store")
+        start = first[0].recorded_at
+        return templates.TemplateResponse(
+            request, "events.html", {"entries": [history_entry(e, start) for e in shown]}
         )
 
     async def head(request: Request) -> Response:
@@ -244,13 +331,16 @@ def create_app(
         if last == 0:
             return JSONResponse({"error": "no such run"}, status_code=404)
         summary = (await store.get_runs([run_id]))[0]
+        status = summary.status if summary is not None else None
         return JSONResponse(
-            {"last_sequence": last, "status": summary.status if summary is not None else None}
+            {"last_sequence": last, "status": status, "live": status in LIVE_RUN_STATUSES}
         )
 
     return Starlette(
         routes=[
             Route("/", runs),
+            Route("/runs/{run_id:path}/details", details),
+            Route("/runs/{run_id:path}/events", events),
             Route("/runs/{run_id:path}", run),
             Route("/api/head", head),
             Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),

@@ -22,7 +22,7 @@ from runfold.kernel import (
     Snapshot,
     correlation_id,
 )
-from runfold.ui.payloads import ShownPayload, show_payload
+from runfold.ui.payloads import LISTED_LIMIT, ShownPayload, show_payload
 
 __all__ = [
     "EventField",
@@ -119,7 +119,9 @@ def history_entry(envelope: Envelope, start: datetime) -> HistoryEntry:
         if value is None or value == field.default or (subject and value == subject):
             continue
         if isinstance(value, bytes):
-            fields.append(EventField(name=field.name, text=None, payload=show_payload(value)))
+            fields.append(
+                EventField(name=field.name, text=None, payload=show_payload(value, LISTED_LIMIT))
+            )
         else:
             fields.append(EventField(name=field.name, text=short_text(value), payload=None))
     return HistoryEntry(
