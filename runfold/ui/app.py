@@ -9,6 +9,7 @@ should a value ever slip through unescaped.
 
 from __future__ import annotations
 
+import time
 import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,11 +33,13 @@ from runfold.kernel import (
     HistoryError,
     RunNotSupported,
     RunStatus,
+    RunSummary,
 )
 from runfold.stores import EventStore, open_store
 from runfold.ui.details import DELIVERIES_SHOWN, TABLES, run_details
 from runfold.ui.history import history_entry, hook_status, short_text, timestamp
 from runfold.ui.payloads import LISTED_LIMIT, show_payload
+from runfold.ui.rendered import Pages, Recent
 from runfold.ui.snapshots import SnapshotCache
 
 __all__ = ["LOOPBACK_HOSTS", "create_app", "open_read_store"]
@@ -162,6 +165,9 @@ def create_app(
         assert store is not None, "the app's lifespan opens the store"
         return store
 
+    rendered = Pages()
+    recent_counts: Recent[tuple[dict[str, int], bool]] = Recent()
+
     def the_snapshots() -> SnapshotCache:
         assert snapshots is not None, "the app's lifespan opens the store"
         return snapshots
@@ -193,7 +199,9 @@ def create_app(
                 raise _BadRequest(str(exc)) from None
         except _BadRequest as exc:
             return error_page(request, 400, str(exc))
-        counts, capped = await _count_by_status(the_store(), workflow, parent)
+        counts, capped = await recent_counts.get(
+            (workflow, parent), lambda: _count_by_status(the_store(), workflow, parent)
+        )
         filters = {"workflow": workflow, "parent": parent, "limit": params.get("limit")}
 
         def query(**changes: str | None) -> str:
@@ -238,6 +246,15 @@ def create_app(
         [summary] = await store.get_runs([run_id])
         if summary is None:
             return error_page(request, 404, f"no run {run_id!r} in this store")
+        version = (summary.created_at, summary.last_sequence)  # a run made again differs
+        key = ("run", run_id, after, limit, tuple(offsets.items()), version)
+        return await rendered.get(key, lambda: render_run(request, summary, after, limit, offsets))
+
+    async def render_run(
+        request: Request, summary: RunSummary, after: int, limit: int, offsets: dict[str, int]
+    ) -> Response:
+        run_id = summary.run_id
+        store = the_store()
         try:
             shown = await store.read(run_id, after=after, limit=limit)
         except CorruptEvent as exc:
@@ -278,6 +295,18 @@ def create_app(
             offsets = _offsets(request)
         except _BadRequest as exc:
             return error_page(request, 400, str(exc))
+        [summary] = await the_store().get_runs([run_id])
+        version = (summary.created_at, summary.last_sequence) if summary else None
+        # A live run's timeline reaches "now": its details are kept for the second only.
+        key = ("details", run_id, tuple(offsets.items()), version, int(time.time()))
+        live = summary is not None and summary.status in LIVE_RUN_STATUSES
+        return await rendered.get(
+            key if live else key[:-1],
+            lambda: render_details(request, run_id, offsets),
+            family=("details", run_id, tuple(offsets.items()), version) if live else None,
+        )
+
+    async def render_details(request: Request, run_id: str, offsets: dict[str, int]) -> Response:
         try:
             snapshot = await the_snapshots().get(run_id)
         except (HistoryError, RunNotSupported, CorruptEvent) as exc:
@@ -311,6 +340,16 @@ def create_app(
             after, limit = history_page(request)
         except _BadRequest as exc:
             return error_page(request, 400, str(exc))
+        [summary] = await the_store().get_runs([run_id])
+        if summary is None:
+            return error_page(request, 404, f"no run {run_id!r} in this store")
+        version = (summary.created_at, summary.last_sequence)
+        return await rendered.get(
+            ("events", run_id, after, limit, version),
+            lambda: render_events(request, run_id, after, limit),
+        )
+
+    async def render_events(request: Request, run_id: str, after: int, limit: int) -> Response:
         store = the_store()
         try:
             first = await store.read(run_id, limit=1)

@@ -11,16 +11,19 @@ or events that do not follow it: it is folded again from the start.
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import OrderedDict
 
 from runfold.kernel import HistoryError, Snapshot, apply
 from runfold.stores import EventStore
 from runfold.stores.protocol import replay_run
 
-__all__ = ["KEPT_RUNS", "SnapshotCache"]
+__all__ = ["FROZEN_FROM", "KEPT_RUNS", "SnapshotCache"]
 
 KEPT_RUNS = 32
 """How many runs' snapshots the inspector keeps (the least recently shown go first)."""
+FROZEN_FROM = 10_000
+"""Events from which a folded snapshot is moved out of the cycle collector's sight."""
 
 
 class SnapshotCache:
@@ -67,6 +70,8 @@ class SnapshotCache:
         if replayed is None:
             return None
         self._keep(run_id, replayed.snapshot)
+        if replayed.snapshot.last_sequence >= FROZEN_FROM:
+            gc.freeze()
         return replayed.snapshot
 
     def _keep(self, run_id: str, snapshot: Snapshot) -> None:
