@@ -203,9 +203,11 @@ async def load(base: str, paths: Sequence[str], *, clients: int, seconds: float)
 
 @attrs.frozen(kw_only=True)
 class WriterReport:
-    """One writer's account: commands executed, its longest gap between two, any error."""
+    """One writer's account: commands executed in `seconds`, its longest gap between two (both
+    from its first command on: opening the store and importing are not counted), any error."""
 
     commands: int
+    seconds: float
     longest_gap: float
     error: str | None
 
@@ -240,7 +242,9 @@ def writing(store_url: str, *, writers: int, seconds: float) -> Iterator[list[Wr
                 reports.append(WriterReport(**json.loads(out.decode().strip().splitlines()[-1])))
             except (ValueError, IndexError, TypeError):
                 reports.append(
-                    WriterReport(commands=0, longest_gap=0.0, error=err.decode()[-2000:] or "?")
+                    WriterReport(
+                        commands=0, seconds=0.0, longest_gap=0.0, error=err.decode()[-2000:] or "?"
+                    )
                 )
 
 
@@ -250,8 +254,8 @@ async def _write(store_url: str, prefix: str, seconds: float) -> WriterReport:
     commands = 0
     longest = 0.0
     error: str | None = None
-    deadline = time.perf_counter() + seconds
-    last = time.perf_counter()
+    began = last = time.perf_counter()
+    deadline = began + seconds
     try:
         run = 0
         while time.perf_counter() < deadline:
@@ -269,7 +273,7 @@ async def _write(store_url: str, prefix: str, seconds: float) -> WriterReport:
         error = f"{type(exc).__name__}: {exc}"
     finally:
         await store.close()
-    return WriterReport(commands=commands, longest_gap=longest, error=error)
+    return WriterReport(commands=commands, seconds=last - began, longest_gap=longest, error=error)
 
 
 def main(argv: Sequence[str]) -> int:
