@@ -109,9 +109,7 @@ async def _log(path: Path, run_id: str, count: int) -> None:
             await handler.execute(run_id, RecordLog(level="info", message=f"new {n}"))
 
 
-def test_a_live_page_fetches_only_the_events_it_has_not_shown(
-    page: Page, store_path: Path
-) -> None:
+def test_a_live_page_fetches_only_the_events_it_has_not_shown(page: Page, store_path: Path) -> None:
     run_id = "small-003"  # started, never ended: live
     page.goto(f"/runs/{run_id}")
     page.wait_for_selector("#details[data-status]")
