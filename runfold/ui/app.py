@@ -1,14 +1,18 @@
 """The inspector's Starlette app: the runs page, a run's page and the JSON its live view polls.
 
-Read-only by construction: every route is a GET and calls only the store's read methods
-(`list_runs`, `read`, `head`). Pages are rendered on the server by Jinja2 with autoescaping on,
-so every stored value (run ids, attributes, payloads, errors) reaches the browser as text; a
-Content-Security-Policy allows only the app's own script and stylesheet, a second line of defence
-should a value ever slip through unescaped.
+Read-only unless told otherwise: every page is a GET and calls only the store's read methods
+(`list_runs`, `get_runs`, `read`, `read_by_correlation`, `head`); the operator actions
+(`allow_actions`, `runfold.ui.actions`) are the only POSTs, and exist only when asked for.
+A run's page is its first screen (index row and a page of history) and a details fragment the
+page fetches (`runfold.ui.details`): neither grows with the run. Pages are rendered on the
+server by Jinja2 with autoescaping on, so every stored value (run ids, attributes, payloads,
+errors) reaches the browser as text; a Content-Security-Policy allows only the app's own script
+and stylesheet, a second line of defence should a value ever slip through unescaped.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 import typing
 from collections.abc import AsyncIterator
@@ -42,6 +46,9 @@ from runfold.ui.payloads import LISTED_LIMIT, show_payload
 from runfold.ui.rendered import Pages, Recent
 from runfold.ui.snapshots import SnapshotCache
 
+if typing.TYPE_CHECKING:
+    from runfold.ui.actions import Actions
+
 __all__ = ["LOOPBACK_HOSTS", "create_app", "open_read_store"]
 
 RUN_STATUSES: tuple[str, ...] = typing.get_args(RunStatus)
@@ -63,7 +70,9 @@ _SECURITY_HEADERS = [
         b"connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     ),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    # Same-origin, not no-referrer: under no-referrer a browser sends `Origin: null` with a
+    # form's POST, and the operator actions check that header (`runfold.ui.actions`).
+    (b"referrer-policy", b"same-origin"),
 ]
 
 
@@ -140,26 +149,62 @@ class _BadRequest(Exception):
 
 
 def create_app(
-    store_url: str, *, allowed_hosts: typing.Sequence[str] = LOOPBACK_HOSTS
+    store_url: str,
+    *,
+    allowed_hosts: typing.Sequence[str] = LOOPBACK_HOSTS,
+    allow_actions: bool = False,
+    runtime: str | None = None,
 ) -> Starlette:
     """The inspector's ASGI app over the store at `store_url`, opened when the app starts.
 
     `allowed_hosts` are the `Host` headers it answers to (`["*"]` for any); the default suits a
-    server bound to loopback.
+    server bound to loopback. With `allow_actions`, run pages offer cancel and deliver (and
+    resume, given `runtime`, a `MODULE:FACTORY` as `runfold resume --runtime` takes), behind
+    the checks of `runfold.ui.actions`; the store is then also opened for writing.
     """
     templates = _templates()
     store: EventStore | None = None
+    writable: EventStore | None = None
     snapshots: SnapshotCache | None = None
+    key = secrets.token_bytes(32)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        nonlocal store, snapshots
+        nonlocal store, snapshots, writable
         store = await open_read_store(store_url)
         snapshots = SnapshotCache(store)
         try:
+            if actions is not None:
+                writable = await open_store(store_url)
+                if runtime is not None:
+                    from runfold.cli.operate import load_runtime
+
+                    actions.runtime = load_runtime(runtime, writable)
             yield
         finally:
             await store.close()
+            if writable is not None:
+                await writable.close()
+
+    def the_writable() -> EventStore:
+        assert writable is not None, "the app's lifespan opens the store"
+        return writable
+
+    def session_part(request: Request) -> tuple[str, ...]:
+        """What a rendered page's key adds for its session: its forms carry its token."""
+        return (request.state.csrf,) if actions is not None else ()
+
+    def operator(request: Request) -> dict[str, typing.Any]:
+        """What every template sees of the actions: whether they are on, and the token."""
+        if actions is None:
+            return {"actions": False, "csrf": "", "can_resume": False}
+        return {
+            "actions": True,
+            "csrf": request.state.csrf,
+            "can_resume": actions.runtime is not None,
+        }
+
+    templates.context_processors.append(operator)
 
     def the_store() -> EventStore:
         assert store is not None, "the app's lifespan opens the store"
@@ -176,6 +221,12 @@ def create_app(
         return templates.TemplateResponse(
             request, "error.html", {"status": status, "message": message}, status_code=status
         )
+
+    actions: Actions | None = None
+    if allow_actions:  # imported only then: the actions bring the engine and the CLI's helpers
+        from runfold.ui.actions import Actions, SessionGuard
+
+        actions = Actions(the_writable, key, None, error_page)
 
     async def runs(request: Request) -> Response:
         params = request.query_params
@@ -247,7 +298,7 @@ def create_app(
         if summary is None:
             return error_page(request, 404, f"no run {run_id!r} in this store")
         version = (summary.created_at, summary.last_sequence)  # a run made again differs
-        key = ("run", run_id, after, limit, tuple(offsets.items()), version)
+        key = ("run", run_id, after, limit, tuple(offsets.items()), version, *session_part(request))
         return await rendered.get(key, lambda: render_run(request, summary, after, limit, offsets))
 
     async def render_run(
@@ -375,6 +426,7 @@ def create_app(
             {"last_sequence": last, "status": status, "live": status in LIVE_RUN_STATUSES}
         )
 
+    guard = [Middleware(SessionGuard, key=key)] if actions is not None else []
     return Starlette(
         routes=[
             Route("/", runs),
@@ -382,11 +434,13 @@ def create_app(
             Route("/runs/{run_id:path}/events", events),
             Route("/runs/{run_id:path}", run),
             Route("/api/head", head),
+            *(actions.routes() if actions is not None else []),
             Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
         ],
         middleware=[
             Middleware(_SecurityHeaders),
             Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
+            *guard,
         ],
         lifespan=lifespan,
     )
