@@ -26,8 +26,6 @@ from runfold.handler import CommandHandler
 from runfold.kernel import CreateHook, EntityConflict, HookNotFound, HookReceived
 from runfold.stores import EventStore
 
-__all__ = ["send"]
-
 
 @click.command()
 @click.argument("run_id", metavar="RUN_ID", shell_complete=complete_run_id)

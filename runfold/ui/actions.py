@@ -50,8 +50,11 @@ class _Forbidden(Exception):
 
 
 class SessionGuard:
-    """ASGI middleware: gives each browser a session cookie, and refuses a state-changing
-    request whose `Origin` (or `Referer`) is not the server's own, before any route runs."""
+    """ASGI middleware: a session cookie for each browser, and cross-origin POSTs refused.
+
+    A state-changing request whose `Origin` (or `Referer`) is not the server's own is refused
+    before any route runs.
+    """
 
     def __init__(self, app: ASGIApp, key: bytes) -> None:
         self.app = app

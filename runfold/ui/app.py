@@ -41,7 +41,7 @@ from runfold.kernel import (
 )
 from runfold.stores import EventStore, open_store
 from runfold.ui.details import DELIVERIES_SHOWN, TABLES, run_details
-from runfold.ui.history import history_entry, hook_status, short_text, timestamp
+from runfold.ui.history import history_entry, hook_status, payload_limit_for, short_text, timestamp
 from runfold.ui.payloads import LISTED_LIMIT, show_payload
 from runfold.ui.rendered import Pages, Recent
 from runfold.ui.snapshots import SnapshotCache
@@ -317,6 +317,7 @@ def create_app(
         if not first:  # deleted since its index row was read
             return error_page(request, 404, f"no run {run_id!r} in this store")
         start = first[0].recorded_at
+        cut = payload_limit_for(limit)
         last = shown[-1].sequence if shown else after
         details_query = urlencode({f"{name}_from": n for name, n in offsets.items() if n})
         return templates.TemplateResponse(
@@ -327,7 +328,7 @@ def create_app(
                 "live": summary.status in LIVE_RUN_STATUSES,
                 "details_url": f"/runs/{quote(run_id, safe='')}/details"
                 + (f"?{details_query}" if details_query else ""),
-                "entries": [history_entry(e, start) for e in shown],
+                "entries": [history_entry(e, start, payload_limit=cut) for e in shown],
                 "after": after,
                 "limit": limit,
                 "last_shown": last,
@@ -410,8 +411,11 @@ def create_app(
         if not first:
             return error_page(request, 404, f"no run {run_id!r} in this store")
         start = first[0].recorded_at
+        cut = payload_limit_for(limit)
         return templates.TemplateResponse(
-            request, "events.html", {"entries": [history_entry(e, start) for e in shown]}
+            request,
+            "events.html",
+            {"entries": [history_entry(e, start, payload_limit=cut) for e in shown]},
         )
 
     async def head(request: Request) -> Response:

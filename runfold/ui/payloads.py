@@ -27,7 +27,7 @@ MAX_JSON_DEPTH = 64
 """JSON nested deeper than this is shown as its text, not pretty-printed."""
 SHOWN_LIMIT = 16_384
 """A payload's shown form is cut after this many characters."""
-LISTED_LIMIT = 2_048
+LISTED_LIMIT = 1_024
 """The cut of a payload in a table or history row: a page of rows stays well under a megabyte."""
 
 

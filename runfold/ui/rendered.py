@@ -35,12 +35,14 @@ class Kept(Generic[T]):
         self._values: OrderedDict[Hashable, T] = OrderedDict()
 
     def get(self, key: Hashable) -> T | None:
+        """The value put under `key`, or None."""
         found = self._values.get(key)
         if found is not None:
             self._values.move_to_end(key)
         return found
 
     def put(self, key: Hashable, value: T) -> None:
+        """Keep `value` under `key`, dropping the least recent value past the size."""
         self._values[key] = value
         self._values.move_to_end(key)
         while len(self._values) > self._size:
@@ -55,6 +57,7 @@ class Recent(Generic[T]):
         self._kept: Kept[tuple[float, T]] = Kept(size)
 
     async def get(self, key: Hashable, compute: Callable[[], Awaitable[T]]) -> T:
+        """The value of `key` computed at most `fresh_for` seconds ago, else `compute()`'s."""
         found = self._kept.get(key)
         now = time.monotonic()
         if found is not None and now - found[0] < self._fresh_for:
@@ -65,9 +68,10 @@ class Recent(Generic[T]):
 
 
 class Pages:
-    """Rendered pages by key: kept ones are sent again, and requests that arrive while one is
-    being rendered wait for it instead of rendering it too.
+    """Rendered pages by key, each rendered once however many requests ask for it.
 
+    Kept ones are sent again, and requests that arrive while one is being rendered wait for it
+    instead of rendering it too.
     A page of a live run may name a `family` (the run and the page's query): while its newer
     rendering is under way, the family's last one is sent, so readers never queue behind a
     rendering that the store's other readers slow down.
