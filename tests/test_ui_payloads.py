@@ -49,8 +49,8 @@ async def _populate(path: Path) -> None:
             await handler.execute("rows", StartStep(step_id=step))
             await handler.execute("rows", CompleteStep(step_id=step, output=QUOTES))
             hook = f"hook-{n:02d}"
-            create = CreateHook(hook_id=hook, token=f"token-{n}", metadata=QUOTES)
-            await handler.execute("rows", create)
+            hooked = CreateHook(hook_id=hook, token=f"token-{n}", metadata=QUOTES)
+            await handler.execute("rows", hooked)
             for delivery in range(4):
                 delivered = ReceiveHook(hook_id=hook, payload=QUOTES, delivery_id=f"d{delivery}")
                 await handler.execute("rows", delivered)
