@@ -49,12 +49,13 @@ def test_help_imports_no_kernel_store_driver_or_rich() -> None:
     assert "sqlite3" not in loaded and "aiosqlite" not in loaded
 
 
-def test_runs_on_sqlite_imports_no_postgres_driver(tmp_path: Path) -> None:
+def test_runs_on_sqlite_imports_no_postgres_driver_nor_engine(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     ok(runfold_cli("migrate", "--store", url))
     loaded = _modules_after("runs", "--store", url)
     assert "runfold.stores.sqlite" in loaded
     assert _under(loaded, ("psycopg", "psycopg_pool", "runfold.stores.postgres")) == []
+    assert _under(loaded, ("runfold.engine", "runfold.flow", "runfold.conformance")) == []
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

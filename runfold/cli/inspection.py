@@ -15,7 +15,6 @@ from click.core import ParameterSource
 
 from runfold.cli.completion import complete_workflow
 from runfold.cli.exit_codes import EXIT_NOT_FOUND, EXIT_OK, EXIT_STORE, EXIT_USAGE, CliError
-from runfold.cli.operate import RuntimeLoadError
 from runfold.cli.options import json_option, on_a_run, store_option
 from runfold.cli.output import (
     Terminal,
@@ -185,6 +184,8 @@ def ui(
     if target is not None and not allow_actions:
         raise CliError("--runtime is for the resume action: give --allow-actions too", EXIT_USAGE)
     url = store_url(ctx, command_store, looks=True)
+    from runfold.cli.operate import RuntimeLoadError  # here: it brings the engine
+
     try:
         from runfold import ui as inspector
     except ImportError as exc:

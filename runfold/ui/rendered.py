@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from starlette.responses import HTMLResponse, Response
 
@@ -50,21 +50,44 @@ class Kept(Generic[T]):
 
 
 class Recent(Generic[T]):
-    """Values computed at most `fresh_for` seconds ago, by key (`COUNTS_FRESH_FOR`)."""
+    """Values computed at most `fresh_for` seconds ago, by key (`COUNTS_FRESH_FOR`).
+
+    One computation per key at a time: while a value is recomputed, requests get the previous
+    one (or, when there is none yet, wait for the computation), so that a value's expiry never
+    sets every request computing it at once.
+    """
 
     def __init__(self, fresh_for: float = COUNTS_FRESH_FOR, size: int = RENDERED_KEPT) -> None:
         self._fresh_for = fresh_for
         self._kept: Kept[tuple[float, T]] = Kept(size)
+        self._pending: dict[Hashable, asyncio.Future[T]] = {}
 
     async def get(self, key: Hashable, compute: Callable[[], Awaitable[T]]) -> T:
         """The value of `key` computed at most `fresh_for` seconds ago, else `compute()`'s."""
         found = self._kept.get(key)
-        now = time.monotonic()
-        if found is not None and now - found[0] < self._fresh_for:
+        if found is not None and time.monotonic() - found[0] < self._fresh_for:
             return found[1]
+        task = self._pending.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._compute(key, compute))
+            self._pending[key] = task
+            task.add_done_callback(lambda done: _settle(self._pending, key, done))
+        if found is not None:
+            return found[1]
+        return await asyncio.shield(task)
+
+    async def _compute(self, key: Hashable, compute: Callable[[], Awaitable[T]]) -> T:
         value = await compute()
-        self._kept.put(key, (now, value))
+        self._kept.put(key, (time.monotonic(), value))
         return value
+
+
+def _settle(pending: dict[Hashable, Any], key: Hashable, done: asyncio.Future[Any]) -> None:
+    """Forget a finished computation; its error, if nobody awaited it, is not logged as lost
+    (the next request computes again and meets it)."""
+    pending.pop(key, None)
+    if not done.cancelled():
+        done.exception()
 
 
 class Pages:
@@ -96,7 +119,7 @@ class Pages:
             if task is None:
                 task = asyncio.ensure_future(self._render(key, render, family))
                 self._pending[key] = task
-                task.add_done_callback(lambda _: self._pending.pop(key, None))
+                task.add_done_callback(lambda done: _settle(self._pending, key, done))
             latest = self._latest.get(family) if family is not None else None
             if latest is not None:
                 return HTMLResponse(latest[1], status_code=latest[0])
