@@ -209,6 +209,7 @@ class WriterReport:
     commands: int
     seconds: float
     longest_gap: float
+    p99_gap: float
     error: str | None
 
 
@@ -243,7 +244,11 @@ def writing(store_url: str, *, writers: int, seconds: float) -> Iterator[list[Wr
             except (ValueError, IndexError, TypeError):
                 reports.append(
                     WriterReport(
-                        commands=0, seconds=0.0, longest_gap=0.0, error=err.decode()[-2000:] or "?"
+                        commands=0,
+                        seconds=0.0,
+                        longest_gap=0.0,
+                        p99_gap=0.0,
+                        error=err.decode()[-2000:] or "?",
                     )
                 )
 
@@ -252,7 +257,7 @@ async def _write(store_url: str, prefix: str, seconds: float) -> WriterReport:
     store = await open_store(store_url)
     handler = CommandHandler(store)
     commands = 0
-    longest = 0.0
+    gaps: list[float] = []
     error: str | None = None
     began = last = time.perf_counter()
     deadline = began + seconds
@@ -267,13 +272,20 @@ async def _write(store_url: str, prefix: str, seconds: float) -> WriterReport:
                 await handler.execute(run_id, command)
                 now = time.perf_counter()
                 commands += 1
-                longest = max(longest, now - last)
+                gaps.append(now - last)
                 last = now
     except Exception as exc:  # reported, not raised: the report is the writer's output
         error = f"{type(exc).__name__}: {exc}"
     finally:
         await store.close()
-    return WriterReport(commands=commands, seconds=last - began, longest_gap=longest, error=error)
+    ordered = sorted(gaps) or [0.0]
+    return WriterReport(
+        commands=commands,
+        seconds=last - began,
+        longest_gap=ordered[-1],
+        p99_gap=ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        error=error,
+    )
 
 
 def main(argv: Sequence[str]) -> int:
