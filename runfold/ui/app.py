@@ -354,13 +354,16 @@ def create_app(
         live = summary is not None and summary.status in LIVE_RUN_STATUSES
         return await rendered.get(
             key if live else key[:-1],
-            lambda: render_details(request, run_id, offsets),
+            lambda: render_details(request, run_id, offsets, summary),
             family=("details", run_id, tuple(offsets.items()), version) if live else None,
         )
 
-    async def render_details(request: Request, run_id: str, offsets: dict[str, int]) -> Response:
+    async def render_details(
+        request: Request, run_id: str, offsets: dict[str, int], summary: RunSummary | None
+    ) -> Response:
+        created_at = summary.created_at if summary is not None else None
         try:
-            snapshot = await the_snapshots().get(run_id)
+            snapshot = await the_snapshots().get(run_id, created_at=created_at)
         except (HistoryError, RunNotSupported, CorruptEvent) as exc:
             return error_page(request, 500, f"the run's history cannot be read: {exc}")
         if snapshot is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections import OrderedDict
+from datetime import datetime
 
 from runfold.kernel import HistoryError, Snapshot, apply
 from runfold.stores import EventStore
@@ -35,8 +36,11 @@ class SnapshotCache:
         self._snapshots: OrderedDict[str, Snapshot] = OrderedDict()
         self._folding: dict[str, asyncio.Task[Snapshot | None]] = {}
 
-    async def get(self, run_id: str) -> Snapshot | None:
+    async def get(self, run_id: str, *, created_at: datetime | None = None) -> Snapshot | None:
         """The run's snapshot at its current head, or None for a run without events.
+
+        `created_at`, the run's creation time as its index row says, tells a run made again
+        under the same id (and grown past the kept snapshot) from the one that was kept.
 
         Raises what `replay_run` raises for a history that cannot be folded.
         """
@@ -45,6 +49,8 @@ class SnapshotCache:
             self._snapshots.pop(run_id, None)
             return None
         kept = self._snapshots.get(run_id)
+        if kept is not None and created_at is not None and kept.created_at != created_at:
+            kept = None
         if kept is not None and kept.last_sequence <= head:
             if kept.last_sequence < head:
                 newer = await self._store.read(run_id, after=kept.last_sequence)
