@@ -15,6 +15,7 @@ from datetime import datetime
 import click
 
 from runfold.cli import operate
+from runfold.cli.completion import complete_run_id
 from runfold.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
 from runfold.cli.options import json_option, on_a_run, store_option
 from runfold.cli.output import Terminal, timestamp, to_json
@@ -54,7 +55,7 @@ def cancel(
     metavar="MODULE:FACTORY",
     help="a callable returning your WorkflowRuntime (imported with the current folder on the path)",
 )
-@click.argument("run_id", metavar="[RUN_ID]", required=False)
+@click.argument("run_id", metavar="[RUN_ID]", required=False, shell_complete=complete_run_id)
 @click.option("--due", is_flag=True, help="resume every run with a due timer or deadline")
 @store_option
 @click.pass_context
@@ -110,7 +111,7 @@ def resume(
     default=None,
     help="delete at most this many runs (default: all)",
 )
-@click.argument("run_id", metavar="[RUN_ID]", required=False)
+@click.argument("run_id", metavar="[RUN_ID]", required=False, shell_complete=complete_run_id)
 @store_option
 @click.pass_context
 def delete(
