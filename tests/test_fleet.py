@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from runfold import ClaimRun, MemoryStore
+from runfold import ClaimRun, HookReceived, MemoryStore, RunClaimed
 from runfold.engine import Worker
 from runfold.flow import Flow, sleep, step, wait_for_event, workflow
 from runfold.stores import EventStore, WorkerLeases
@@ -142,7 +143,8 @@ async def test_a_waiting_run_of_a_dead_owner_is_taken_over_and_released() -> Non
 @workflow(name="fleet-webhook")
 async def paid_order(order: str) -> str:
     payment = await wait_for_event("payment", token=f"pay-{order}")
-    return await step(str.upper, f"{order}:{payment}")
+    text: str = await step(str.upper, f"{order}:{payment}")
+    return text
 
 
 async def test_a_delivery_from_a_process_outside_the_fleet_is_driven_by_a_worker(
@@ -170,7 +172,8 @@ async def test_a_delivery_from_a_process_outside_the_fleet_is_driven_by_a_worker
     await serving
     assert (finished.status, finished.output) == ("completed", "O-1:CARD")
     history = [envelope.event for envelope in await store.read(run_id)]
-    received = next(i for i, e in enumerate(history) if type(e).__name__ == "HookReceived")
+    received = next(i for i, e in enumerate(history) if isinstance(e, HookReceived))
     # The next thing after the delivery is a worker's claim: nobody drove the run unowned.
-    assert type(history[received + 1]).__name__ == "RunClaimed"
-    assert history[received + 1].owner_id != ""
+    claim = history[received + 1]
+    assert isinstance(claim, RunClaimed), claim
+    assert claim.owner_id.startswith(socket.gethostname() or "worker")
