@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -15,6 +15,7 @@ from typing import Any, Literal, Self, TypeVar
 import aiosqlite
 
 from runfold.kernel import (
+    CommitUnknown,
     Envelope,
     Event,
     HookHolder,
@@ -39,6 +40,7 @@ from runfold.stores._sql import (
     wakeups_query,
 )
 from runfold.stores.protocol import ReplayedRun, time_key
+from runfold.stores.sqlite.deadline import Budget, Ticket, bounded, call_timeout, on_deadline
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
 from runfold.stores.sqlite.leases import SQLiteLeases
@@ -85,10 +87,15 @@ class SQLiteStore(IndexReads, SQLiteLeases):
     MARK = "?"
 
     def __init__(
-        self, db: aiosqlite.Connection, path: str, inline: sqlite3.Connection | None = None
+        self,
+        db: aiosqlite.Connection,
+        path: str,
+        inline: sqlite3.Connection | None = None,
+        budget: Budget | None = None,
     ) -> None:
         """Use `SQLiteStore.open`; this wraps the connections it has already prepared."""
         self._db = db
+        self._budget = budget if budget is not None else Budget(30.0, 5000)
         self._inline = inline  # for appends that find no other in flight (`commit_inline`)
         self._path = path
         self._closed = False
@@ -113,6 +120,7 @@ class SQLiteStore(IndexReads, SQLiteLeases):
         busy_timeout: float = 5.0,
         read_only: bool = False,
         commit_inline: bool = True,
+        call_timeout: float = 30.0,
     ) -> SQLiteStore:
         """Open (creating or migrating) the store at `path`, or `":memory:"`.
 
@@ -130,6 +138,12 @@ class SQLiteStore(IndexReads, SQLiteLeases):
         transactions before a power loss may be lost. `busy_timeout` is how long an append waits
         for another process's write lock before `StoreUnavailable`.
 
+        `call_timeout` is every call's deadline, in seconds (`timeout(seconds)` changes it for
+        the calls made in a block): a call that waits for the calls queued before it, or for
+        another connection's write lock, past its deadline raises `StoreTimeout` and has
+        written nothing; an append still being written `0.5` s past it raises `CommitUnknown`
+        (it may yet commit: read the run back, as `CommandHandler` does).
+
         With `commit_inline` (the default; a file only), an append that finds no other in flight
         is committed on the calling thread, the event loop's, through a second connection,
         instead of being handed to the driver's thread and back: that hand-off costs about as
@@ -144,6 +158,8 @@ class SQLiteStore(IndexReads, SQLiteLeases):
         """
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
+        if not call_timeout > 0:
+            raise ValueError("call_timeout must be a positive number of seconds")
         location = str(path)
         busy_ms = int(busy_timeout * 1000)
         if not read_only:
@@ -181,10 +197,18 @@ class SQLiteStore(IndexReads, SQLiteLeases):
         inline = None
         if commit_inline and not read_only:
             inline = await asyncio.to_thread(inline_connection, location, synchronous)
-        store = cls(db, location, inline)
+        store = cls(db, location, inline, Budget(call_timeout, busy_ms))
         store.migrated_from = found
         store._schema_work = None if read_only else (busy_ms, synchronous)
         return store
+
+    def timeout(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """`with store.timeout(2.0):` the store's calls in the block have `seconds` each.
+
+        That is, instead of `call_timeout`, for the calls this task makes in the block and those
+        of the tasks it starts there. Raises `ValueError` unless `seconds` is positive.
+        """
+        return call_timeout(seconds)
 
     @property
     def schema_version(self) -> int:
@@ -239,10 +263,27 @@ class SQLiteStore(IndexReads, SQLiteLeases):
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         return await self._call(fn, *args)
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """`_run` without the closed check: for appends accepted before `close`."""
+    async def _call(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        deadline: float | None = None,
+        late: Callable[[str], Exception] | None = None,
+    ) -> T:
+        """`_run` without the closed check: for appends accepted before `close`.
+
+        The call ends by `deadline` (a `time.monotonic()`; by default `call_timeout` from now),
+        as `deadline.bounded` says; `late` makes the error of a write still running then.
+        """
+        ticket = Ticket(self._budget.deadline() if deadline is None else deadline)
+        what = f"the call {getattr(fn, '__name__', 'to the file')}"
+        budget = self._budget
+
+        def queued(ticket: Ticket) -> Awaitable[T]:
+            return on_thread(self._db, on_deadline, budget, ticket, what, fn, *args)
+
         try:
-            return await on_thread(self._db, fn, *args)
+            return await bounded(queued, ticket, what, late=late)
         except sqlite3.OperationalError as exc:
             raise StoreUnavailable(f"SQLite store {self._path!r}: {exc}") from None
         except ValueError as exc:
@@ -279,6 +320,7 @@ class SQLiteStore(IndexReads, SQLiteLeases):
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
+        request.deadline = self._budget.deadline()
         self._queue.append(request)
         if self._idle.is_set():
             self._idle.clear()
@@ -299,7 +341,9 @@ class SQLiteStore(IndexReads, SQLiteLeases):
                     if self._inline is not None:
                         written = append_inline(self._inline, request, self._path)
                     if written is None:  # no inline connection, or the write lock is taken
-                        written = await self._call(append_batch, [request])
+                        written = await self._call(
+                            append_batch, [request], deadline=request.deadline, late=request.unknown
+                        )
                     (outcome,) = written
                 finally:
                     self._write_queue_or_rest()
@@ -322,10 +366,18 @@ class SQLiteStore(IndexReads, SQLiteLeases):
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                outcomes = await self._call(append_batch, batch)
+                outcomes = await self._call(
+                    append_batch,
+                    batch,
+                    deadline=min(request.deadline for request in batch),
+                    late=batch[0].unknown,
+                )
             except BaseException as exc:  # the whole transaction failed: all of it
                 for request in batch:
-                    settle(request, exc)
+                    if isinstance(exc, CommitUnknown):  # each of its own append
+                        settle(request, request.unknown(exc.reason))
+                    else:
+                        settle(request, exc)
                 if not isinstance(exc, Exception):
                     self._idle.set()
                     raise
