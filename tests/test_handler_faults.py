@@ -24,6 +24,7 @@ from runfold import (
     CommitUnknown,
     CreateRun,
     LazyStep,
+    LogRecorded,
     RecordLog,
     StartRun,
     StartStep,
@@ -127,6 +128,30 @@ async def test_a_log_whose_append_was_lost_is_recorded_once(schema: str) -> None
             await healing
             proxy.plan = lambda: None
         assert stored_types(schema, "r")[2:] == ["log_recorded", "log_recorded"]
+
+
+async def test_a_named_log_whose_call_gave_up_in_doubt_is_recorded_once(schema: str) -> None:
+    # The reply is lost and the server stays silent past the retry budget: CommitUnknown.
+    # Executed again, by another handler (the kernel knows the log id) or by the same one (it
+    # kept the append), the line is not written twice.
+    async with proxied(schema, call_timeout=0.2) as (store, proxy):
+        handler = CommandHandler(store, store_retry=StoreRetry(budget=0.5))
+        await handler.execute("r", StartRun(create=CreateRun(workflow_name="wf", input=b"")))
+        proxy.plan = lambda: "after"
+        proxy.hole_after_cut = True
+        line = RecordLog(level="info", message="charged", log_id="charge-1")
+        with pytest.raises(CommitUnknown):
+            await handler.execute("r", line)
+        proxy.plan = lambda: None
+        proxy.heal()
+        assert stored_types(schema, "r")[2:] == ["log_recorded"]  # the cut came after COMMIT
+        other = await CommandHandler(store).execute("r", line)
+        assert other.appended == () and dict(other.snapshot.log_ids) == {"charge-1": 3}
+        same = await handler.execute("r", line)
+        assert [(e.sequence, e.event) for e in same.appended] == [
+            (3, LogRecorded(level="info", message="charged", log_id="charge-1"))
+        ]
+        assert stored_types(schema, "r")[2:] == ["log_recorded"]
 
 
 async def test_without_retries_the_first_fault_is_raised(schema: str) -> None:
