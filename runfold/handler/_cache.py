@@ -29,12 +29,16 @@ class Cached:
 
     @property
     def fenced(self) -> bool:
-        """Whether an append decided on this snapshot can go without reading first: the store
-        checks both its head and its incarnation (a run it lacks must still not exist)."""
+        """Whether an append decided on this snapshot can go without reading first.
+
+        It can when the store checks both its head and its incarnation (a run it lacks must
+        still not exist).
+        """
         return self.snapshot is None or self.head_position is not None
 
 
 ABSENT = Cached(None)
+"""A run with no history."""
 
 
 class RunCache:
@@ -51,9 +55,9 @@ class RunCache:
         return self._runs.get(run_id)
 
     async def load(self, run_id: str, commands: Sequence[Command]) -> tuple[Cached, bool]:
-        """The run as cached when the next append is fenced by it, else as the store has it;
-        and whether it was read from the store just now.
+        """The run, and whether it was read from the store just now.
 
+        As cached when the next append is fenced by it, else as the store has it.
         A run not cached that `commands` begin by creating is taken to be new without a read:
         the append at sequence 0 holds only if it is, and if it is not, the conflict makes the
         handler read it and decide again, as for any run that moved.
@@ -79,9 +83,12 @@ class RunCache:
         return found
 
     async def catch_up(self, run_id: str, cached: Cached) -> Cached:
-        """`cached` with what was appended since, or the run read afresh when `cached` is not
-        this incarnation of it any more (retention deleted the run, perhaps it was created
-        again): the last event it knows must still be there, the same one."""
+        """`cached` with what was appended since, or the run read afresh.
+
+        Afresh when `cached` is not this incarnation of it any more (retention deleted the run,
+        perhaps it was created again): the last event it knows must still be there, the same
+        one.
+        """
         known = cached.snapshot
         if known is None:
             return await self.read(run_id)

@@ -52,11 +52,10 @@ def moved_past(cached: Cached, sent: Sequence[Sent]) -> bool:
 
 
 async def recognise(cache: RunCache, run_id: str, sent: Sequence[Sent]) -> Recognised | None:
-    """Whichever of the appends in `sent` the store holds (and remember the run after it), or
-    None.
+    """Whichever of the appends in `sent` the store holds, or None.
 
-    An append is recognised by what it wrote: its events, stamped with its time, right after
-    the head it was fenced on.
+    The run after it is remembered in `cache`. An append is recognised by what it wrote: its
+    events, stamped with its time, right after the head it was fenced on.
     """
     for attempt in sent:
         events = attempt.batch.events
