@@ -29,10 +29,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-from runfold.kernel import StoreTimeout
-from runfold.stores.sqlite.thread import result_code
+import aiosqlite
 
-__all__ = ["LATE_GRACE", "Budget", "Ticket", "bounded", "call_timeout"]
+from runfold.kernel import StoreClosed, StoreError, StoreTimeout, StoreUnavailable
+from runfold.stores.sqlite.thread import on_thread, result_code
+
+__all__ = ["LATE_GRACE", "Budget", "Ticket", "bounded", "call_on_thread", "call_timeout"]
 
 T = TypeVar("T")
 
@@ -43,6 +45,8 @@ _override: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "runfold_sqlite_call_timeout", default=None
 )
 _LOCK_WAIT = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+_CLOSED = frozenset({"no active connection", "Connection closed"})
+"""What aiosqlite's `ValueError` says of a connection that is closed."""
 _QUEUED, _RUNNING, _ABANDONED = 0, 1, 2
 
 
@@ -179,3 +183,33 @@ async def bounded(
         raise
     finally:
         timers[-1].cancel()
+
+
+async def call_on_thread(
+    db: aiosqlite.Connection,
+    budget: Budget,
+    location: str,
+    fn: Callable[..., T],
+    *args: Any,
+    deadline: float | None = None,
+    late: Callable[[str], Exception] | None = None,
+) -> T:
+    """`fn(connection, *args)` on `db`'s thread by `deadline` (`bounded`), its errors runfold's.
+
+    `deadline` is a `time.monotonic()`, by default the budget's from now.
+    """
+    ticket = Ticket(budget.deadline() if deadline is None else deadline)
+    what = f"the call {getattr(fn, '__name__', 'to the file')}"
+
+    def queued(ticket: Ticket) -> Awaitable[T]:
+        return on_thread(db, on_deadline, budget, ticket, what, fn, *args)
+
+    try:
+        return await bounded(queued, ticket, what, late=late)
+    except sqlite3.OperationalError as exc:
+        raise StoreUnavailable(f"SQLite store {location!r}: {exc}") from None
+    except ValueError as exc:
+        if str(exc) in _CLOSED:
+            raise StoreClosed(f"the SQLite store {location!r} is closed: {exc}") from None
+        # Not a closed store (a text the driver cannot bind, say): never taken for one.
+        raise StoreError(f"SQLite store {location!r}: {exc!r}") from exc

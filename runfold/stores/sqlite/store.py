@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +25,6 @@ from runfold.kernel import (
     StoreClosed,
     StoreError,
     StoreOpenError,
-    StoreUnavailable,
     Wakeup,
 )
 from runfold.kernel.limits import DEFAULT_LIMITS
@@ -40,7 +39,7 @@ from runfold.stores._sql import (
     wakeups_query,
 )
 from runfold.stores.protocol import ReplayedRun, time_key
-from runfold.stores.sqlite.deadline import Budget, Ticket, bounded, call_timeout, on_deadline
+from runfold.stores.sqlite.deadline import Budget, call_on_thread, call_timeout
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
 from runfold.stores.sqlite.leases import SQLiteLeases
@@ -53,15 +52,13 @@ from runfold.stores.sqlite.schema import (
     optimize,
     prepare,
 )
-from runfold.stores.sqlite.thread import connect, on_thread, ready, result_code
+from runfold.stores.sqlite.thread import connect, ready, result_code
 from runfold.stores.sqlite.writer import Append, append_batch, settle
 
 __all__ = ["SQLiteStore", "Synchronous"]
 
 
 T = TypeVar("T")
-_CLOSED = frozenset({"no active connection", "Connection closed"})
-"""What aiosqlite's `ValueError` says of a connection that is closed."""
 Synchronous = Literal["FULL", "NORMAL"]
 """The `synchronous` settings `SQLiteStore.open` accepts."""
 
@@ -272,25 +269,12 @@ class SQLiteStore(IndexReads, SQLiteLeases):
     ) -> T:
         """`_run` without the closed check: for appends accepted before `close`.
 
-        The call ends by `deadline` (a `time.monotonic()`; by default `call_timeout` from now),
-        as `deadline.bounded` says; `late` makes the error of a write still running then.
+        It ends by `deadline` (a `time.monotonic()`; by default `call_timeout` from now), as
+        `deadline.call_on_thread` says; `late` makes the error of a write still running then.
         """
-        ticket = Ticket(self._budget.deadline() if deadline is None else deadline)
-        what = f"the call {getattr(fn, '__name__', 'to the file')}"
-        budget = self._budget
-
-        def queued(ticket: Ticket) -> Awaitable[T]:
-            return on_thread(self._db, on_deadline, budget, ticket, what, fn, *args)
-
-        try:
-            return await bounded(queued, ticket, what, late=late)
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(f"SQLite store {self._path!r}: {exc}") from None
-        except ValueError as exc:
-            if str(exc) in _CLOSED:
-                raise StoreClosed(f"the SQLite store {self._path!r} is closed: {exc}") from None
-            # Not a closed store (a text the driver cannot bind, say): never taken for one.
-            raise StoreError(f"SQLite store {self._path!r}: {exc!r}") from exc
+        return await call_on_thread(
+            self._db, self._budget, self._path, fn, *args, deadline=deadline, late=late
+        )
 
     # --- append (group commit) ----------------------------------------------------------------
 
