@@ -45,6 +45,8 @@ __all__ = ["CommandHandler", "Outcome"]
 
 _MAX_CONFLICT_PAUSE = 0.05
 """Seconds: the longest pause `conflict_backoff` makes before one attempt."""
+_DOUBTS_KEPT = 1024
+"""How many runs' appends in doubt (of calls that gave up) a handler keeps, the oldest dropped."""
 
 
 @attrs.frozen(kw_only=True)
@@ -107,7 +109,7 @@ class CommandHandler:
         self.clock = clock
         self.limits = limits if limits is not None else DEFAULT_LIMITS
         self._cache = RunCache(store, self.limits, cache_size)
-        self._doubts = Doubts(cache_size)
+        self._doubts = Doubts(_DOUBTS_KEPT)
         self._max_attempts = max_attempts
         self._conflict_backoff = conflict_backoff
         self.store_retry = store_retry
