@@ -85,6 +85,7 @@ class Builder:
         "parent_run_id",
         "progress",
         "progress_new",
+        "ready_at",
         "retrying",
         "run_id",
         "seq",
@@ -125,6 +126,7 @@ class Builder:
     cancellation: Cancellation | None
     owner: Ownership | None
     owner_epoch: int
+    ready_at: datetime | None
     attributes: Mapping[str, str]
     attributes_owned: bool
     log_count: int
@@ -223,6 +225,7 @@ class Builder:
             self.cancellation,
             self.owner,
             self.owner_epoch,
+            self.ready_at,
             self.steps.derive(steps_new) if steps_new else self.steps,
             self.waits.derive(waits_new) if waits_new else self.waits,
             self.hooks.derive(hooks_new) if hooks_new else self.hooks,
@@ -264,6 +267,7 @@ _SNAPSHOT_FIELDS = (
     "cancellation",
     "owner",
     "owner_epoch",
+    "ready_at",
     "steps",
     "waits",
     "hooks",
@@ -320,7 +324,7 @@ def start_builder(first: Envelope, limits: Limits) -> Builder:
     b.created_at = b.updated_at = first.recorded_at
     b.started_at = b.completed_at = None
     b.cancellation = None
-    b.owner, b.owner_epoch = None, 0
+    b.owner, b.owner_epoch, b.ready_at = None, 0, None
     b.attributes = {}
     b.attributes_owned = True
     merge_attributes(b, tuple(AttributeChange(key=k, value=v) for k, v in ev.attributes.items()))
@@ -356,7 +360,7 @@ def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
     b.created_at, b.updated_at = snapshot.created_at, snapshot.updated_at
     b.started_at, b.completed_at = snapshot.started_at, snapshot.completed_at
     b.cancellation = snapshot.cancellation
-    b.owner, b.owner_epoch = snapshot.owner, snapshot.owner_epoch
+    b.owner, b.owner_epoch, b.ready_at = snapshot.owner, snapshot.owner_epoch, snapshot.ready_at
     b.attributes = snapshot.attributes
     b.attributes_owned = False
     b.log_count = snapshot.log_count
