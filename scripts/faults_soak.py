@@ -10,8 +10,8 @@ which cuts that share of the append statements it sees (before they are sent, ri
 after the reply), and `--holes` times stops relaying for `--hole-seconds` (a black hole). Each
 store call has `--call-timeout` seconds. It prints, per rate, what the issue's targets name and
 exits non-zero if one is missed: runs failed that no body failed, step attempts spent on store
-faults, bodies run more than once, outcomes recorded more than once, runs not finished, and a
-store call (append or read) that took longer than its deadline plus 1 s.
+faults, bodies run more than once, records of a run or a step held more than once, runs not
+finished, and a store call (append or read) that took longer than its deadline plus 1 s.
 """
 
 from __future__ import annotations
@@ -100,6 +100,17 @@ async def steps(key: str) -> int:
     return total
 
 
+def duplicates(history: Sequence[Envelope]) -> int:
+    """Records a run of `steps` holds more than once: of the run (created, started, ended) or of
+    a step (created, completed; a start beyond the first is an attempt, counted as spent)."""
+    kinds = Counter(
+        (e.event.event_type, getattr(e.event, "step_id", None))
+        for e in history
+        if e.event.event_type != "step_started"
+    )
+    return sum(count - 1 for count in kinds.values() if count > 1)
+
+
 async def holes(proxy: FaultProxy, count: int, seconds: float, every: float) -> None:
     for _ in range(count):
         await asyncio.sleep(every)
@@ -138,12 +149,7 @@ async def soak(rate: float, args: argparse.Namespace) -> list[str]:
                     unfinished += snapshot.status != "completed"
                     spent += sum(s.attempt - 1 for s in snapshot.steps.values())
                     re_run += sum(BODY_RUNS[(key, n)] > 1 for n in range(STEPS[0]))
-                    types = Counter(e.event.event_type for e in await timed.inner.read(key))
-                    recorded_twice += sum(
-                        count > 1
-                        for kind, count in types.items()
-                        if kind in ("run_created", "run_completed")
-                    ) + max(0, types["step_completed"] - STEPS[0])
+                    recorded_twice += duplicates(await timed.inner.read(key))
             finally:
                 await store.close()
         cuts = sum(proxy.cuts.values())

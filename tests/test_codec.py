@@ -615,3 +615,27 @@ def test_correlation_ids_of_run_events_are_none() -> None:
     assert correlation_id(StepStarted(step_id="s1", attempt=1)) == "s1"
     assert correlation_id(LogRecorded(level="info", message="m")) is None
     assert correlation_id(AttributesSet(changes=(), write_id="w1")) == "w1"
+
+
+def test_log_recorded_gains_its_log_id_as_an_optional_trailing_element() -> None:
+    """Rows written before `log_id` read as before (both wire forms); the new layout is pinned."""
+    plain = LogRecorded(level="info", message="m", step_id="s1")
+    before = cbor2.dumps(["info", "m", "s1"])
+    assert encode_event(plain) == ("log_recorded", 2, before)  # the same bytes as before
+    assert decode_event("log_recorded", 2, before) == plain
+    as_map = cbor2.dumps({"level": "info", "message": "m", "step_id": "s1", "data": None})
+    assert decode_event("log_recorded", 1, as_map) == plain
+    assert "log_id" not in repr(plain)
+
+    named = LogRecorded(level="info", message="m", log_id="line-1")
+    with_id = cbor2.dumps(["info", "m", None, None, "line-1"])
+    assert encode_event(named) == ("log_recorded", 2, with_id)
+    assert decode_event("log_recorded", 2, with_id) == named
+    assert repr(named).endswith("log_id='line-1')")
+    assert decode_events(["log_recorded"] * 3, [1, 2, 2], [as_map, before, with_id]) == [
+        plain,
+        plain,
+        named,
+    ]
+    with pytest.raises(EventDecodeError, match="log_id"):
+        decode_event("log_recorded", 2, cbor2.dumps(["info", "m", None, None, 7]))

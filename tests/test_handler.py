@@ -608,8 +608,8 @@ async def test_conflicts_in_a_row_pause_the_retries_for_a_random_time_growing_ea
     async def pause(seconds: float) -> None:
         pauses.append(seconds)
 
-    monkeypatch.setattr("runfold.handler.asyncio", SimpleNamespace(sleep=pause))
-    monkeypatch.setattr("runfold.handler.random", SimpleNamespace(random=lambda: 1.0))
+    monkeypatch.setattr("runfold.handler._handler.asyncio", SimpleNamespace(sleep=pause))
+    monkeypatch.setattr("runfold.handler._handler.random", SimpleNamespace(random=lambda: 1.0))
     rival = CommandHandler(store, clock=clock)
     await rival.execute("r", START)
     racing = RacingStore(store, lambda: rival.execute("r", log("rival")), races=None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -23,7 +24,9 @@ from runfold import (
     CommandHandler,
     CommitUnknown,
     CreateRun,
+    Envelope,
     LazyStep,
+    LogRecorded,
     RecordLog,
     StartRun,
     StartStep,
@@ -33,6 +36,7 @@ from runfold import (
 )
 from runfold.flow import Flow, step, workflow
 from runfold.stores import PostgresStore
+from runfold.testing import DelegatingStore
 from tests.fault_proxy import FaultProxy, random_plan
 from tests.postgres_support import DSN, admin, schema_name
 
@@ -129,6 +133,30 @@ async def test_a_log_whose_append_was_lost_is_recorded_once(schema: str) -> None
         assert stored_types(schema, "r")[2:] == ["log_recorded", "log_recorded"]
 
 
+async def test_a_named_log_whose_call_gave_up_in_doubt_is_recorded_once(schema: str) -> None:
+    # The reply is lost and the server stays silent past the retry budget: CommitUnknown.
+    # Executed again, by another handler (the kernel knows the log id) or by the same one (it
+    # kept the append), the line is not written twice.
+    async with proxied(schema, call_timeout=0.2) as (store, proxy):
+        handler = CommandHandler(store, store_retry=StoreRetry(budget=0.5))
+        await handler.execute("r", StartRun(create=CreateRun(workflow_name="wf", input=b"")))
+        proxy.plan = lambda: "after"
+        proxy.hole_after_cut = True
+        line = RecordLog(level="info", message="charged", log_id="charge-1")
+        with pytest.raises(CommitUnknown):
+            await handler.execute("r", line)
+        proxy.plan = lambda: None
+        proxy.heal()
+        assert stored_types(schema, "r")[2:] == ["log_recorded"]  # the cut came after COMMIT
+        other = await CommandHandler(store).execute("r", line)
+        assert other.appended == () and dict(other.snapshot.log_ids) == {"charge-1": 3}
+        same = await handler.execute("r", line)
+        assert [(e.sequence, e.event) for e in same.appended] == [
+            (3, LogRecorded(level="info", message="charged", log_id="charge-1"))
+        ]
+        assert stored_types(schema, "r")[2:] == ["log_recorded"]
+
+
 async def test_without_retries_the_first_fault_is_raised(schema: str) -> None:
     async with proxied(schema) as (store, proxy):
         handler = CommandHandler(store, store_retry=None)
@@ -176,3 +204,59 @@ async def test_workflows_ride_through_cuts_around_commits(
             types = Counter(stored_types(schema, f"run-{n}"))
             assert types["step_completed"] == STEPS and types["step_started"] == STEPS
             assert types["run_completed"] == 1 and types["run_created"] == 1
+
+
+class Timed(DelegatingStore):
+    """Times every append and read: the longest is what a caller waited for one store call."""
+
+    longest = 0.0
+
+    async def append_if_sequence(self, *args: Any, **kwargs: Any) -> list[Envelope]:
+        started = time.monotonic()
+        try:
+            return await super().append_if_sequence(*args, **kwargs)
+        finally:
+            self.longest = max(self.longest, time.monotonic() - started)
+
+    async def read(self, *args: Any, **kwargs: Any) -> list[Envelope]:
+        started = time.monotonic()
+        try:
+            return await super().read(*args, **kwargs)
+        finally:
+            self.longest = max(self.longest, time.monotonic() - started)
+
+
+async def test_workflows_ride_through_a_black_hole_and_cuts_each_call_within_its_deadline(
+    schema: str,
+) -> None:
+    deadline, runs = 0.5, 16
+    async with proxied(schema, pool_max=8, call_timeout=deadline) as (store, proxy):
+        proxy.plan = random_plan(0.4)
+        timed = Timed(store)
+        flow = Flow(timed, [ten_steps])
+        keys = [f"{schema}-hole-{n}" for n in range(runs)]
+
+        async def hole() -> None:
+            await asyncio.sleep(0.3)
+            proxy.black_hole()
+            await asyncio.sleep(1.5)  # three deadlines
+            proxy.heal()
+
+        holing = asyncio.create_task(hole())
+        results = await asyncio.gather(
+            *(flow.start(ten_steps, key, run_id=key) for key in keys), return_exceptions=True
+        )
+        await holing
+        proxy.plan = lambda: None
+        assert not [r for r in results if isinstance(r, BaseException)]
+        assert timed.longest <= deadline + 1.0, timed.longest
+        for key in keys:
+            snapshot = (await flow.result(key)).snapshot
+            assert snapshot.status == "completed"
+            assert [s.attempt for s in snapshot.steps.values()] == [1] * STEPS
+            assert [BODY_RUNS[(key, i)] for i in range(STEPS)] == [1] * STEPS
+            kinds = Counter(
+                (e.event.event_type, getattr(e.event, "step_id", None))
+                for e in await store.read(key)
+            )
+            assert max(kinds.values()) == 1, kinds  # no record of the run or a step twice

@@ -705,6 +705,7 @@ def model(history: Sequence[Envelope]) -> dict[str, Any]:
     progress: dict[str, ProgressRecorded] = {}
     children: dict[str, ChildLinked] = {}
     write_ids: dict[str, int] = {}
+    log_ids: dict[str, int] = {}
     for env in history[1:]:
         ev, at = env.event, env.recorded_at
         if isinstance(ev, RunStarted):
@@ -748,6 +749,8 @@ def model(history: Sequence[Envelope]) -> dict[str, Any]:
             children[ev.reference_id] = ev
         elif isinstance(ev, LogRecorded):
             run["log_count"] += 1
+            if ev.log_id is not None:
+                log_ids[ev.log_id] = env.sequence
         elif isinstance(ev, StepCreated):
             steps[ev.step_id] = StepState(
                 step_id=ev.step_id,
@@ -842,6 +845,7 @@ def model(history: Sequence[Envelope]) -> dict[str, Any]:
         "progress": progress,
         "children": children,
         "attribute_write_ids": write_ids,
+        "log_ids": log_ids,
     }
 
 
@@ -880,6 +884,7 @@ def test_snapshot_agrees_with_a_naive_replay(history: list[Envelope]) -> None:
         assert dict(getattr(snap, name)) == expected[name], name
         assert list(getattr(snap, name)) == list(expected[name]), f"{name} order"
     assert dict(snap.attribute_write_ids) == expected["attribute_write_ids"]
+    assert dict(snap.log_ids) == expected["log_ids"]
 
 
 @given(valid_histories())
@@ -893,6 +898,7 @@ def test_snapshot_mappings_are_read_only_and_consistent(history: list[Envelope])
         snap.progress,
         snap.children,
         snap.attribute_write_ids,
+        snap.log_ids,
     ):
         check_read_only(mapping)
     assert all(key == state.step_id for key, state in snap.steps.items())

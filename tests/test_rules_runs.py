@@ -703,6 +703,32 @@ async def test_record_log_on_a_live_run(handler: CommandHandler, status: str) ->
     assert (outcome.snapshot.log_count, again.snapshot.log_count) == (1, 2)
 
 
+async def test_a_named_log_line_is_recorded_once_even_after_the_run_ended(
+    handler: CommandHandler,
+) -> None:
+    await run_in_status(handler, "running")
+    line = RecordLog(level="info", message="charged", log_id="charge-1")
+
+    first = await handler.execute(RUN, line)
+    again = await handler.execute(RUN, line)  # a retry whose reply was lost
+    other = await handler.execute(RUN, attrs.evolve(line, message="changed"))
+    await handler.execute(RUN, CompleteRun(output=b""))
+    late = await handler.execute(RUN, line)
+
+    assert first.appended[0].event == LogRecorded(
+        level="info", message="charged", log_id="charge-1"
+    )
+    assert (again.appended, other.appended, late.appended) == ((), (), ())  # no-ops
+    assert again.snapshot.log_count == 1
+    assert dict(late.snapshot.log_ids) == {"charge-1": first.appended[0].sequence}
+    await assert_rejected(
+        handler, RecordLog(level="info", message="new", log_id="l-2"), TerminalState, "terminal"
+    )
+    await assert_rejected(
+        handler, RecordLog(level="info", message="m", log_id=""), InvalidCommand, "log_id"
+    )
+
+
 async def test_record_log_with_an_unknown_level_is_invalid(handler: CommandHandler) -> None:
     await run_in_status(handler, "running")
     await assert_rejected(

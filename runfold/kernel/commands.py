@@ -231,14 +231,19 @@ class LinkChild(Command):
 class RecordLog(Command):
     """Record a log line at `level`, from the workflow or the step `step_id` (`LogRecorded`).
 
+    `log_id`, chosen by the caller, names the line: a `RecordLog` whose `log_id` the run has
+    recorded already is a no-op (the line first recorded stands), even once the run has ended,
+    so a caller that lost the reply can send it again and the line is recorded once.
+
     `decide` rejects it with `InvalidCommand` for a level other than info, warning or error, and
-    with `TerminalState` once the run has ended.
+    with `TerminalState` once the run has ended (unless its `log_id` was recorded).
     """
 
     level: LogLevel
     message: str
     step_id: str | None = None
     data: bytes | None = None
+    log_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -266,13 +266,26 @@ class ChildLinked(_Catalogued):
 
 @attrs.frozen(kw_only=True)
 class LogRecorded(_Catalogued):
-    """A log line at `level` from the workflow or the step `step_id`; the snapshot counts it."""
+    """A log line at `level` from the workflow or the step `step_id`; the snapshot counts it.
+
+    `log_id`, when the caller named the line, is unique in the run (`Snapshot.log_ids`). It is a
+    trailing field left out of the wire form when unset, so a history without it reads as
+    before, and it appears in the `repr` only when set.
+    """
 
     event_type: ClassVar[str] = "log_recorded"
     level: LogLevel
     message: str
     step_id: str | None = None
     data: bytes | None = None
+    log_id: str | None = None
+
+    def __repr__(self) -> str:
+        extra = "" if self.log_id is None else f", log_id={self.log_id!r}"
+        return (
+            f"LogRecorded(level={self.level!r}, message={self.message!r}, "
+            f"step_id={self.step_id!r}, data={self.data!r}{extra})"
+        )
 
 
 @attrs.frozen(kw_only=True)

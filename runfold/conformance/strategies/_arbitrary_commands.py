@@ -145,6 +145,7 @@ def _command_strategies(
             message=text,
             step_id=optional(steps),
             data=optional(payload),
+            log_id=optional(ids(("log-1", "log-2"), invalid)),
         ),
         CreateStep: st.builds(
             CreateStep,

@@ -111,6 +111,7 @@ def _event_strategies() -> dict[type[Event], st.SearchStrategy[Event]]:
             message=text,
             step_id=opt_text,
             data=opt_data,
+            log_id=opt_text,
         ),
         StepCreated: st.builds(
             StepCreated, step_id=text, step_name=text, input=data, retry=optional(retry)

@@ -269,7 +269,9 @@ def _guided_command(
         return LinkChild(reference_id=reference_id, kind="workflow", operation_id="op-1"), None
     if kind == "log":
         log_step = draw(st.sampled_from((None, *list(snap.steps)[:2])))
-        return RecordLog(level="info", message="hello", step_id=log_step), None
+        # Some lines named, one name now and then again (a retry: a no-op), without a draw.
+        log_id = (None, "log-a", f"log-{snap.last_sequence}")[snap.last_sequence % 3]
+        return RecordLog(level="info", message="hello", step_id=log_step, log_id=log_id), None
     if kind == "claim":  # a free run is claimed; an owned one is taken over now and then
         owner = draw(st.sampled_from(OWNER_IDS))
         held = snap.owner.owner_id if snap.owner is not None else None

@@ -327,6 +327,7 @@ def _validate_log(c: FieldCheck, cmd: RecordLog) -> None:
     c.text(cmd.message, "message")
     c.ident(cmd.step_id, "step_id", optional=True)
     c.payload(cmd.data, "data", optional=True)
+    c.ident(cmd.log_id, "log_id", optional=True)
 
 
 def _validate_step_definition(

@@ -213,8 +213,18 @@ def _once(
 
 
 def _record_log(ctx: RuleContext, cmd: RecordLog) -> NewEvents:
+    if cmd.log_id is not None and cmd.log_id in ctx.run().log_ids:
+        return NOOP  # recorded already (a retry whose reply was lost): the first line stands
     ctx.live_run("log on")
-    return (LogRecorded(level=cmd.level, message=cmd.message, step_id=cmd.step_id, data=cmd.data),)
+    return (
+        LogRecorded(
+            level=cmd.level,
+            message=cmd.message,
+            step_id=cmd.step_id,
+            data=cmd.data,
+            log_id=cmd.log_id,
+        ),
+    )
 
 
 RUN_RULES: dict[type[Command], Rule] = {

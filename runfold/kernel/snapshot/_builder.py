@@ -77,6 +77,8 @@ class Builder:
         "limits",
         "live_steps",
         "log_count",
+        "log_ids",
+        "log_ids_new",
         "output",
         "owner",
         "owner_epoch",
@@ -128,6 +130,8 @@ class Builder:
     attributes: Mapping[str, str]
     attributes_owned: bool
     log_count: int
+    log_ids: PView[int, int]
+    log_ids_new: dict[str, int]
     steps: PView[StepRecord, StepState]
     waits: PView[WaitRecord, WaitState]
     hooks: PView[HookRecord, HookState]
@@ -232,6 +236,7 @@ class Builder:
             else self.hook_conflicts,
             self.write_ids.derive(self.write_ids_new) if self.write_ids_new else self.write_ids,
             self.log_count,
+            self.log_ids.derive(self.log_ids_new) if self.log_ids_new else self.log_ids,
             frozenset(self.live_steps),
             frozenset(self.retrying),
             frozenset(self.waiting),
@@ -271,6 +276,7 @@ _SNAPSHOT_FIELDS = (
     "hook_conflicts",
     "attribute_write_ids",
     "log_count",
+    "log_ids",
     "live_step_ids",
     "retrying_step_ids",
     "waiting_wait_ids",
@@ -324,6 +330,7 @@ def start_builder(first: Envelope, limits: Limits) -> Builder:
     merge_attributes(b, tuple(AttributeChange(key=k, value=v) for k, v in ev.attributes.items()))
     check_attributes(b)
     b.log_count = 0
+    b.log_ids, b.log_ids_new = empty_values(), {}
     b.steps, b.waits, b.hooks = empty_records(), empty_records(), empty_records()
     b.progress, b.children, b.write_ids = empty_values(), empty_values(), empty_values()
     b.hook_conflicts = empty_values()
@@ -357,6 +364,7 @@ def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
     b.attributes = snapshot.attributes
     b.attributes_owned = False
     b.log_count = snapshot.log_count
+    b.log_ids, b.log_ids_new = snapshot.log_ids, {}
     b.steps, b.waits, b.hooks = snapshot.steps, snapshot.waits, snapshot.hooks
     b.progress, b.children = snapshot.progress, snapshot.children
     b.hook_conflicts = snapshot.hook_conflicts

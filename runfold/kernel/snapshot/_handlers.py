@@ -144,8 +144,12 @@ def _on_child_linked(b: Builder, ev: ChildLinked, at: datetime) -> None:
     b.children_new[ev.reference_id] = ev
 
 
-def _on_log_recorded(b: Builder, at: datetime) -> None:
+def _on_log_recorded(b: Builder, at: datetime, log_id: str | None) -> None:
     b.require_live("log_recorded")
+    if log_id is not None:
+        if log_id in b.log_ids_new or log_id in b.log_ids:
+            raise b.fail(f"log id {log_id!r} repeats")
+        b.log_ids_new[log_id] = b.seq
     b.log_count += 1
 
 

@@ -151,7 +151,8 @@ class Snapshot:
     """Where a run stands after its last event: immutable; derive newer ones with `apply`.
 
     `steps`, `waits`, `hooks` map ids to frozen states; `progress` and `children` map ids to the
-    recording event; `attribute_write_ids` maps each attribute write id to its sequence.
+    recording event; `attribute_write_ids` maps each attribute write id to its sequence, and
+    `log_ids` each log id (`RecordLog.log_id`) to the sequence of its line.
     Entity states and `deadline` stay as they were when the run ends: what still needs a host's
     attention is `wakeups()`, empty for an ended run.
     """
@@ -193,6 +194,7 @@ class Snapshot:
     """The `hook_conflict` of each hook id that could not be created (its token was held)."""
     attribute_write_ids: PView[int, int]
     log_count: int
+    log_ids: PView[int, int]
     # Derivable bookkeeping that keeps index upkeep O(open work) instead of O(run):
     live_step_ids: frozenset[str] = attrs.field(repr=False, eq=False)
     retrying_step_ids: frozenset[str] = attrs.field(repr=False, eq=False)

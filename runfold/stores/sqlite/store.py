@@ -15,6 +15,7 @@ from typing import Any, Literal, Self, TypeVar
 import aiosqlite
 
 from runfold.kernel import (
+    CommitUnknown,
     Envelope,
     Event,
     HookHolder,
@@ -24,7 +25,6 @@ from runfold.kernel import (
     StoreClosed,
     StoreError,
     StoreOpenError,
-    StoreUnavailable,
     Wakeup,
 )
 from runfold.kernel.limits import DEFAULT_LIMITS
@@ -40,6 +40,7 @@ from runfold.stores._sql import (
 )
 from runfold.stores.protocol import ReplayedRun, time_key
 from runfold.stores.signals import BoardSignals, SignalBoard
+from runfold.stores.sqlite.deadline import Budget, call_on_thread, call_timeout
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
 from runfold.stores.sqlite.leases import SQLiteLeases
@@ -52,15 +53,13 @@ from runfold.stores.sqlite.schema import (
     optimize,
     prepare,
 )
-from runfold.stores.sqlite.thread import connect, on_thread, ready, result_code
+from runfold.stores.sqlite.thread import connect, ready, result_code
 from runfold.stores.sqlite.writer import Append, append_batch, settle
 
 __all__ = ["SQLiteStore", "Synchronous"]
 
 
 T = TypeVar("T")
-_CLOSED = frozenset({"no active connection", "Connection closed"})
-"""What aiosqlite's `ValueError` says of a connection that is closed."""
 Synchronous = Literal["FULL", "NORMAL"]
 """The `synchronous` settings `SQLiteStore.open` accepts."""
 
@@ -86,10 +85,15 @@ class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
     MARK = "?"
 
     def __init__(
-        self, db: aiosqlite.Connection, path: str, inline: sqlite3.Connection | None = None
+        self,
+        db: aiosqlite.Connection,
+        path: str,
+        inline: sqlite3.Connection | None = None,
+        budget: Budget | None = None,
     ) -> None:
         """Use `SQLiteStore.open`; this wraps the connections it has already prepared."""
         self._db = db
+        self._budget = budget if budget is not None else Budget(30.0, 5000)
         self._inline = inline  # for appends that find no other in flight (`commit_inline`)
         self._path = path
         self._closed = False
@@ -115,6 +119,7 @@ class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
         busy_timeout: float = 5.0,
         read_only: bool = False,
         commit_inline: bool = True,
+        call_timeout: float = 30.0,
     ) -> SQLiteStore:
         """Open (creating or migrating) the store at `path`, or `":memory:"`.
 
@@ -132,6 +137,12 @@ class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
         transactions before a power loss may be lost. `busy_timeout` is how long an append waits
         for another process's write lock before `StoreUnavailable`.
 
+        `call_timeout` is every call's deadline, in seconds (`timeout(seconds)` changes it for
+        the calls made in a block): a call that waits for the calls queued before it, or for
+        another connection's write lock, past its deadline raises `StoreTimeout` and has
+        written nothing; an append still being written `0.5` s past it raises `CommitUnknown`
+        (it may yet commit: read the run back, as `CommandHandler` does).
+
         With `commit_inline` (the default; a file only), an append that finds no other in flight
         is committed on the calling thread, the event loop's, through a second connection,
         instead of being handed to the driver's thread and back: that hand-off costs about as
@@ -146,6 +157,8 @@ class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
         """
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
+        if not call_timeout > 0:
+            raise ValueError("call_timeout must be a positive number of seconds")
         location = str(path)
         busy_ms = int(busy_timeout * 1000)
         if not read_only:
@@ -183,10 +196,18 @@ class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
         inline = None
         if commit_inline and not read_only:
             inline = await asyncio.to_thread(inline_connection, location, synchronous)
-        store = cls(db, location, inline)
+        store = cls(db, location, inline, Budget(call_timeout, busy_ms))
         store.migrated_from = found
         store._schema_work = None if read_only else (busy_ms, synchronous)
         return store
+
+    def timeout(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """`with store.timeout(2.0):` the store's calls in the block have `seconds` each.
+
+        That is, instead of `call_timeout`, for the calls this task makes in the block and those
+        of the tasks it starts there. Raises `ValueError` unless `seconds` is positive.
+        """
+        return call_timeout(seconds)
 
     @property
     def schema_version(self) -> int:
@@ -242,17 +263,21 @@ class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         return await self._call(fn, *args)
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """`_run` without the closed check: for appends accepted before `close`."""
-        try:
-            return await on_thread(self._db, fn, *args)
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(f"SQLite store {self._path!r}: {exc}") from None
-        except ValueError as exc:
-            if str(exc) in _CLOSED:
-                raise StoreClosed(f"the SQLite store {self._path!r} is closed: {exc}") from None
-            # Not a closed store (a text the driver cannot bind, say): never taken for one.
-            raise StoreError(f"SQLite store {self._path!r}: {exc!r}") from exc
+    async def _call(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        deadline: float | None = None,
+        late: Callable[[str], Exception] | None = None,
+    ) -> T:
+        """`_run` without the closed check: for appends accepted before `close`.
+
+        It ends by `deadline` (a `time.monotonic()`; by default `call_timeout` from now), as
+        `deadline.call_on_thread` says; `late` makes the error of a write still running then.
+        """
+        return await call_on_thread(
+            self._db, self._budget, self._path, fn, *args, deadline=deadline, late=late
+        )
 
     # --- append (group commit) ----------------------------------------------------------------
 
@@ -297,6 +322,7 @@ class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
+        request.deadline = self._budget.deadline()
         self._queue.append(request)
         if self._idle.is_set():
             self._idle.clear()
@@ -317,7 +343,9 @@ class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
                     if self._inline is not None:
                         written = append_inline(self._inline, request, self._path)
                     if written is None:  # no inline connection, or the write lock is taken
-                        written = await self._call(append_batch, [request])
+                        written = await self._call(
+                            append_batch, [request], deadline=request.deadline, late=request.unknown
+                        )
                     (outcome,) = written
                 finally:
                     self._write_queue_or_rest()
@@ -340,10 +368,18 @@ class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                outcomes = await self._call(append_batch, batch)
+                outcomes = await self._call(
+                    append_batch,
+                    batch,
+                    deadline=min(request.deadline for request in batch),
+                    late=batch[0].unknown,
+                )
             except BaseException as exc:  # the whole transaction failed: all of it
                 for request in batch:
-                    settle(request, exc)
+                    if isinstance(exc, CommitUnknown):  # each of its own append
+                        settle(request, request.unknown(exc.reason))
+                    else:
+                        settle(request, exc)
                 if not isinstance(exc, Exception):
                     self._idle.set()
                     raise

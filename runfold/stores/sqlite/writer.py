@@ -7,6 +7,7 @@ on the connection thread, each with its own outcome.
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
@@ -35,6 +36,7 @@ class Append:
     """One queued append and the future its caller awaits."""
 
     __slots__ = (
+        "deadline",
         "events",
         "expected",
         "expected_position",
@@ -60,9 +62,15 @@ class Append:
         self.events = events
         self.index = index
         self.recorded_at = recorded_at
+        self.deadline = math.inf
+        """The `time.monotonic()` by which it must be written (`SQLiteStore`'s call deadline)."""
         self.future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
         # Encode here, on the event loop, so a bad event fails before any SQL runs.
         self.rows = [(*encode_event(event), correlation_id(event)) for event in events]
+
+    def unknown(self, reason: str) -> CommitUnknown:
+        """The error of this append when whether it was written is not known."""
+        return CommitUnknown(self.run_id, self.expected, reason)
 
 
 def settle(request: Append, outcome: list[Envelope] | BaseException) -> None:

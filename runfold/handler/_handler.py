@@ -1,33 +1,22 @@
-"""`CommandHandler`: load → decide → append, retried on conflict, over any `EventStore`.
-
-The handler is where the pure kernel meets a store. Every rule lives in `decide`; the store only
-makes "check the head, then append" atomic; the handler retries the whole cycle on a
-`SequenceConflict` (someone else appended first) and re-decides on a `TokenConflict` (another run
-holds the hook token), so every rule holds on every store, concurrency included. A store that
-cannot be reached for now (`StoreUnavailable`) is tried again under a `StoreRetry` policy, and
-an append whose outcome was lost is recognised by its events when the run is read back, so a
-retried command that was applied returns its outcome instead of a refusal.
-"""
+"""`CommandHandler`'s cycle: load → decide → append, retried on conflicts and store faults."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 
 import attrs
 
+from runfold.handler._cache import Cached, RunCache
+from runfold.handler._doubt import Doubts, Recognised, Sent, moved_past, recognise
+from runfold.handler._ids import utc_now
 from runfold.kernel import (
     BatchDecision,
     Command,
     CommitUnknown,
-    CreateRun,
     Envelope,
     HookHolder,
     HookNotFound,
@@ -40,10 +29,8 @@ from runfold.kernel import (
     RunNotFound,
     SequenceConflict,
     Snapshot,
-    StartRun,
     StoreUnavailable,
     TokenConflict,
-    apply,
     decide_many,
     recheck_decision,
     run_index,
@@ -51,18 +38,15 @@ from runfold.kernel import (
 from runfold.kernel.limits import DEFAULT_LIMITS
 from runfold.store_retry import DEFAULT_STORE_RETRY, Patience, StoreRetry
 from runfold.stores.arguments import check_text
-from runfold.stores.protocol import EventStore, replay_run
+from runfold.stores.protocol import EventStore
 
-__all__ = ["CommandHandler", "Outcome", "new_run_id", "utc_now"]
+__all__ = ["CommandHandler", "Outcome"]
 
 
 _MAX_CONFLICT_PAUSE = 0.05
 """Seconds: the longest pause `conflict_backoff` makes before one attempt."""
-
-
-def utc_now() -> datetime:
-    """The default clock: the current time, timezone-aware UTC."""
-    return datetime.now(UTC)
+_DOUBTS_KEPT = 1024
+"""How many runs' appends in doubt (of calls that gave up) a handler keeps, the oldest dropped."""
 
 
 @attrs.frozen(kw_only=True)
@@ -79,41 +63,6 @@ class Outcome:
     appended: tuple[Envelope, ...]
     missed: tuple[Envelope, ...]
     created_step: bool = False
-
-
-@attrs.frozen
-class _Cached:
-    """A run as this handler last knew it.
-
-    `snapshot` None: the run had no history. `first_position` and `head_position` are the feed
-    positions of its first and last events (None when the store gives none): the first names
-    this incarnation of the run (retention may delete it and the id be used again), the last
-    fences appends decided on the snapshot (`expected_position`).
-    """
-
-    snapshot: Snapshot | None
-    first_position: int | None = None
-    head_position: int | None = None
-
-    @property
-    def fenced(self) -> bool:
-        """Whether an append decided on this snapshot can go without reading first: the store
-        checks both its head and its incarnation (a run it lacks must still not exist)."""
-        return self.snapshot is None or self.head_position is not None
-
-
-_ABSENT = _Cached(None)
-
-
-@attrs.frozen
-class _Sent:
-    """An append that failed with `StoreUnavailable`: perhaps written, until read back."""
-
-    head: int
-    batch: BatchDecision
-    at: datetime
-    cached: _Cached
-    missed: tuple[Envelope, ...]
 
 
 class CommandHandler:
@@ -159,8 +108,8 @@ class CommandHandler:
         self.store = store
         self.clock = clock
         self.limits = limits if limits is not None else DEFAULT_LIMITS
-        self._cache: OrderedDict[str, _Cached] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache = RunCache(store, self.limits, cache_size)
+        self._doubts = Doubts(_DOUBTS_KEPT)
         self._max_attempts = max_attempts
         self._conflict_backoff = conflict_backoff
         self.store_retry = store_retry
@@ -205,8 +154,11 @@ class CommandHandler:
             StoreUnavailable: The store could not be reached for longer than `store_retry`
                 allows; nothing was written, retrying is safe.
             CommitUnknown: As `StoreUnavailable`, but an append was sent that could not be read
-                back: it may have been written. Executing the same command again is safe (it
-                is recognised, or decided anew on the run as it is).
+                back: it may have been written. Executing the same command again is safe: this
+                handler keeps the append and, once the store answers, recognises it and returns
+                the outcome it had; another handler decides the command anew on the run as it
+                is (a `RecordLog` with a `log_id` is then a no-op, most other commands already
+                applied are refused).
             StoreClosed: The store was closed.
         """
         return await self.execute_many(
@@ -246,17 +198,43 @@ class CommandHandler:
             InvalidCommand: `commands` is empty.
         """
         commands = tuple(commands)
+        patience = Patience(self.store_retry, run_id)
+        # The appends that failed with StoreUnavailable, perhaps written: this call's, and those
+        # of an earlier call for the same commands that gave up in doubt.
+        sent: list[Sent] = list(self._doubts.of(run_id, commands))
+        seeded = bool(sent)
+        try:
+            outcome = await self._cycle(
+                run_id, commands, patience, sent, known_sequence, now, decided, acting_as
+            )
+        except CommitUnknown:
+            self._doubts.keep(run_id, commands, sent)
+            raise
+        if seeded:
+            self._doubts.settled(run_id)
+        return outcome
+
+    async def _cycle(
+        self,
+        run_id: str,
+        commands: tuple[Command, ...],
+        patience: Patience,
+        sent: list[Sent],
+        known_sequence: int | None,
+        now: datetime | None,
+        decided: BatchDecision | None,
+        acting_as: Ownership | None,
+    ) -> Outcome:
+        """`execute_many`'s cycle, each append that failed in doubt added to `sent`."""
         token_holder: HookHolder | None = None
         conflict: SequenceConflict | None = None
         attempts = token_conflicts = 0
-        patience = Patience(self.store_retry, run_id)
-        sent: list[_Sent] = []  # appends that failed with StoreUnavailable: perhaps written
-        cached, fresh = await patience.call(lambda: self._load(run_id, commands))
+        cached, fresh = await patience.call(lambda: self._cache.load(run_id, commands))
         while attempts < self._max_attempts:
-            if sent and _moved_past(cached, sent):
-                found = await patience.call(lambda: self._recognise(run_id, sent))
+            if sent and moved_past(cached, sent):
+                found = await patience.call(lambda: recognise(self._cache, run_id, sent))
                 if found is not None:
-                    return found
+                    return _outcome(found)
             before = cached.snapshot
             at = now if now is not None else self.clock()
             reuse = (
@@ -291,7 +269,7 @@ class CommandHandler:
                 cached, fresh = await self._caught_up(patience, run_id, cached), True
                 continue
             missed = (
-                await patience.call(partial(self._missed, run_id, before, known_sequence))
+                await patience.call(partial(self._cache.missed, run_id, before, known_sequence))
                 if known_sequence is not None
                 and before is not None
                 and before.last_sequence > known_sequence
@@ -336,22 +314,22 @@ class CommandHandler:
             except StoreUnavailable as exc:
                 # Perhaps written (a store without settling, or one that could not settle it):
                 # after a pause the run is read back, and this batch recognised if it is there.
-                sent.append(_Sent(head, batch, at, cached, missed))
+                sent.append(Sent(head, batch, at, cached, missed))
                 patience.doubt = (
                     exc
                     if isinstance(exc, CommitUnknown)
                     else CommitUnknown(run_id, head, f"the append failed: {exc}")
                 )
                 await patience.wait(exc)
-                found = await patience.call(lambda: self._recognise(run_id, sent))
+                found = await patience.call(lambda: recognise(self._cache, run_id, sent))
                 if found is not None:
-                    return found
+                    return _outcome(found)
                 if not isinstance(exc, CommitUnknown):
                     patience.doubt = None  # the store settled it, and it is not there
                 cached, fresh = await self._caught_up(patience, run_id, cached), True
                 continue
             first = cached.first_position if before is not None else appended[0].position
-            self._remember(run_id, _Cached(after, first, appended[-1].position))
+            self._cache.remember(run_id, Cached(after, first, appended[-1].position))
             return Outcome(
                 snapshot=after,
                 appended=tuple(appended),
@@ -361,35 +339,9 @@ class CommandHandler:
         assert conflict is not None
         raise conflict
 
-    async def _caught_up(self, patience: Patience, run_id: str, cached: _Cached) -> _Cached:
-        """`_catch_up`, tried again after store faults."""
-        return await patience.call(lambda: self._catch_up(run_id, cached))
-
-    async def _recognise(self, run_id: str, sent: Sequence[_Sent]) -> Outcome | None:
-        """The outcome of whichever of the appends in `sent` the store holds, or None.
-
-        An append is recognised by what it wrote: its events, stamped with its time, right
-        after the head it was fenced on. The fence lets at most one of them in.
-        """
-        for attempt in sent:
-            events = attempt.batch.events
-            tail = await self.store.read(run_id, after=attempt.head, limit=len(events))
-            if len(tail) != len(events) or any(
-                envelope.event != event or envelope.recorded_at != attempt.at
-                for envelope, event in zip(tail, events, strict=True)
-            ):
-                continue
-            after = attempt.batch.snapshot
-            assert after is not None
-            first = attempt.cached.first_position if attempt.head else tail[0].position
-            self._remember(run_id, _Cached(after, first, tail[-1].position))
-            return Outcome(
-                snapshot=after,
-                appended=tuple(tail),
-                missed=attempt.missed,
-                created_step=bool(attempt.batch.created_steps),
-            )
-        return None
+    async def _caught_up(self, patience: Patience, run_id: str, cached: Cached) -> Cached:
+        """`RunCache.catch_up`, tried again after store faults."""
+        return await patience.call(lambda: self._cache.catch_up(run_id, cached))
 
     async def deliver(self, token: str, payload: bytes, delivery_id: str | None = None) -> Outcome:
         """Deliver `payload` to the live hook holding `token` (a `ReceiveHook` on its run).
@@ -432,7 +384,7 @@ class CommandHandler:
         cached = self._cache.get(run_id)
         patience = Patience(self.store_retry, run_id)
         if cached is None:
-            return (await patience.call(lambda: self._read(run_id))).snapshot
+            return (await patience.call(lambda: self._cache.read(run_id))).snapshot
         return (await self._caught_up(patience, run_id, cached)).snapshot
 
     async def history(self, run_id: str, *, limit: int | None = None) -> list[Envelope]:
@@ -441,129 +393,12 @@ class CommandHandler:
             lambda: self.store.read(run_id, limit=limit)
         )
 
-    # --- cache --------------------------------------------------------------------------------
 
-    async def _load(self, run_id: str, commands: Sequence[Command]) -> tuple[_Cached, bool]:
-        """The run as cached when the next append is fenced by it, else as the store has it;
-        and whether it was read from the store just now.
-
-        A run not cached that `commands` begin by creating is taken to be new without a read:
-        the append at sequence 0 holds only if it is, and if it is not, the conflict makes the
-        handler read it and decide again, as for any run that moved.
-        """
-        cached = self._cache.get(run_id)
-        if cached is None:
-            if _creates_run(commands[0]) if commands else False:
-                return _ABSENT, False
-            return await self._read(run_id), True
-        if not cached.fenced:
-            return await self._catch_up(run_id, cached), True
-        self._cache.move_to_end(run_id)
-        return cached, False
-
-    async def _read(self, run_id: str) -> _Cached:
-        """The run read whole from the store and folded (`replay_run`), and remembered."""
-        replayed = await replay_run(self.store, run_id, limits=self.limits)
-        if replayed is None:
-            self._remember(run_id, _ABSENT)
-            return _ABSENT
-        found = _Cached(replayed.snapshot, replayed.first_position, replayed.last_position)
-        self._remember(run_id, found)
-        return found
-
-    async def _catch_up(self, run_id: str, cached: _Cached) -> _Cached:
-        """`cached` with what was appended since, or the run read afresh when `cached` is not
-        this incarnation of it any more (retention deleted the run, perhaps it was created
-        again): the last event it knows must still be there, the same one."""
-        known = cached.snapshot
-        if known is None:
-            return await self._read(run_id)
-        tail = await self.store.read(run_id, after=known.last_sequence - 1)
-        last = tail[0] if tail else None
-        same = last is not None and last.sequence == known.last_sequence
-        if same and cached.head_position is not None:
-            same = last.position == cached.head_position  # type: ignore[union-attr]
-        elif same:  # a store without positions: the best evidence left is the time
-            same = last.recorded_at == known.updated_at  # type: ignore[union-attr]
-        if not same:
-            self._cache.pop(run_id, None)
-            return await self._read(run_id)
-        if len(tail) == 1:
-            self._cache.move_to_end(run_id)
-            return cached
-        caught_up = _Cached(
-            apply(known, tail[1:], limits=self.limits), cached.first_position, tail[-1].position
-        )
-        self._remember(run_id, caught_up)
-        return caught_up
-
-    def _remember(self, run_id: str, found: _Cached) -> None:
-        if self._cache_size == 0:
-            return
-        cached = self._cache.get(run_id)
-        if (
-            cached is not None
-            and cached.snapshot is not None
-            and found.snapshot is not None
-            and cached.first_position == found.first_position
-            and cached.snapshot.last_sequence > found.snapshot.last_sequence
-        ):
-            return  # a slower task must not replace a fresher snapshot of the same run
-        self._cache[run_id] = found
-        self._cache.move_to_end(run_id)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-
-    async def _missed(
-        self, run_id: str, before: Snapshot | None, known_sequence: int | None
-    ) -> tuple[Envelope, ...]:
-        if known_sequence is None or before is None or before.last_sequence <= known_sequence:
-            return ()
-        return tuple(
-            await self.store.read(
-                run_id, after=known_sequence, limit=before.last_sequence - known_sequence
-            )
-        )
-
-
-def _moved_past(cached: _Cached, sent: Sequence[_Sent]) -> bool:
-    """Whether the run as cached has moved past the head of an append in `sent`."""
-    found = cached.snapshot
-    return found is not None and any(found.last_sequence > s.head for s in sent)
-
-
-def _creates_run(command: Command) -> bool:
-    """Whether `command` creates its run (so the run is usually new)."""
-    return isinstance(command, CreateRun) or (
-        isinstance(command, StartRun) and command.create is not None
+def _outcome(found: Recognised) -> Outcome:
+    """The outcome of an append in doubt that was found written: the one it had."""
+    return Outcome(
+        snapshot=found.snapshot,
+        appended=found.appended,
+        missed=found.missed,
+        created_step=found.created_step,
     )
-
-
-# --- run ids ------------------------------------------------------------------------------------
-
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_id_lock = threading.Lock()
-_last_id = [0, 0]  # [milliseconds, random part] of the last id made in this process
-
-
-def new_run_id(prefix: str = "run_") -> str:
-    """A new run id: `prefix` + a 26-character ULID (48-bit milliseconds, 80 random bits).
-
-    Ids sort by creation time; within one millisecond of one process they still increase
-    (the random part is incremented), and across processes 80 random bits make a collision
-    negligible.
-    """
-    with _id_lock:
-        millis = time.time_ns() // 1_000_000
-        if millis <= _last_id[0]:
-            millis = _last_id[0]
-            randomness = (_last_id[1] + 1) % (1 << 80)
-        else:
-            randomness = int.from_bytes(os.urandom(10), "big")
-        _last_id[0], _last_id[1] = millis, randomness
-    value = (millis << 80) | randomness
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return prefix + "".join(reversed(chars))
