@@ -32,9 +32,11 @@ from runfold.engine import (
     Worker,
     WorkflowInvocation,
 )
+from runfold.flow.continuation import continued_as, follow, last_run
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import FlowError, UnknownWorkflow
+from runfold.flow.events import EventBoard
 from runfold.flow.family import Family
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.interpreter import Interpreter
@@ -88,6 +90,8 @@ class FlowRun:
     error: str | None
     """The error of a failed run, else None."""
     snapshot: Snapshot = attrs.field(repr=False)
+    continued_as: str | None = None
+    """The successor of a run that ended with `continue_as_new` (its `output` is None)."""
 
 
 class Flow:
@@ -144,6 +148,7 @@ class Flow:
         )
         self.worker: Worker | None = None
         """The worker `serve` runs, while it serves."""
+        self.events = EventBoard()  # where `get_event` callers wait
 
     # --- what people call ---------------------------------------------------------------------
 
@@ -230,6 +235,7 @@ class Flow:
             TerminalState: The run has ended.
             EntityConflict: `idempotency_key` was already used with another message.
         """
+        run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
         hook_id, token, metadata = mailbox_hook(run_id, topic)
         encoded = self.codec.encode(message)
         for _ in range(2):
@@ -251,6 +257,7 @@ class Flow:
             TerminalState: The run already ended otherwise.
             EntityConflict: The run is already cancelling for another reason.
         """
+        run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
         return await self.settled(await self.engine.request_cancel(run_id, reason))
 
     async def settled(self, snapshot: Snapshot) -> FlowRun:
@@ -260,7 +267,7 @@ class Flow:
         """
         if await self.family.settle():
             snapshot = await self.handler.snapshot(snapshot.run_id)
-        return self.report(snapshot)
+        return self.report(await last_run(self.handler, snapshot))
 
     async def recover(self) -> tuple[Resumption, ...]:
         """Drive every live run of the served workflows once (at start-up).
@@ -344,30 +351,41 @@ class Flow:
     async def result(self, run_id: str, *, wait: float | None = None) -> FlowRun:
         """The run as it stands; with `wait`, once it ended or `wait` seconds passed.
 
-        Any process may wait, one that serves no workflow included: it reads what the run
-        appended since (one read) at growing intervals, from 10 ms to at most 0.5 s, so a run
-        that ends is seen within half a second of it.
+        A run that ended with `continue_as_new` is followed to the last run of its chain: the
+        `FlowRun` is that run's (its `run_id` the last run's). Any process may wait, one that
+        serves no workflow included: it reads what the run appended since (one read) at growing
+        intervals, from 10 ms to at most 0.5 s, so a run that ends is seen within half a second.
 
         Raises:
             RunNotFound: The run has no history.
         """
-        snapshot = await self.handler.snapshot(run_id)
-        if wait is None or snapshot.is_terminal:
-            return self.report(snapshot)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        pause = 0.01
-        while not snapshot.is_terminal and loop.time() < deadline:
-            await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
-            pause = min(pause * 2, 0.5)
-            snapshot = await self.handler.snapshot(run_id)
-        return self.report(snapshot)
+        return self.report(await follow(self.handler, run_id, wait))
+
+    async def get_event(self, run_id: str, key: str, *, timeout: float | None = 60.0) -> Any:
+        """The latest value the run published under `key` with `set_event` (DBOS's
+        `get_event`), decoded; waits until it is set, for at most `timeout` seconds (None: no
+        bound). None once the timeout passed, or the run (the last of its chain, for a run
+        that continued as new) ended without setting it.
+
+        Any process may ask: a set in this process wakes the call at once; one in another
+        process is seen within half a second (the run is read at growing intervals).
+
+        Raises:
+            RunNotFound: The run has no history.
+            ValueError: `timeout` is negative.
+        """
+        if timeout is not None and timeout < 0:
+            raise ValueError("a get_event timeout cannot be negative")
+        found, value = await self.events.get(self.handler, run_id, key, timeout)
+        return self.codec.decode(value) if found else None
 
     def report(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` as a `FlowRun`."""
-        output = None
+        output = successor = None
         if snapshot.status == "completed" and snapshot.output is not None:
-            output = self.codec.decode(snapshot.output)
+            successor = continued_as(snapshot)
+            if successor is None:
+                output = self.codec.decode(snapshot.output)
         error = None if snapshot.error is None else snapshot.error.decode(errors="replace")
         return FlowRun(
             run_id=snapshot.run_id,
@@ -375,6 +393,7 @@ class Flow:
             output=output,
             error=error,
             snapshot=snapshot,
+            continued_as=successor,
         )
 
     # --- the engine's runtime and observer ----------------------------------------------------
@@ -451,6 +470,7 @@ class Flow:
         if type(envelope.event) in _RUN_ENDS:
             self.family.ended(envelope.run_id)
         self.interpreter.observe(envelope)
+        self.events.saw(envelope)
 
 
 def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:

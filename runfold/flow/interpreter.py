@@ -44,6 +44,7 @@ from runfold.flow.calls import (
     AttributesCall,
     Call,
     ChildResultCall,
+    ContinueCall,
     EventCall,
     ProgressCall,
     RecvCall,
@@ -52,6 +53,7 @@ from runfold.flow.calls import (
     StepCall,
 )
 from runfold.flow.children import on_child_result, on_start_child
+from runfold.flow.continuation import on_continue
 from runfold.flow.definition import Workflow
 from runfold.flow.encoding import ROUND_TRIP_TYPES, JsonCodec, PayloadCodec, round_trips
 from runfold.flow.errors import (
@@ -286,6 +288,8 @@ def _describe_call(call: Call | Gathered | None) -> str:
             return f"the result of child {call.handle.run_id!r}"
         case RecvCall():
             return f"recv({call.topic!r})"
+        case ContinueCall():
+            return "continue_as_new"
     return "the end of the workflow"
 
 
@@ -500,6 +504,8 @@ class Interpreter:
                     decision = on_child_result(self, session, snapshot, call, call_id)
                 case RecvCall():
                     decision = on_recv(self, session, snapshot, durable, call, call_id)
+                case ContinueCall():
+                    decision = on_continue(self, session, snapshot, durable, call, call_id)
             if decision is not None:
                 return decision
 
