@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runfold.flow import continue_as_new, recv, set_event, step, workflow, workflow_info
+from runfold.flow import continue_as_new, recv, set_event, sleep, step, workflow, workflow_info
 
 CHUNK = 100
 """Steps a `counter` run takes before it continues as new."""
@@ -37,3 +37,11 @@ async def publisher(rounds: int) -> int:
         await set_event("stage", {"stage": stage})
     await set_event("done", True)
     return rounds
+
+
+@workflow(name="test-slow-publisher")
+async def slow_publisher(seconds: float) -> str:
+    """Publish `ready` after a durable sleep of `seconds`, with no one else's help."""
+    await sleep(seconds)
+    await set_event("ready", {"after": seconds})
+    return "published"
