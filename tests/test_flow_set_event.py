@@ -14,8 +14,9 @@ from runfold import EventStore, MemoryStore
 from runfold.flow import Flow, PayloadError, continue_as_new, recv, set_event, workflow
 from runfold.flow.events import EVENT_STEP_PREFIX
 from runfold.kernel import RunNotFound
-from runfold.stores import SQLiteStore
+from runfold.stores import PostgresStore, SQLiteStore
 from tests.continuation_workflows import counter, publisher, slow_publisher
+from tests.postgres_support import DSN, admin, schema_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,13 +109,22 @@ async def test_bad_keys_and_values_are_typed_errors_at_the_call() -> None:
         assert output.startswith("key: "), (key, output)
 
 
-async def test_get_event_sees_a_value_set_in_another_process(tmp_path: Path) -> None:
-    path = tmp_path / "events.db"
-    async with await SQLiteStore.open(path) as store:
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_get_event_sees_a_value_set_in_another_process(tmp_path: Path, backend: str) -> None:
+    store: EventStore
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'events.db'}"
+        store = await SQLiteStore.open(tmp_path / "events.db")
+    else:
+        admin()  # skips (or fails under CI) without a server
+        schema = schema_name("events")
+        url = f"{DSN}?schema={schema}"
+        store = await PostgresStore.open(DSN, schema=schema, pool_max=2)
+    async with store:
         await Flow(store, [slow_publisher]).start(slow_publisher, 0.5, run_id="x", queued=True)
         flow = Flow(store, [counter])  # serves not the publisher: only the worker drives it
         runfold = str(Path(sys.executable).parent / "runfold")
-        app, url = "tests.continuation_workflows", f"sqlite:///{path}"
+        app = "tests.continuation_workflows"
         worker = subprocess.Popen(
             [runfold, "worker", "--app", app, "--store", url, "--poll", "0.05"],
             cwd=ROOT,
