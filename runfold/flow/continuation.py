@@ -69,10 +69,9 @@ _MAX_VALUE = DEFAULT_LIMITS.max_attribute_value_bytes
 
 
 def continue_as_new(input: Any, *, workflow: Workflow | None = None) -> Any:
-    """End this run and start its successor with `input` (a run of `workflow`, default this
-    run's workflow); never resumes.
+    """End this run and start its successor with `input`; never resumes.
 
-    The run ends `completed` (`FlowRun.continued_as` names the successor), and its successor is
+    The successor is a run of `workflow`, by default this run's workflow. The run ends `completed` (`FlowRun.continued_as` names the successor), and its successor is
     queued under a run id derived from the chain's first run id and its generation
     (`<first run id>~<generation>`), linked both ways: the successor's `workflow_info()` has
     `continued_from`, `first_run_id` and `generation`. `Flow.result` and `Flow.start` follow
@@ -98,9 +97,11 @@ def generation(snapshot: Snapshot) -> int:
 
 
 def successor_run_id(first: str, generation: int) -> str:
-    """The run id of generation `generation` of the chain that began with run `first`:
-    `<first>~<generation>`, or a digest of it where that is too long for a run id or an
-    attribute value."""
+    """The run id of generation `generation` of the chain that began with run `first`.
+
+    It is `<first>~<generation>`, or a digest of it where that is too long for a run id or an
+    attribute value.
+    """
     chosen = f"{first}~{generation}"
     if len(chosen) <= _MAX_ID and len(chosen.encode()) <= _MAX_VALUE:
         return chosen
@@ -203,8 +204,10 @@ async def start_successor(family: Family, run: Snapshot, link: LinkChildOperatio
 
 
 async def last_run(handler: CommandHandler, snapshot: Snapshot) -> Snapshot:
-    """The last run of the chain from `snapshot`'s run on, as it stands (`snapshot` itself
-    unless it continued as new)."""
+    """The last run of the chain from `snapshot`'s run on, as it stands.
+
+    That is `snapshot` itself unless its run continued as new.
+    """
     successor = continued_as(snapshot)
     while successor is not None:
         found = await handler.lookup(successor)

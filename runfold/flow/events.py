@@ -87,8 +87,9 @@ class EventBoard:
     async def get(
         self, handler: CommandHandler, run_id: str, key: str, timeout: float | None
     ) -> tuple[bool, bytes]:
-        """`(True, encoded value)` of the latest `set_event` of `key` in the run's chain, once
-        set; `(False, b"")` once `timeout` seconds passed (None: no bound) or the chain ended
+        """The latest `set_event` of `key` in the run's chain, once set: `(True, encoded)`.
+
+        `(False, b"")` once `timeout` seconds passed (None: no bound) or the chain ended
         without it.
 
         Raises:

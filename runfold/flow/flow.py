@@ -362,9 +362,10 @@ class Flow:
         return self.report(await follow(self.handler, run_id, wait))
 
     async def get_event(self, run_id: str, key: str, *, timeout: float | None = 60.0) -> Any:
-        """The latest value the run published under `key` with `set_event` (DBOS's
-        `get_event`), decoded; waits until it is set, for at most `timeout` seconds (None: no
-        bound). None once the timeout passed, or the run (the last of its chain, for a run
+        """The latest value the run published under `key` with `set_event`, decoded.
+
+        DBOS's `get_event`: it waits until the key is set, for at most `timeout` seconds (None:
+        no bound). None once the timeout passed, or the run (the last of its chain, for a run
         that continued as new) ended without setting it.
 
         Any process may ask: a set in this process wakes the call at once; one in another
