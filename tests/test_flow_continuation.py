@@ -385,3 +385,25 @@ async def test_waiting_for_the_first_run_waits_for_the_chain(store: EventStore) 
     run = await flow.result("g", wait=30)
     await feeding
     assert (run.run_id, run.status, run.output) == ("g~2", "completed", 2)
+
+
+async def test_a_successor_id_taken_by_another_run_fails_the_run(store: EventStore) -> None:
+    @workflow(name="test-continue-taken")
+    async def taken(n: int) -> int:
+        if n == 0:
+            await continue_as_new(1)
+        return n
+
+    @workflow(name="test-continue-squatter")
+    async def squatter(_: None) -> str:
+        return "here first"
+
+    flow = Flow(store, [taken, squatter])
+    await flow.start(squatter, None, run_id="t~1")
+    run = await flow.start(taken, 0, run_id="t")
+    assert (run.run_id, run.status, run.snapshot.error_code) == (
+        "t",
+        "failed",
+        "RunDefinitionConflict",
+    )
+    assert "exists as another run" in (run.error or "")

@@ -24,8 +24,14 @@ import asyncio
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from runfold.engine import Complete, LinkChildOperation, RunDefinitionConflict, RuntimeDecision
-from runfold.engine.raised import error_text
+from runfold.engine import (
+    Complete,
+    Fail,
+    LinkChildOperation,
+    RunDefinitionConflict,
+    RuntimeDecision,
+)
+from runfold.engine.raised import error_payload, error_text
 from runfold.flow.calls import ContinueCall, Pending
 from runfold.flow.errors import ContinueAsNewError, PayloadError
 from runfold.handler import CommandHandler
@@ -71,13 +77,16 @@ _MAX_VALUE = DEFAULT_LIMITS.max_attribute_value_bytes
 def continue_as_new(input: Any, *, workflow: Workflow | None = None) -> Any:
     """End this run and start its successor with `input`; never resumes.
 
-    The successor is a run of `workflow`, by default this run's workflow. The run ends `completed` (`FlowRun.continued_as` names the successor), and its successor is
-    queued under a run id derived from the chain's first run id and its generation
-    (`<first run id>~<generation>`), linked both ways: the successor's `workflow_info()` has
-    `continued_from`, `first_run_id` and `generation`. `Flow.result` and `Flow.start` follow
-    the chain to its last run. The successor keeps the run's parent and its deadline (a
-    `Flow.start(timeout=...)` bounds the whole chain); the run's live children are cancelled
-    as at any end, and messages it did not `recv` stay in its history: `recv` them first.
+    The successor is a run of `workflow` (by default this run's workflow). The run ends
+    `completed` (`FlowRun.continued_as` names the successor), and its successor is queued
+    under a run id derived from the chain's first run id and its generation (`<first run
+    id>~<generation>`), linked both ways: the successor's `workflow_info()` has
+    `continued_from`, `first_run_id` and `generation`. `Flow.result`, `Flow.start`,
+    `Flow.send`, `Flow.cancel` and `Flow.get_event` follow the chain to its last run. The
+    successor keeps the run's parent and its deadline (a `Flow.start(timeout=...)` bounds the
+    whole chain); the run's live children are cancelled as at any end, and messages it did not
+    `recv` stay in its history: `recv` them first. A run of the successor's id that is not
+    the successor fails the run with `RunDefinitionConflict`.
 
     Raises:
         PayloadError: (at the call) `input` cannot be encoded.
@@ -166,11 +175,13 @@ def on_continue(
     return Complete(output=CONTINUED_OUTPUT + call_id.encode())
 
 
-async def start_successor(family: Family, run: Snapshot, link: LinkChildOperation) -> None:
+async def start_successor(
+    family: Family, run: Snapshot, link: LinkChildOperation
+) -> RuntimeDecision:
     """Create the successor `link` names, queued, unless it exists; have it driven.
 
-    Raises:
-        RunDefinitionConflict: A run of that id exists and is not this run's successor.
+    The decision to apply: `link`, or, when a run of that id exists and is not this run's
+    successor, the run's failure with `RunDefinitionConflict`.
     """
     successor_id = link.child_run_id
     assert successor_id is not None and link.metadata is not None
@@ -195,12 +206,14 @@ async def start_successor(family: Family, run: Snapshot, link: LinkChildOperatio
         except EntityConflict:  # created meanwhile (another process replaying the run)
             existing = await handler.lookup(successor_id)
     if existing is not None and existing.attributes.get(CONTINUED_FROM) != run.run_id:
-        raise RunDefinitionConflict(
+        conflict = RunDefinitionConflict(
             f"run {successor_id!r}, the successor of run {run.run_id!r}, exists as another run "
             f"(workflow {existing.workflow_name!r})",
             run_id=successor_id,
         )
+        return Fail(error=error_payload(conflict), error_code=type(conflict).__name__)
     family.push(("drive", successor_id, b""))
+    return link
 
 
 async def last_run(handler: CommandHandler, snapshot: Snapshot) -> Snapshot:

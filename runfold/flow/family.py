@@ -27,7 +27,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from runfold.engine import AwaitHook, Engine, LinkChildOperation, RunDefinitionConflict, Worker
+from runfold.engine import (
+    AwaitHook,
+    Engine,
+    LinkChildOperation,
+    RunDefinitionConflict,
+    RuntimeDecision,
+    Worker,
+)
 from runfold.flow.calls import StartChildCall
 from runfold.flow.children import CHILD_KIND, RESULT_METADATA, result_payload, result_token
 from runfold.flow.continuation import (
@@ -87,12 +94,12 @@ class Family:
 
     # --- while the engine drives --------------------------------------------------------------
 
-    async def decided(self, snapshot: Snapshot, decision: object) -> None:
-        """Act on a workflow decision before the engine applies it."""
+    async def decided(self, snapshot: Snapshot, decision: RuntimeDecision) -> RuntimeDecision:
+        """Act on a workflow decision before the engine applies it; the decision to apply."""
         if isinstance(decision, LinkChildOperation) and decision.kind == CHILD_KIND:
             await self.create_child(snapshot, decision)
         elif isinstance(decision, LinkChildOperation) and decision.kind == CONTINUE_KIND:
-            await start_successor(self, snapshot, decision)
+            return await start_successor(self, snapshot, decision)
         elif (
             isinstance(decision, AwaitHook)
             and decision.metadata is not None
@@ -104,6 +111,7 @@ class Family:
                 found = await last_run(self.handler, found)
             if found is not None and found.is_terminal:  # ended before the parent asked
                 self.push(("deliver", decision.token, _outcome(found)))
+        return decision
 
     async def create_child(self, parent: Snapshot, link: LinkChildOperation) -> None:
         """Create the child run `link` names, queued, unless it exists; have it driven."""

@@ -228,7 +228,7 @@ class Flow:
         It is recorded in the run at once (a delivery of the run's mailbox hook for the topic,
         which this call creates when the workflow has not asked yet), so it is kept until a
         `recv` takes it; the run is then driven. The same `idempotency_key` again records the
-        message once.
+        message once. A run that continued as new passes it to the last run of its chain.
 
         Raises:
             RunNotFound: The run has no history.
@@ -251,6 +251,8 @@ class Flow:
 
     async def cancel(self, run_id: str, reason: str | None = None) -> FlowRun:
         """Cancel a live run (and, as it ends, its live children), and drive it to its end.
+
+        A run that continued as new stands for the last run of its chain.
 
         Raises:
             RunNotFound: The run has no history.
@@ -413,7 +415,7 @@ class Flow:
             durable = await self.handler.lookup(snapshot.run_id)
         decision = self.interpreter.decide(snapshot, durable, replay=replay)
         if type(decision) in _FAMILY_DECISIONS:
-            await self.family.decided(snapshot, decision)
+            decision = await self.family.decided(snapshot, decision)
         return decision
 
     async def run_step(self, invocation: StepInvocation) -> bytes:
