@@ -407,3 +407,24 @@ async def test_a_successor_id_taken_by_another_run_fails_the_run(store: EventSto
         "RunDefinitionConflict",
     )
     assert "exists as another run" in (run.error or "")
+
+
+async def test_code_that_no_longer_continues_is_told_what_was_recorded() -> None:
+    store = MemoryStore()
+
+    @workflow(name="test-continue-dropped")
+    async def dropped(n: int) -> int:
+        if n == 0:
+            await continue_as_new(1)
+        return n
+
+    flow = Flow(store, [dropped])
+    await flow.start(dropped, 0, run_id="y")
+    first = await flow.handler.snapshot("y")
+
+    async def stepping(n: int) -> int:  # the code deployed since: a step where it continued
+        return int(await step(str, n))
+
+    deployed = Workflow(name="test-continue-dropped", fn=stepping)
+    with pytest.raises(FlowNonDeterminism, match="recorded continue_as_new as"):
+        Flow(store, [deployed]).interpreter.decide(first)

@@ -53,7 +53,7 @@ from runfold.flow.calls import (
     StepCall,
 )
 from runfold.flow.children import on_child_result, on_start_child
-from runfold.flow.continuation import on_continue
+from runfold.flow.continuation import CONTINUE_KIND, on_continue
 from runfold.flow.definition import Workflow
 from runfold.flow.encoding import ROUND_TRIP_TYPES, JsonCodec, PayloadCodec, round_trips
 from runfold.flow.errors import (
@@ -263,6 +263,8 @@ def _describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:
     if entity_id in snapshot.progress:
         return "report_progress"
     link = snapshot.children.get(entity_id)
+    if link is not None and link.kind == CONTINUE_KIND:
+        return f"continue_as_new as {link.operation_id!r}"
     if link is not None:
         return f"start_child of {link.operation_id!r}"
     return None
