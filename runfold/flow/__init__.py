@@ -1,7 +1,8 @@
 """`runfold.flow`: durable functions — `@workflow`, `await step(...)`, `sleep`, events.
 
-Write a workflow as an `async def` that awaits `step(fn, *args)`, `sleep(delay)` and
-`wait_for_event(hook_id, token=...)`; run it with `Flow(store).start(workflow, input)`. Each
+Write a workflow as an `async def` that awaits `step(fn, *args)`, `sleep(delay)`,
+`wait_for_event(hook_id, token=...)`, `set_event(key, value)`, `continue_as_new(input)`;
+run it with `Flow(store).start(workflow, input)`. Each
 call is recorded through the reference `Engine` (one commit per step), so a run survives any
 crash: `Flow.recover()` in a fresh process carries every live run on from its history. See
 `docs/tutorials/durable-functions.md`.
@@ -18,10 +19,12 @@ from runfold.flow.calls import (
     step,
     wait_for_event,
 )
+from runfold.flow.continuation import continue_as_new
 from runfold.flow.definition import Workflow, registered_workflows, workflow
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import (
     ChildWorkflowError,
+    ContinueAsNewError,
     DuplicateWorkflow,
     FlowError,
     FlowNonDeterminism,
@@ -32,12 +35,14 @@ from runfold.flow.errors import (
     UnknownWorkflow,
     UnsupportedAwait,
 )
+from runfold.flow.events import set_event
 from runfold.flow.flow import Flow, FlowRun, current_step
 from runfold.flow.info import WorkflowInfo, workflow_info
 
 __all__ = [
     "ChildHandle",
     "ChildWorkflowError",
+    "ContinueAsNewError",
     "DuplicateWorkflow",
     "Flow",
     "FlowError",
@@ -54,11 +59,13 @@ __all__ = [
     "Workflow",
     "WorkflowInfo",
     "child",
+    "continue_as_new",
     "current_step",
     "recv",
     "registered_workflows",
     "report_progress",
     "set_attributes",
+    "set_event",
     "sleep",
     "start_child",
     "step",

@@ -30,6 +30,7 @@ __all__ = [
     "Call",
     "ChildHandle",
     "ChildResultCall",
+    "ContinueCall",
     "EventCall",
     "Pending",
     "ProgressCall",
@@ -160,6 +161,15 @@ class ChildHandle:
 
 
 @attrs.frozen(kw_only=True)
+class ContinueCall:
+    """`await continue_as_new(input)`: end the run and start its successor with `input`."""
+
+    input: Any
+    workflow: Workflow | None = None
+    """The successor's workflow; None: this run's."""
+
+
+@attrs.frozen(kw_only=True)
 class ChildResultCall:
     """`await handle.result()`: resume with the child's output once it ended."""
 
@@ -175,6 +185,7 @@ Call: TypeAlias = (
     | StartChildCall
     | ChildResultCall
     | RecvCall
+    | ContinueCall
 )
 """Everything workflow code can await."""
 CALL_TYPES = (
@@ -186,6 +197,7 @@ CALL_TYPES = (
     StartChildCall,
     ChildResultCall,
     RecvCall,
+    ContinueCall,
 )
 """The classes of `Call`, for `isinstance`."""
 

@@ -10,6 +10,7 @@ from runfold.kernel import RunfoldError
 
 __all__ = [
     "ChildWorkflowError",
+    "ContinueAsNewError",
     "DuplicateWorkflow",
     "FlowError",
     "FlowNonDeterminism",
@@ -148,3 +149,14 @@ class ChildWorkflowError(FlowError):
         self.child_run_id = child_run_id
         self.child_status = child_status
         self.child_error = child_error
+
+
+class ContinueAsNewError(FlowError):
+    """Raised into workflow code by `await continue_as_new(...)`: the run cannot continue.
+
+    The chain's first run id is longer than an attribute value may be (256 bytes in UTF-8), so
+    its successors could not name it. Nothing was recorded; uncaught, it fails the run.
+    """
+
+    code = "continue_as_new_failed"
+    status = 422

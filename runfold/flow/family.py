@@ -27,9 +27,23 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from runfold.engine import AwaitHook, Engine, LinkChildOperation, RunDefinitionConflict, Worker
+from runfold.engine import (
+    AwaitHook,
+    Engine,
+    LinkChildOperation,
+    RunDefinitionConflict,
+    RuntimeDecision,
+    Worker,
+)
 from runfold.flow.calls import StartChildCall
 from runfold.flow.children import CHILD_KIND, RESULT_METADATA, result_payload, result_token
+from runfold.flow.continuation import (
+    CONTINUE_KIND,
+    continued_as,
+    first_run_id,
+    last_run,
+    start_successor,
+)
 from runfold.flow.encoding import PayloadCodec
 from runfold.kernel import (
     CreateRun,
@@ -80,10 +94,12 @@ class Family:
 
     # --- while the engine drives --------------------------------------------------------------
 
-    async def decided(self, snapshot: Snapshot, decision: object) -> None:
-        """Act on a workflow decision before the engine applies it."""
+    async def decided(self, snapshot: Snapshot, decision: RuntimeDecision) -> RuntimeDecision:
+        """Act on a workflow decision before the engine applies it; the decision to apply."""
         if isinstance(decision, LinkChildOperation) and decision.kind == CHILD_KIND:
             await self.create_child(snapshot, decision)
+        elif isinstance(decision, LinkChildOperation) and decision.kind == CONTINUE_KIND:
+            return await start_successor(self, snapshot, decision)
         elif (
             isinstance(decision, AwaitHook)
             and decision.metadata is not None
@@ -91,8 +107,11 @@ class Family:
         ):
             child_id = decision.metadata[len(RESULT_METADATA) :].decode()
             found = await self.handler.lookup(child_id)
+            if found is not None:  # a child that continued as new ends with its chain
+                found = await last_run(self.handler, found)
             if found is not None and found.is_terminal:  # ended before the parent asked
                 self.push(("deliver", decision.token, _outcome(found)))
+        return decision
 
     async def create_child(self, parent: Snapshot, link: LinkChildOperation) -> None:
         """Create the child run `link` names, queued, unless it exists; have it driven."""
@@ -185,21 +204,25 @@ class Family:
     async def after_end(self, run_id: str) -> None:
         """Wake the ended run's parent if it awaits it; cancel its live children."""
         run = await self.handler.snapshot(run_id)
-        if run.parent_run_id is not None:
+        # A run that continued as new is not the end of its chain, which its parent awaits.
+        if run.parent_run_id is not None and continued_as(run) is None:
             parent = await self.handler.lookup(run.parent_run_id)
+            linked = first_run_id(run)
             if parent is not None and parent.is_live:
                 for link in parent.children.values():
-                    if link.kind == CHILD_KIND and link.child_run_id == run_id and link.metadata:
+                    if link.kind == CHILD_KIND and link.child_run_id == linked and link.metadata:
                         await self.deliver(result_token(link.metadata), _outcome(run))
         for link in run.children.values():
             if link.kind != CHILD_KIND or link.child_run_id is None:
                 continue
             child = await self.handler.lookup(link.child_run_id)
+            if child is not None:  # a child that continued as new lives on as its last run
+                child = await last_run(self.handler, child)
             if child is not None and child.is_live and child.cancellation is None:
                 reason = f"its parent run {run_id!r} ended {run.status}"
                 # Refused when it ended or started cancelling meanwhile.
                 with contextlib.suppress(TerminalState, EntityConflict):
-                    await self.engine.request_cancel(link.child_run_id, reason=reason)
+                    await self.engine.request_cancel(child.run_id, reason=reason)
 
 
 def _outcome(run: Snapshot) -> bytes:

@@ -32,9 +32,11 @@ from runfold.engine import (
     Worker,
     WorkflowInvocation,
 )
+from runfold.flow.continuation import continued_as, follow, last_run
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import FlowError, UnknownWorkflow
+from runfold.flow.events import EventBoard
 from runfold.flow.family import Family
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.interpreter import Interpreter
@@ -52,12 +54,9 @@ from runfold.kernel import (
     Snapshot,
 )
 from runfold.stores.protocol import EventStore
-from runfold.stores.signals import RunSignals
 
 __all__ = ["Flow", "FlowRun", "current_step"]
 
-RESULT_RECHECK = 2.0
-"""Seconds: `Flow.result` reads a waited-for run at least this often, signal or not."""
 _RUN_ENDS = frozenset({RunCompleted, RunFailed, RunCancelled, RunTimedOut})
 # The decisions the Family acts on (a child's creation, a wait on a child).
 _FAMILY_DECISIONS = frozenset({LinkChildOperation, AwaitHook})
@@ -91,6 +90,8 @@ class FlowRun:
     error: str | None
     """The error of a failed run, else None."""
     snapshot: Snapshot = attrs.field(repr=False)
+    continued_as: str | None = None
+    """The successor of a run that ended with `continue_as_new` (its `output` is None)."""
 
 
 class Flow:
@@ -147,6 +148,7 @@ class Flow:
         )
         self.worker: Worker | None = None
         """The worker `serve` runs, while it serves."""
+        self.events = EventBoard()  # where `get_event` callers wait
 
     # --- what people call ---------------------------------------------------------------------
 
@@ -228,13 +230,14 @@ class Flow:
         It is recorded in the run at once (a delivery of the run's mailbox hook for the topic,
         which this call creates when the workflow has not asked yet), so it is kept until a
         `recv` takes it; the run is then driven. The same `idempotency_key` again records the
-        message once.
+        message once. A run that continued as new passes it to the last run of its chain.
 
         Raises:
             RunNotFound: The run has no history.
             TerminalState: The run has ended.
             EntityConflict: `idempotency_key` was already used with another message.
         """
+        run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
         hook_id, token, metadata = mailbox_hook(run_id, topic)
         encoded = self.codec.encode(message)
         for _ in range(2):
@@ -251,11 +254,14 @@ class Flow:
     async def cancel(self, run_id: str, reason: str | None = None) -> FlowRun:
         """Cancel a live run (and, as it ends, its live children), and drive it to its end.
 
+        A run that continued as new stands for the last run of its chain.
+
         Raises:
             RunNotFound: The run has no history.
             TerminalState: The run already ended otherwise.
             EntityConflict: The run is already cancelling for another reason.
         """
+        run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
         return await self.settled(await self.engine.request_cancel(run_id, reason))
 
     async def settled(self, snapshot: Snapshot) -> FlowRun:
@@ -265,7 +271,7 @@ class Flow:
         """
         if await self.family.settle():
             snapshot = await self.handler.snapshot(snapshot.run_id)
-        return self.report(snapshot)
+        return self.report(await last_run(self.handler, snapshot))
 
     async def recover(self) -> tuple[Resumption, ...]:
         """Drive every live run of the served workflows once (at start-up).
@@ -349,48 +355,44 @@ class Flow:
     async def result(self, run_id: str, *, wait: float | None = None) -> FlowRun:
         """The run as it stands; with `wait`, once it ended or `wait` seconds passed.
 
-        Any process may wait, one that serves no workflow included. It is woken when the run
-        ends (`RunSignals`: within the process on every store, from any process on
-        PostgreSQL), and reads the run again at least every `RESULT_RECHECK` seconds, since a
-        signal may be lost with a connection, or come from another process on SQLite.
+        A run that ended with `continue_as_new` is followed to the last run of its chain: the
+        `FlowRun` is that run's (its `run_id` the last run's). Any process may wait, one that
+        serves no workflow included. It is woken when the run ends (`RunSignals`: within the
+        process on every store, from any process on PostgreSQL), and reads the run again at
+        least every `RESULT_RECHECK` seconds, since a signal may be lost with a connection,
+        or come from another process on SQLite.
 
         Raises:
             RunNotFound: The run has no history.
         """
-        snapshot = await self.handler.snapshot(run_id)
-        if wait is None or snapshot.is_terminal:
-            return self.report(snapshot)
-        store = self.handler.store
-        signals = store if isinstance(store, RunSignals) else None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        pause = 0.01
-        while (left := deadline - loop.time()) > 0:
-            if signals is None:  # a store without signals: read at growing intervals
-                await asyncio.sleep(min(pause, left))
-                pause = min(pause * 2, RESULT_RECHECK)
-                snapshot = await self.handler.snapshot(run_id)
-            else:  # wait from before the read, so an end in between is not missed
-                ended = asyncio.ensure_future(
-                    signals.wait_for_end(run_id, min(left, RESULT_RECHECK))
-                )
-                await asyncio.sleep(0)
-                try:
-                    snapshot = await self.handler.snapshot(run_id)
-                    if not snapshot.is_terminal:
-                        await ended
-                finally:
-                    ended.cancel()
-            if snapshot.is_terminal:
-                return self.report(snapshot)
-        # The wait is over: the run as it stands now (it may have ended during the last wait).
-        return self.report(await self.handler.snapshot(run_id))
+        return self.report(await follow(self.handler, run_id, wait))
+
+    async def get_event(self, run_id: str, key: str, *, timeout: float | None = 60.0) -> Any:
+        """The latest value the run published under `key` with `set_event`, decoded.
+
+        DBOS's `get_event`: it waits until the key is set, for at most `timeout` seconds (None:
+        no bound). None once the timeout passed, or the run (the last of its chain, for a run
+        that continued as new) ended without setting it.
+
+        Any process may ask: a set in this process wakes the call at once; one in another
+        process is seen within half a second (the run is read at growing intervals).
+
+        Raises:
+            RunNotFound: The run has no history.
+            ValueError: `timeout` is negative.
+        """
+        if timeout is not None and timeout < 0:
+            raise ValueError("a get_event timeout cannot be negative")
+        found, value = await self.events.get(self.handler, run_id, key, timeout)
+        return self.codec.decode(value) if found else None
 
     def report(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` as a `FlowRun`."""
-        output = None
+        output = successor = None
         if snapshot.status == "completed" and snapshot.output is not None:
-            output = self.codec.decode(snapshot.output)
+            successor = continued_as(snapshot)
+            if successor is None:
+                output = self.codec.decode(snapshot.output)
         error = None if snapshot.error is None else snapshot.error.decode(errors="replace")
         return FlowRun(
             run_id=snapshot.run_id,
@@ -398,6 +400,7 @@ class Flow:
             output=output,
             error=error,
             snapshot=snapshot,
+            continued_as=successor,
         )
 
     # --- the engine's runtime and observer ----------------------------------------------------
@@ -416,7 +419,7 @@ class Flow:
             durable = await self.handler.lookup(snapshot.run_id)
         decision = self.interpreter.decide(snapshot, durable, replay=replay)
         if type(decision) in _FAMILY_DECISIONS:
-            await self.family.decided(snapshot, decision)
+            decision = await self.family.decided(snapshot, decision)
         return decision
 
     async def run_step(self, invocation: StepInvocation) -> bytes:
@@ -474,6 +477,7 @@ class Flow:
         if type(envelope.event) in _RUN_ENDS:
             self.family.ended(envelope.run_id)
         self.interpreter.observe(envelope)
+        self.events.saw(envelope)
 
 
 def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:

@@ -13,6 +13,7 @@ from datetime import datetime
 
 import attrs
 
+from runfold.flow.continuation import CONTINUED_FROM, FIRST_RUN, GENERATION
 from runfold.flow.errors import NotInWorkflow
 from runfold.kernel import Snapshot
 
@@ -31,17 +32,27 @@ class WorkflowInfo:
     """The run that started this one as a child, else None."""
     started_at: datetime
     """When the run started (its creation, for a run not started yet); the same on replays."""
+    continued_from: str | None = None
+    """The run this one continues (it ended with `continue_as_new`), else None."""
+    first_run_id: str | None = None
+    """The first run of the chain of `continue_as_new` this run belongs to (its own id if first)."""
+    generation: int = 0
+    """How many runs of its chain came before this one (0 for a run started by `Flow.start`)."""
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> WorkflowInfo:
         """The info of the run `snapshot` stands for."""
         started = snapshot.started_at
+        attributes = snapshot.attributes  # the links `continue_as_new` gives a successor
         return cls(
             run_id=snapshot.run_id,
             workflow_name=snapshot.workflow_name,
             workflow_version=snapshot.workflow_version,
             parent_run_id=snapshot.parent_run_id,
             started_at=started if started is not None else snapshot.created_at,
+            continued_from=attributes.get(CONTINUED_FROM),
+            first_run_id=attributes.get(FIRST_RUN, snapshot.run_id),
+            generation=int(attributes.get(GENERATION, "0")),
         )
 
 

@@ -44,6 +44,7 @@ from runfold.flow.calls import (
     AttributesCall,
     Call,
     ChildResultCall,
+    ContinueCall,
     EventCall,
     ProgressCall,
     RecvCall,
@@ -52,6 +53,7 @@ from runfold.flow.calls import (
     StepCall,
 )
 from runfold.flow.children import on_child_result, on_start_child
+from runfold.flow.continuation import CONTINUE_KIND, on_continue
 from runfold.flow.definition import Workflow
 from runfold.flow.encoding import ROUND_TRIP_TYPES, JsonCodec, PayloadCodec, round_trips
 from runfold.flow.errors import (
@@ -261,6 +263,8 @@ def _describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:
     if entity_id in snapshot.progress:
         return "report_progress"
     link = snapshot.children.get(entity_id)
+    if link is not None and link.kind == CONTINUE_KIND:
+        return f"continue_as_new as {link.operation_id!r}"
     if link is not None:
         return f"start_child of {link.operation_id!r}"
     return None
@@ -286,6 +290,8 @@ def _describe_call(call: Call | Gathered | None) -> str:
             return f"the result of child {call.handle.run_id!r}"
         case RecvCall():
             return f"recv({call.topic!r})"
+        case ContinueCall():
+            return "continue_as_new"
     return "the end of the workflow"
 
 
@@ -500,6 +506,8 @@ class Interpreter:
                     decision = on_child_result(self, session, snapshot, call, call_id)
                 case RecvCall():
                     decision = on_recv(self, session, snapshot, durable, call, call_id)
+                case ContinueCall():
+                    decision = on_continue(self, session, snapshot, durable, call, call_id)
             if decision is not None:
                 return decision
 
