@@ -359,7 +359,8 @@ class Engine:
 
         A repeated `delivery_id` with the same payload is recorded once. A run of a fleet is
         driven only by its workers: without a `lease`, once a worker ever claimed the run, the
-        delivery is recorded and a worker takes the run on (its `ready` wakeup).
+        delivery is recorded and a worker takes the run on (its `ready` wakeup). A run of a
+        workflow the engine does not serve is not driven here either.
 
         Raises:
             HookNotFound: No live hook holds the token.
@@ -395,9 +396,12 @@ class Engine:
 
         A run a worker ever claimed belongs to the fleet: an engine without a lease (a web
         process, say) leaves it be, and the run's `ready` wakeup hands it to a worker. With a
-        lease, a run another live worker owns is left to it: the owner sees the input.
+        lease, a run another live worker owns is left to it: the owner sees the input. A run
+        of a workflow this engine does not serve is left to a process that does.
         """
-        if self.lease is None and snapshot.owner_epoch > 0:
+        if (self.lease is None and snapshot.owner_epoch > 0) or (
+            snapshot.workflow_name not in self.workflow_names
+        ):
             return snapshot
         try:
             return await self._drive(snapshot)

@@ -50,6 +50,7 @@ __all__ = [
     "CONTINUE_KIND",
     "FIRST_RUN",
     "GENERATION",
+    "RESULT_RECHECK",
     "continue_as_new",
     "continued_as",
     "first_run_id",
