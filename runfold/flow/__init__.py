@@ -7,6 +7,7 @@ crash: `Flow.recover()` in a fresh process carries every live run on from its hi
 `docs/tutorials/durable-functions.md`.
 """
 
+from runfold.engine import Queue, QueueDeduplicated
 from runfold.flow.calls import (
     ChildHandle,
     child,
@@ -47,6 +48,8 @@ __all__ = [
     "NotInWorkflow",
     "PayloadCodec",
     "PayloadError",
+    "Queue",
+    "QueueDeduplicated",
     "StepError",
     "TokenInUse",
     "UnknownWorkflow",

@@ -46,16 +46,6 @@ DEDUP_GRACE = timedelta(minutes=1)
 between `hold_dedup` and the run's first append): past that, another run may take it."""
 
 
-def _positive(what: str) -> object:
-    def check(_: object, attribute: attrs.Attribute[object], value: object) -> None:
-        if value is None:
-            return
-        if type(value) is not int or value < 1:
-            raise InvalidArgument(attribute.name, f"{what}: a positive int or None, not {value!r}")
-
-    return check
-
-
 @attrs.frozen(kw_only=True)
 class Queue:
     """A queue of runs, as the workers that serve it declare it.
@@ -75,12 +65,9 @@ class Queue:
     """
 
     name: str
-    concurrency: int | None = attrs.field(default=None, validator=_positive("concurrency"))  # type: ignore[arg-type]
-    worker_concurrency: int | None = attrs.field(
-        default=None,
-        validator=_positive("worker_concurrency"),  # type: ignore[arg-type]
-    )
-    rate_limit: int | None = attrs.field(default=None, validator=_positive("rate_limit"))  # type: ignore[arg-type]
+    concurrency: int | None = None
+    worker_concurrency: int | None = None
+    rate_limit: int | None = None
     rate_period: timedelta = timedelta(seconds=1)
 
     def __attrs_post_init__(self) -> None:
@@ -89,6 +76,10 @@ class Queue:
             raise InvalidArgument("name", "a queue's name must not be empty")
         if not isinstance(self.rate_period, timedelta) or self.rate_period <= timedelta(0):
             raise InvalidArgument("rate_period", "must be a positive timedelta")
+        for what in ("concurrency", "worker_concurrency", "rate_limit"):
+            value = getattr(self, what)
+            if value is not None and (type(value) is not int or value < 1):
+                raise InvalidArgument(what, f"must be a positive int or None, not {value!r}")
 
 
 @attrs.frozen(kw_only=True)

@@ -140,8 +140,8 @@ class MemoryDueWork:
             for name, queue in declared.items()
         }
         for _, summary in sorted(queued, key=lambda item: item[0]):
-            name = summary.queue_name
-            if name is not None:
+            if summary.queue_name is not None:
+                name = summary.queue_name
                 room = allowances[name]
                 if room is not None:
                     if room <= 0:

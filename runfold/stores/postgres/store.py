@@ -45,9 +45,9 @@ from runfold.stores.postgres.connections import (
     Pool,
     ReconnectingPool,
 )
+from runfold.stores.postgres.due_work import PostgresDueWork
 from runfold.stores.postgres.feed import EVENT_COLUMNS, Feed
 from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
-from runfold.stores.postgres.due_work import PostgresDueWork
 from runfold.stores.postgres.leases import PostgresLeases
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.retention import DELETE_RUNS, DROP_UNBORN_RUN

@@ -134,8 +134,8 @@ def _pick(
     ]
     if len(found) < limit:
         clause, names = _served(served, 3)
-        rows = conn.execute(_WOKEN.format(served=clause), (now, limit - len(found), *names))
-        found += [DueRun(run_id=row[0], reason="wakeup") for row in rows]
+        woken = conn.execute(_WOKEN.format(served=clause), (now, limit - len(found), *names))
+        found += [DueRun(run_id=row[0], reason="wakeup") for row in woken]
     for queue in [None, *queues]:
         if len(found) >= limit:
             break
