@@ -42,8 +42,10 @@ __all__ = [
 DueReason = Literal["orphan", "wakeup", "queued"]
 
 DEDUP_GRACE = timedelta(minutes=1)
-"""How long a deduplication id stays held for a run that was never created (its starter died
-between `hold_dedup` and the run's first append): past that, another run may take it."""
+"""How long a deduplication id stays held for a run that was never created.
+
+Its starter died between `hold_dedup` and the run's first append: past that, another run may
+take the id."""
 
 
 @attrs.frozen(kw_only=True)
