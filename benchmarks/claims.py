@@ -62,7 +62,7 @@ async def _statements_per_look(url: str) -> float | None:
             counted += 1
             return await fetch(*args, **kwargs)
 
-        store._fetch = counting  # type: ignore[method-assign]
+        store._fetch = counting
         looks = 20
         for _ in range(looks):
             await worker._look()

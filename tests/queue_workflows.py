@@ -45,7 +45,8 @@ async def body(seconds: float) -> str:
 
 @workflow(name="test-queued")
 async def queued_run(seconds: float) -> str:
-    return await step(body, seconds)
+    done: str = await step(body, seconds)
+    return done
 
 
 def read_ledger(path: Path) -> list[tuple[str, str, int, int]]:

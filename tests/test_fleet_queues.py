@@ -163,7 +163,8 @@ def test_a_dedup_id_refuses_a_second_start_while_the_first_lives(
                 )
             assert (refused.value.queue_name, refused.value.dedup_id) == ("emails", "user-7")
             assert await store.get_runs(["second"]) == [None]
-            assert [s.dedup_id for s in await store.get_runs([run.run_id])] == ["user-7"]
+            [summary] = await store.get_runs([run.run_id])
+            assert summary is not None and summary.dedup_id == "user-7"
             return run.run_id
 
     async def after(run_id: str) -> None:

@@ -160,8 +160,9 @@ async def racing_claimers_never_get_one_run_twice(ctx: Context, store: EventStor
 async def queues_hand_out_within_their_limits(ctx: Context, store: EventStore) -> None:
     """Queued runs on a queue go only to a worker that serves the queue, by priority (0 first,
     then lower) then age, within the queue's limits: runs started and not ended or held across
-    workers (`concurrency`), those of one worker (`worker_concurrency`), and starts per
-    `rate_period` (`rate_limit`, counted from the hand-out)."""
+    workers (`concurrency`), those of one worker (`worker_concurrency`, which also holds back
+    a run of the queue it would resume from a wait), and starts per `rate_period`
+    (`rate_limit`, counted from the hand-out)."""
     due = _due(store)
     priorities = [5, 0, 1, 5, 0, 9]
     for number, priority in enumerate(priorities):
@@ -178,6 +179,18 @@ async def queues_hand_out_within_their_limits(ctx: Context, store: EventStore) -
     # e1 starts under w1 and ends: one slot is free again, for any worker.
     await write(store, "e1", _claimed("w1"), RunStarted(), RunCompleted(output=b""), at=now)
     assert await _claim(due, "w3", now, queues=(emails,)) == [("e0", "queued", None)]
+    # e2 (w2's) waits on a timer, released: when it is due, w3, which holds 1 of the queue
+    # besides, may not resume it (its limit is 2, e0 and this), w1 (1: e4) may.
+    await write(store, "e2", _claimed("w2"), RunStarted(), at=now)
+    await write(store, "e2", WaitCreated(wait_id="t", resume_at=now), at=now)
+    await write(store, "e2", RunReleased(owner_id="w2", epoch=1), at=now)
+    assert isinstance(store, WorkerLeases)
+    assert await store.renew_lease("w3", lease_until=now + 10 * MINUTE, now=now)
+    await write(store, "e5", _claimed("w3"), RunStarted(), at=now)  # w3 owns e5 and holds e0
+    assert await _claim(due, "w3", now, queues=(emails,)) == [], "a worker's limit passed"
+    assert await _claim(due, "w1", now, queues=(emails,)) == [("e2", "wakeup", None)]
+    assert await store.renew_lease("w1", lease_until=now + 10 * MINUTE, now=now)
+    await write(store, "e2", RunClaimed(owner_id="w1", epoch=2), at=now)  # w1 resumes it
     # A rate limit: 2 starts per minute, whatever the concurrency.
     reports = Queue(name="reports", rate_limit=2, rate_period=MINUTE)
     for number in range(1, 5):
@@ -185,7 +198,6 @@ async def queues_hand_out_within_their_limits(ctx: Context, store: EventStore) -
     got = await _claim(due, "w4", now, queues=(reports,))
     assert [run_id for run_id, _, _ in got] == ["r0", "r1"], "rate limit not honoured"
     # Taken by w4, under a lease (their holds would lapse before the next look).
-    assert isinstance(store, WorkerLeases)
     assert await store.renew_lease("w4", lease_until=now + 10 * MINUTE, now=now)
     for run_id in ("r0", "r1"):
         await write(store, run_id, _claimed("w4"), at=now)

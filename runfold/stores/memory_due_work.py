@@ -125,11 +125,33 @@ class MemoryDueWork:
                 due = [w.due_at for w in index.wakeups if w.due_at <= now]
                 if due:
                     woken.append(((min(due), summary.run_id), summary))
+        # A worker's limit on a queue counts the runs of it that it resumes or takes over too.
+        worker_room = {
+            name: queue.worker_concurrency - mine.get(name, 0)
+            for name, queue in declared.items()
+            if queue.worker_concurrency is not None
+        }
+
+        def within(summary: RunSummary) -> bool:
+            name = summary.queue_name
+            if name is None or name not in worker_room:
+                return True
+            if worker_room[name] <= 0:
+                return False
+            worker_room[name] -= 1
+            mine[name] = mine.get(name, 0) + 1
+            return True
+
         found = [
             DueRun(run_id=s.run_id, reason="orphan", displacing=s.owner_id)
             for _, s in sorted(orphans, key=lambda item: item[0])
-        ]
-        found += [DueRun(run_id=s.run_id, reason="wakeup") for _, s in sorted(woken)]
+            if within(s)
+        ][:limit]
+        found += [
+            DueRun(run_id=s.run_id, reason="wakeup")
+            for _, s in sorted(woken, key=lambda item: item[0])
+            if within(s)
+        ][: limit - len(found)]
         allowances = {
             name: queue_allowance(
                 queue,

@@ -49,12 +49,26 @@ def _lock_key(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), signed=True)
 
 
+_ROOMS = """FOR i IN 1 .. coalesce(cardinality(p_queues), 0) LOOP
+            IF p_mine[i] IS NOT NULL THEN
+                SELECT count(*) INTO v_own
+                FROM {s}.runs LEFT JOIN {s}.due_holds h ON h.run_id = runs.run_id
+                    AND h.held_until > p_now AND h.at_sequence = runs.last_sequence
+                WHERE runs.queue_name = p_queues[i] AND runs.completed_at IS NULL
+                    AND (runs.owner_id = p_worker OR h.worker_id = p_worker);
+                v_rooms[i] := p_mine[i] - v_own;
+            END IF;
+        END LOOP;"""
+"""Each queue's room under its `worker_concurrency`: what the worker owns or holds of it counted
+(a worker's limit counts the runs of the queue it resumes or takes over too)."""
+
 _SERVED = "(p_served IS NULL OR runs.workflow_name = ANY(p_served))"
 
 
 def claim_due_function(s: str) -> str:
     """The server function `claim_due` in schema `s` (see the module)."""
     not_held, hold = _NOT_HELD.format(s=s), _HOLD.format(s=s)
+    rooms = _ROOMS.format(s=s)
     return f"""
     CREATE OR REPLACE FUNCTION {s}.claim_due(
         p_worker text, p_now bigint, p_until bigint, p_limit integer, p_served text[],
@@ -72,37 +86,61 @@ def claim_due_function(s: str) -> str:
         v_own integer;
         v_started integer;
         v_lock bigint;
+        v_rooms integer[] := array_fill(NULL::integer, ARRAY[coalesce(cardinality(p_queues), 0)]);
     BEGIN
         FOREACH v_lock IN ARRAY coalesce(p_locks, '{{}}') LOOP
             PERFORM pg_advisory_xact_lock(v_lock);
         END LOOP;
         DELETE FROM {s}.due_holds WHERE held_until <= p_now;
-        RETURN QUERY WITH picked AS (
-            SELECT runs.run_id, runs.last_sequence, runs.owner_id FROM {s}.runs
+        {rooms}
+        RETURN QUERY WITH cand AS (
+            SELECT runs.run_id, runs.updated_at, q.room, row_number() OVER (
+                PARTITION BY runs.queue_name ORDER BY runs.updated_at, runs.run_id) AS n
+            FROM {s}.runs
             LEFT JOIN {s}.leases ON leases.worker_id = runs.owner_id
+            LEFT JOIN unnest(p_queues, v_rooms) AS q(name, room) ON q.name = runs.queue_name
             WHERE runs.owner_id IS NOT NULL
                 AND (leases.worker_id IS NULL OR leases.lease_until <= p_now)
                 AND {_SERVED} AND {not_held}
-            ORDER BY runs.updated_at, runs.run_id LIMIT p_limit
+        ), allowed AS (
+            SELECT cand.run_id, cand.updated_at FROM cand
+            WHERE cand.room IS NULL OR cand.n <= cand.room
+            ORDER BY cand.updated_at, cand.run_id LIMIT p_limit
+        ), picked AS (
+            SELECT runs.run_id, runs.last_sequence, runs.owner_id FROM {s}.runs
+            JOIN allowed ON allowed.run_id = runs.run_id
             FOR UPDATE OF runs SKIP LOCKED
         ), {hold}
         SELECT held.run_id, 'orphan'::text, picked.owner_id
-        FROM held JOIN picked ON picked.run_id = held.run_id;
+        FROM held JOIN picked ON picked.run_id = held.run_id
+        JOIN allowed ON allowed.run_id = held.run_id
+        ORDER BY allowed.updated_at, held.run_id;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_count := v_count + v_got;
         IF v_count < p_limit THEN
+            {rooms}
             RETURN QUERY WITH due AS (
                 SELECT w.run_id, min(w.due_at) AS due FROM {s}.wakeups w
                 WHERE w.due_at <= p_now GROUP BY w.run_id
-            ), picked AS (
-                SELECT runs.run_id, runs.last_sequence FROM {s}.runs
-                JOIN due ON due.run_id = runs.run_id
+            ), cand AS (
+                SELECT runs.run_id, due.due, q.room, row_number() OVER (
+                    PARTITION BY runs.queue_name ORDER BY due.due, runs.run_id) AS n
+                FROM {s}.runs JOIN due ON due.run_id = runs.run_id
+                LEFT JOIN unnest(p_queues, v_rooms) AS q(name, room) ON q.name = runs.queue_name
                 WHERE runs.owner_id IS NULL AND runs.status <> 'pending'
                     AND {_SERVED} AND {not_held}
-                ORDER BY due.due, runs.run_id LIMIT p_limit - v_count
+            ), allowed AS (
+                SELECT cand.run_id, cand.due FROM cand
+                WHERE cand.room IS NULL OR cand.n <= cand.room
+                ORDER BY cand.due, cand.run_id LIMIT p_limit - v_count
+            ), picked AS (
+                SELECT runs.run_id, runs.last_sequence FROM {s}.runs
+                JOIN allowed ON allowed.run_id = runs.run_id
                 FOR UPDATE OF runs SKIP LOCKED
             ), {hold}
-            SELECT held.run_id, 'wakeup'::text, NULL::text FROM held;
+            SELECT held.run_id, 'wakeup'::text, NULL::text
+            FROM held JOIN allowed ON allowed.run_id = held.run_id
+            ORDER BY allowed.due, held.run_id;
             GET DIAGNOSTICS v_got = ROW_COUNT;
             v_count := v_count + v_got;
         END IF;
@@ -135,7 +173,8 @@ def claim_due_function(s: str) -> str:
             END IF;
             CONTINUE WHEN v_room <= 0;
             RETURN QUERY WITH picked AS (
-                SELECT runs.run_id, runs.last_sequence FROM {s}.runs
+                SELECT runs.run_id, runs.last_sequence, runs.priority, runs.created_at
+                FROM {s}.runs
                 WHERE runs.status = 'pending' AND runs.owner_id IS NULL
                     AND (runs.queue_name = v_queue
                         OR (v_queue IS NULL AND runs.queue_name IS NULL))
@@ -147,7 +186,9 @@ def claim_due_function(s: str) -> str:
                 SELECT v_queue, p_now, held.run_id FROM held WHERE v_queue IS NOT NULL
                 ON CONFLICT DO NOTHING
             )
-            SELECT held.run_id, 'queued'::text, NULL::text FROM held;
+            SELECT held.run_id, 'queued'::text, NULL::text
+            FROM held JOIN picked ON picked.run_id = held.run_id
+            ORDER BY picked.priority, picked.created_at, held.run_id;
             GET DIAGNOSTICS v_got = ROW_COUNT;
             v_count := v_count + v_got;
         END LOOP;

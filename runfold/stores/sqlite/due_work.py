@@ -36,11 +36,11 @@ _HELD = (
 )
 """Whether a run is held after `now` at its last sequence (`{now}`: the parameter's number)."""
 _HELD_AT_1 = _HELD.format(now=1)
-_OWNER = 9
-"""Where `owner_id` is in a row of `SUMMARY_COLUMNS`."""
+_OWNER, _QUEUE = 9, 10
+"""Where `owner_id` and `queue_name` are in a row of `SUMMARY_COLUMNS`."""
 
 _WOKEN = (
-    "SELECT wakeups.run_id, min(wakeups.due_at) AS due FROM wakeups "
+    "SELECT wakeups.run_id, runs.queue_name, min(wakeups.due_at) AS due FROM wakeups "
     "JOIN runs ON runs.run_id = wakeups.run_id "
     "WHERE wakeups.due_at <= ?1 AND runs.owner_id IS NULL AND runs.status <> 'pending' "
     f"AND NOT {_HELD_AT_1}{{served}} "
@@ -124,18 +124,41 @@ def _pick(
     served: list[str] | None,
     queues: list[Queue],
 ) -> list[DueRun]:
+    counts = {queue.name: _counts(conn, queue, worker_id, now) for queue in queues}
+    # A worker's limit on a queue counts the runs of it that it resumes or takes over too.
+    worker_room = {
+        queue.name: queue.worker_concurrency - counts[queue.name][1]
+        for queue in queues
+        if queue.worker_concurrency is not None
+    }
+
+    def within(queue_name: str | None) -> bool:
+        if queue_name is None or queue_name not in worker_room:
+            return True
+        if worker_room[queue_name] <= 0:
+            return False
+        worker_room[queue_name] -= 1
+        active, mine, started = counts[queue_name]
+        counts[queue_name] = (active, mine + 1, started)
+        return True
+
     orphan_names: list[str | None] | None = None if served is None else [*served] or [None]
     query = orphaned_runs_query(None if orphan_names is None else len(orphan_names)).replace(
         "WHERE runs.owner_id IS NOT NULL", f"WHERE runs.owner_id IS NOT NULL AND NOT {_HELD_AT_1}"
     )
-    found = [
-        DueRun(run_id=row[0], reason="orphan", displacing=row[_OWNER])
-        for row in conn.execute(query, (now, limit, *(orphan_names or ())))
-    ]
-    if len(found) < limit:
-        clause, names = _served(served, 3)
-        woken = conn.execute(_WOKEN.format(served=clause), (now, limit - len(found), *names))
-        found += [DueRun(run_id=row[0], reason="wakeup") for row in woken]
+    found: list[DueRun] = []
+    # Read lazily, without a LIMIT (-1): runs over a queue's limit are passed over.
+    for row in conn.execute(query, (now, -1, *(orphan_names or ()))):
+        if len(found) >= limit:
+            break
+        if within(row[_QUEUE]):
+            found.append(DueRun(run_id=row[0], reason="orphan", displacing=row[_OWNER]))
+    clause, names = _served(served, 3)
+    for row in conn.execute(_WOKEN.format(served=clause), (now, -1, *names)):
+        if len(found) >= limit:
+            break
+        if within(row[1]):
+            found.append(DueRun(run_id=row[0], reason="wakeup"))
     for queue in [None, *queues]:
         if len(found) >= limit:
             break
@@ -143,14 +166,7 @@ def _pick(
         name = None
         if queue is not None:
             name = queue.name
-            active, mine = conn.execute(_ACTIVE, (now, name, worker_id)).fetchone()
-            since = now - time_key_delta(queue)
-            conn.execute(
-                "DELETE FROM queue_starts WHERE queue_name = ? AND started_at <= ?", (name, since)
-            )
-            (started,) = conn.execute(
-                "SELECT count(*) FROM queue_starts WHERE queue_name = ?", (name,)
-            ).fetchone()
+            active, mine, started = counts[name]
             allowed = queue_allowance(queue, active=active, mine=mine, started=started)
             if allowed is not None:
                 room = min(room, allowed)
@@ -165,6 +181,21 @@ def _pick(
                 [(name, now, row[0]) for row in rows],
             )
     return found
+
+
+def _counts(
+    conn: sqlite3.Connection, queue: Queue, worker_id: str, now: int
+) -> tuple[int, int, int]:
+    """The queue's live runs, those of `worker_id`, and its starts within its rate period."""
+    active, mine = conn.execute(_ACTIVE, (now, queue.name, worker_id)).fetchone()
+    since = now - time_key_delta(queue)
+    conn.execute(
+        "DELETE FROM queue_starts WHERE queue_name = ? AND started_at <= ?", (queue.name, since)
+    )
+    (started,) = conn.execute(
+        "SELECT count(*) FROM queue_starts WHERE queue_name = ?", (queue.name,)
+    ).fetchone()
+    return active, mine, started
 
 
 def time_key_delta(queue: Queue) -> int:
