@@ -56,9 +56,9 @@ class Queue:
         name: The queue's name, as runs are started on it (`Flow.start(..., queue=name)`).
         concurrency: The most runs of the queue started and not ended at once, across every
             worker (None: no limit).
-        worker_concurrency: The most of those one worker owns or holds at once, counted when
-            a queued run is handed out (None: no limit). A run of the queue that waited, or
-            whose owner died, is handed out as a wakeup or an orphan, without it.
+        worker_concurrency: The most of those one worker owns or holds at once (None: no
+            limit), counted for every run of the queue handed out to it: queued, resumed
+            after a wait, or taken over.
         rate_limit: The most runs of the queue started per `rate_period`, across every worker
             (None: no limit).
         rate_period: The period of `rate_limit`.
