@@ -14,7 +14,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from runfold.flow import Queue, current_step, step, workflow
+from runfold.flow import Queue, current_step, sleep, step, workflow
 
 LEDGER_ENV = "RUNFOLD_QUEUE_LEDGER"
 """Where the ledger file is: an environment variable, so subprocesses find it."""
@@ -25,6 +25,8 @@ reports = Queue(name="reports", rate_limit=2, rate_period=timedelta(seconds=1))
 """At most 2 starts a second across the fleet."""
 ordered = Queue(name="ordered", concurrency=1)
 """One run at a time: they start in priority order."""
+sleepy = Queue(name="sleepy", concurrency=3, worker_concurrency=1)
+"""3 runs at once across the fleet, 1 per worker, though each run sleeps between its steps."""
 
 
 def _write(kind: str) -> None:
@@ -45,6 +47,16 @@ async def body(seconds: float) -> str:
 
 @workflow(name="test-queued")
 async def queued_run(seconds: float) -> str:
+    done: str = await step(body, seconds)
+    return done
+
+
+@workflow(name="test-queued-sleepy")
+async def sleepy_run(seconds: float) -> str:
+    """Three steps with a sleep between each: the run is released, then resumed, twice."""
+    for _ in range(2):
+        await step(body, seconds)
+        await sleep(timedelta(seconds=seconds))
     done: str = await step(body, seconds)
     return done
 

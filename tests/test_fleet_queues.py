@@ -22,7 +22,13 @@ import pytest
 from runfold.flow import Flow, QueueDeduplicated
 from runfold.stores import EventStore, open_store
 from tests.postgres_support import DSN, admin, schema_name
-from tests.queue_workflows import LEDGER_ENV, most_at_once, queued_run, read_ledger
+from tests.queue_workflows import (
+    LEDGER_ENV,
+    most_at_once,
+    queued_run,
+    read_ledger,
+    sleepy_run,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ["sqlite", "postgres"]
@@ -90,6 +96,30 @@ def test_a_queues_limits_hold_across_worker_processes(backend: str, tmp_path: Pa
     per_worker = [most_at_once(rows, pid) for pid in pids]
     assert max(per_worker) <= 2, per_worker
     assert len({row[2] for row in rows}) >= 2, "one worker took everything"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_per_worker_limit_holds_while_runs_sleep_and_resume(backend: str, tmp_path: Path) -> None:
+    """3 workers, 9 runs on `sleepy` (3 at once in all, 1 per worker) whose steps are
+    separated by sleeps: a run resumed after its sleep counts against its new worker's limit,
+    so no worker ever runs two bodies at once."""
+    url, ledger = _url(backend, tmp_path), tmp_path / "ledger"
+
+    async def go() -> None:
+        async with await open_store(url) as store:
+            flow = Flow(store, [sleepy_run])
+            runs = [await flow.start(sleepy_run, 0.05, queue="sleepy") for _ in range(9)]
+            for run in runs:
+                done = await flow.result(run.run_id, wait=90)
+                assert (done.status, done.output) == ("completed", "done"), done
+
+    asyncio.run(_prepare(url))
+    with fleet(url, ledger, "sleepy", workers=3) as pids:
+        asyncio.run(go())
+    rows = read_ledger(ledger)
+    assert len([row for row in rows if row[0] == "start"]) == 27
+    assert most_at_once(rows) <= 3
+    assert max(most_at_once(rows, pid) for pid in pids) == 1
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
