@@ -214,3 +214,19 @@ def test_a_dedup_id_refuses_a_second_start_while_the_first_lives(
 async def _prepare(url: str) -> None:
     store = await open_store(url)
     await store.close()
+
+
+def test_an_empty_queue_name_is_a_usage_error(tmp_path: Path) -> None:
+    """`runfold worker --queue ""` exits 2 naming the option, before serving anything."""
+    runfold = Path(sys.executable).with_name("runfold")
+    store = f"sqlite:///{tmp_path / 'q.db'}"
+    finished = subprocess.run(
+        [str(runfold), "worker", "--app", "tests.queue_workflows", "--queue", "", "--store", store],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == 2, finished
+    assert "--queue" in finished.stderr and "must not be empty" in finished.stderr
