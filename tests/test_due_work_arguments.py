@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from runfold.conformance._support import write
 from runfold.kernel import InvalidArgument, RunCreated
 from runfold.stores import DueWork, EventStore
 from runfold.stores.due_work import Queue
 from tests.conftest import T0
-from tests.test_sqlite_store import write
 
 HOLD = T0 + timedelta(seconds=30)
 GOOD: dict[str, Any] = {"hold_until": HOLD, "limit": 10}
