@@ -81,7 +81,8 @@ def _fill_sqlite(path: Path, size: int) -> None:
     ended, live = _copies(size)
     copy = {
         "runs": "run_id || '-' || printf('%06d', i), 'wf-' || (i % {w}), status, parent_run_id, "
-        "created_at + i, updated_at + i, completed_at + i, last_sequence, attributes, owner_id",
+        "created_at + i, updated_at + i, completed_at + i, last_sequence, attributes, owner_id, "
+        "queue_name, priority, dedup_id",
         "events": "run_id || '-' || printf('%06d', i), sequence, type, schema_version, "
         "correlation_id, payload, recorded_at + i, :offset + i * {s} + sequence",
         "wakeups": "run_id || '-' || printf('%06d', i), kind, subject_id, due_at + i",
@@ -118,7 +119,8 @@ async def _fill_postgres(schema: str, size: int) -> None:
     copy = {
         "runs": "run_id || '-' || lpad(i::text, 6, '0'), 'wf-' || mod(i, {w}), status, "
         "parent_run_id, created_at + i, updated_at + i, completed_at + i, last_sequence, "
-        "attributes, head, %(offset)s + i * {s} + head, has_hooks, has_wakeups, owner_id",
+        "attributes, head, %(offset)s + i * {s} + head, has_hooks, has_wakeups, owner_id, "
+        "queue_name, priority, dedup_id",
         "events": "run_id || '-' || lpad(i::text, 6, '0'), sequence, type, schema_version, "
         "correlation_id, payload, recorded_at + i, %(offset)s + i * {s} + sequence",
         "wakeups": "run_id || '-' || lpad(i::text, 6, '0'), kind, subject_id, due_at + i",

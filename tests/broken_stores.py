@@ -557,6 +557,17 @@ class OrphansNeedALeaseRow(MemoryStore):
         return leased[: max(limit, 0)]
 
 
+class HandsAWakeupTwice(MemoryStore):
+    """Hands out a run with a due wakeup whether or not another worker holds it (the hold
+    checked for queued runs and orphans, forgotten for wakeups): two workers drive one timer."""
+
+    def _held(self, summary: RunSummary, now: datetime) -> str | None:
+        index = self._indexes[summary.run_id]
+        if summary.status != "pending" and any(w.due_at <= now for w in index.wakeups):
+            return None
+        return super()._held(summary, now)
+
+
 CAUGHT_BY: dict[type[MemoryStore], str] = {
     SkipsHeadCheck: "test_append_stale_sequence_refused",
     HeadCheckOutsideTransaction: "test_racing_writers_one_wins",
@@ -582,5 +593,6 @@ CAUGHT_BY: dict[type[MemoryStore], str] = {
     NegativeLimitUnbounded: "test_arguments_at_their_bounds",
     RenewsLapsedLease: "test_lease_renewed_until_it_lapses",
     OrphansNeedALeaseRow: "test_orphaned_runs_are_live_runs_without_a_lease",
+    HandsAWakeupTwice: "test_racing_claimers_never_get_one_run_twice",
 }
 """Each broken store and the conformance check that must catch its defect."""

@@ -28,7 +28,17 @@ SUITE_SCHEMA = f"{SESSION}_suite"
 """The schema the generic suite shares."""
 
 _SUITE_DSN = make_conninfo(DSN, options="-c synchronous_commit=off")
-_TABLES = ("events", "runs", "hooks", "tokens", "wakeups", "leases")
+_TABLES = (
+    "events",
+    "runs",
+    "hooks",
+    "tokens",
+    "wakeups",
+    "leases",
+    "due_holds",
+    "queue_starts",
+    "queue_dedups",
+)
 _admin: psycopg.Connection[tuple[Any, ...]] | None = None
 
 

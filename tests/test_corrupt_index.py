@@ -192,7 +192,7 @@ async def test_verify_without_rebuild_stops_at_corrupt_rows_and_says_so(
 
 _RUN_ROW = (
     "INSERT INTO runs VALUES ('x', 'wf', 'running', NULL, {created}, 1, NULL, 1, {attributes}, "
-    "{owner})"
+    "{owner}, NULL, 0, NULL)"
 )
 WRONG_TYPES = [
     (_RUN_ROW.format(created="'now'", attributes="'{}'", owner="NULL"), "runs"),
@@ -201,6 +201,9 @@ WRONG_TYPES = [
     (_RUN_ROW.format(created="1", attributes="'{}'", owner="x'00'"), "runs"),
     ("UPDATE runs SET last_sequence = 2.5", "runs"),
     ("UPDATE runs SET owner_id = x'01'", "runs"),
+    ("UPDATE runs SET queue_name = x'03'", "runs"),
+    ("UPDATE runs SET priority = 'first'", "runs"),
+    ("UPDATE runs SET dedup_id = x'02'", "runs"),
     ("UPDATE wakeups SET due_at = 'soon'", "wakeups"),
     ("UPDATE hooks SET retained_until = 0.5", "hooks"),
     ("UPDATE hooks SET token = x'00' WHERE run_id = 'a'", "hooks"),

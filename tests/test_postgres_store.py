@@ -198,8 +198,10 @@ async def test_open_migrates_once_and_every_table_of_runs_leads_with_run_id(
     assert leading.pop("schema_version") == "version"
     assert leading.pop("tokens") == "token"  # the global token index, keyed by token
     assert leading.pop("leases") == "worker_id"  # the workers' leases, keyed by worker
+    assert leading.pop("queue_starts") == "queue_name"  # a queue's recent starts
+    assert leading.pop("queue_dedups") == "queue_name"  # a queue's deduplication ids
     assert set(leading.values()) == {"run_id"}
-    assert set(leading) == {"events", "runs", "hooks", "wakeups"}
+    assert set(leading) == {"events", "runs", "hooks", "wakeups", "due_holds"}
 
 
 async def test_a_schema_of_an_older_runfold_is_upgraded_and_keeps_its_runs(schema: str) -> None:
@@ -751,6 +753,9 @@ def request_fields(request: Append) -> tuple[Any, ...]:
         [key(wakeup.due_at) for wakeup in index.wakeups],
         request.expected_position,
         summary.owner_id,
+        summary.queue_name,
+        summary.priority,
+        summary.dedup_id,
     )
 
 
@@ -765,6 +770,9 @@ async def test_the_hand_encoded_request_is_what_psycopg_makes_of_the_composite(
         attributes={"k": "v"},
         parent_run_id="parent",
         deadline=T0 + timedelta(hours=1),
+        queue_name="queue-ü",
+        priority=2**31 - 1,
+        dedup_id="dedup-ü",
     )
     await handler.execute("r", StartRun(create=create))
     await handler.execute("r", CreateHook(hook_id="h", token="tok-ü", retain_token_until=T0))

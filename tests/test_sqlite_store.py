@@ -189,9 +189,19 @@ def as_older_file(path: Path, version: int) -> None:
     """Make the runfold file at `path` the file a runfold of schema `version` wrote."""
     conn = sqlite3.connect(path)
     try:
-        if version < 4:  # no run owners, no leases (the triggers of version 3 come back below)
+        if version < 5:  # no queues, no holds (the triggers of version 4 come back below)
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
                 conn.execute(f'DROP TRIGGER "{name}"')
+            for index in ("runs_queued", "runs_queue_live"):
+                conn.execute(f"DROP INDEX {index}")
+            for column in ("queue_name", "priority", "dedup_id"):
+                conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+            for table in ("due_holds", "queue_starts", "queue_dedups"):
+                conn.execute(f"DROP TABLE {table}")
+        if version == 4:  # the type triggers of versions 3 and 4
+            conn.executescript(MIGRATIONS[2])
+            conn.executescript(MIGRATIONS[3][MIGRATIONS[3].index("DROP TRIGGER") :])
+        if version < 4:  # no run owners, no leases (the triggers of version 3 come back below)
             conn.execute("DROP INDEX runs_owner")
             conn.execute("ALTER TABLE runs DROP COLUMN owner_id")
             conn.execute("DROP TABLE leases")
@@ -1167,3 +1177,21 @@ async def test_sigkill_mid_append_keeps_whole_acknowledged_batches_and_true_inde
         await _check_crash_state(path, acked)
     assert killed >= KILLS - 2, f"only {killed} of {KILLS} children were killed mid-stream"
     assert sum(acked.values()) > KILLS  # the runs really grew across the kills
+
+
+async def test_a_version_4_file_gains_queues_at_open(tmp_path: Path) -> None:
+    """A file a runfold of schema 4 (owners and leases, no queues) wrote is migrated: its runs
+    are on no queue, and its queued runs are handed out by `claim_due`."""
+    path = tmp_path / "runfold.db"
+    async with await SQLiteStore.open(path) as store:
+        await write(store, "r", RunCreated(workflow_name="wf", input=b""))
+    as_older_file(path, 4)
+    assert "due_holds" not in tables(path)
+    async with await SQLiteStore.open(path) as store:
+        assert store.migrated_from == 4
+        [summary] = await store.get_runs(["r"])
+        assert summary is not None
+        assert (summary.queue_name, summary.priority, summary.dedup_id) == (None, 0, None)
+        due = await store.claim_due("w", T0, hold_until=T0 + timedelta(seconds=30), limit=5)
+        assert [(d.run_id, d.reason) for d in due] == [("r", "queued")]
+    assert plain_query(path, "SELECT max(version) FROM runfold_schema") == [(SCHEMA_VERSION,)]

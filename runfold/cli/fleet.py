@@ -19,9 +19,9 @@ from runfold.cli.exit_codes import EXIT_OK, EXIT_USAGE, CliError
 from runfold.cli.options import json_option, store_option
 from runfold.cli.output import Terminal, timestamp
 from runfold.cli.store_access import work_on_store
-from runfold.engine import DEFAULT_LEASE
+from runfold.engine import DEFAULT_LEASE, Queue
 from runfold.flow import Flow, registered_workflows
-from runfold.kernel import RunStatus
+from runfold.kernel import InvalidArgument, RunStatus
 from runfold.stores import EventStore, WorkerLeases
 
 
@@ -37,6 +37,22 @@ def _import_app(module: str) -> None:
         ) from None
 
 
+def _queues(module: str, names: tuple[str, ...]) -> list[Queue]:
+    """The queues to serve: those named (as MODULE declares them, or without limits), or every
+    `Queue` MODULE declares at its top level."""
+    declared = {
+        value.name: value
+        for value in vars(sys.modules[module]).values()
+        if isinstance(value, Queue)
+    }
+    if not names:
+        return list(declared.values())
+    try:
+        return [declared.get(name) or Queue(name=name) for name in dict.fromkeys(names)]
+    except InvalidArgument as exc:
+        raise CliError(f"--queue: {exc}", EXIT_USAGE) from None
+
+
 @click.command()
 @click.option(
     "--app",
@@ -47,6 +63,13 @@ def _import_app(module: str) -> None:
 )
 @click.option(
     "--id", "worker_id", metavar="ID", help="the worker id's prefix (default: the host name)"
+)
+@click.option(
+    "--queue",
+    "queue_names",
+    multiple=True,
+    metavar="NAME",
+    help="a queue to serve (repeatable; default: every Queue the module declares)",
 )
 @click.option(
     "--concurrency",
@@ -82,6 +105,7 @@ def worker(
     ctx: click.Context,
     module: str,
     worker_id: str | None,
+    queue_names: tuple[str, ...],
     concurrency: int,
     lease: float,
     poll: float,
@@ -91,9 +115,12 @@ def worker(
     """Serve the workflows of MODULE as one worker of a fleet, until SIGTERM or Ctrl-C.
 
     Any number of workers, on any hosts, may serve one store: each run is driven by one worker
-    at a time, and the runs of a worker that died are taken over once its lease lapsed.
+    at a time, and the runs of a worker that died are taken over once its lease lapsed. Runs on
+    a queue are served within the limits of the `Queue` of that name MODULE declares (a queue
+    it does not declare has none).
     """
     _import_app(module)
+    queues = _queues(module, queue_names)
     served = registered_workflows()
     if not served:
         raise CliError(f"--app {module!r} defines no @workflow", EXIT_USAGE)
@@ -108,6 +135,7 @@ def worker(
             concurrency=concurrency,
             poll_interval=poll,
             grace=grace,
+            queues=queues,
         )
         return EXIT_OK
 

@@ -299,6 +299,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "_wakeups",
     "_retention",
     "_leases",
+    "_due_work",
     "_reads",
     "_replay",
     "_rules",

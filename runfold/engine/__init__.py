@@ -11,12 +11,14 @@ from runfold.engine.errors import (
     BaseExceptionRaised,
     EngineError,
     InvalidDecision,
+    QueueDeduplicated,
     ReplayLimitExceeded,
     RunDefinitionConflict,
     StepTimedOut,
     WorkflowNotServed,
 )
 from runfold.engine.lease import DEFAULT_LEASE, Lease, new_worker_id
+from runfold.engine.queues import Queue
 from runfold.engine.retry import (
     DEFAULT_JITTER,
     DEFAULT_RETRY,
@@ -68,6 +70,8 @@ __all__ = [
     "InvalidDecision",
     "Lease",
     "LinkChildOperation",
+    "Queue",
+    "QueueDeduplicated",
     "ReplayLimitExceeded",
     "ReportProgress",
     "Resumption",

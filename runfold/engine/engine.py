@@ -31,6 +31,7 @@ from runfold.engine.drive import Drive, DriveSetup
 from runfold.engine.errors import RunDefinitionConflict, WorkflowNotServed
 from runfold.engine.journal import StepsInFlight
 from runfold.engine.lease import Lease
+from runfold.engine.queues import hold_dedup
 from runfold.engine.retry import DEFAULT_JITTER
 from runfold.engine.runtime import DEFAULT_STEP_TIMEOUT, EngineObserver, WorkflowRuntime
 from runfold.engine.suspensions import (
@@ -150,6 +151,9 @@ class Engine:
         parent_run_id: str | None = None,
         deadline: datetime | None = None,
         queued: bool = False,
+        queue: str | None = None,
+        priority: int = 0,
+        dedup_id: str | None = None,
     ) -> Snapshot:
         """Create and start a run (a new id unless `run_id` is given), then `drive` it.
 
@@ -159,9 +163,13 @@ class Engine:
 
         `queued` only records the run (pending, owned by nobody) and returns it: a `Worker` of
         the fleet starts and drives it. A process that runs no workflows starts runs this way.
+        `queue` records it on that queue (queued, whatever `queued` says), with its `priority`
+        there (lower first) and a deduplication id: a `Worker` serving the queue starts it within
+        the queue's limits (`Queue`).
 
         Raises:
             RunDefinitionConflict: `run_id` belongs to a run created with another definition.
+            QueueDeduplicated: `dedup_id` is held by another live run of the queue.
             WorkflowNotServed: The runtime does not declare `workflow_name`.
             InvalidCommand: The definition is malformed (ids, sizes, attributes, deadline).
             RunfoldError: Whatever `drive` raises.
@@ -177,7 +185,11 @@ class Engine:
             attributes=attributes if attributes is not None else {},
             parent_run_id=parent_run_id,
             deadline=deadline,
+            queue_name=queue,
+            priority=priority,
+            dedup_id=dedup_id,
         )
+        queued = queued or queue is not None
         # What the kernel would record: validates the definition before anything is read.
         intended = decide(
             None, create, now=self.handler.clock(), limits=self.handler.limits, run_id=run_id
@@ -187,6 +199,10 @@ class Engine:
         if current is None:
             self._check_served(run_id, workflow_name)
             if queued:
+                if queue is not None and dedup_id is not None:
+                    await hold_dedup(
+                        self.handler.store, queue, dedup_id, run_id, self.handler.clock()
+                    )
                 return (await self.execute(run_id, (create,))).snapshot
             return await Drive(self._setup(), run_id, None, (StartRun(create=create),)).run()
         first = (await self.handler.history(run_id, limit=1))[0].event

@@ -18,6 +18,7 @@ __all__ = [
     "BaseExceptionRaised",
     "EngineError",
     "InvalidDecision",
+    "QueueDeduplicated",
     "ReplayLimitExceeded",
     "RunDefinitionConflict",
     "StepTimedOut",
@@ -52,6 +53,23 @@ class BaseExceptionRaised(EngineError):
     def __init__(self, message: str, *, run_id: str, raised: str) -> None:
         super().__init__(message, run_id=run_id)
         self.raised = raised
+
+
+class QueueDeduplicated(EngineError):
+    """`Engine.start` on a queue with a deduplication id that a live run of the queue holds.
+
+    As DBOS refuses such an enqueue: nothing was recorded for the new run. `queue_name` and
+    `dedup_id` name what was held; `run_id` is the id the refused start asked for. Once the
+    holding run ends, the id is free again.
+    """
+
+    code = "queue_deduplicated"
+    status = 409
+
+    def __init__(self, message: str, *, run_id: str, queue_name: str, dedup_id: str) -> None:
+        super().__init__(message, run_id=run_id)
+        self.queue_name = queue_name
+        self.dedup_id = dedup_id
 
 
 class RunDefinitionConflict(EngineError):

@@ -11,11 +11,14 @@ kernel). A worker finds its work in three places:
 - queued runs: created and not started (`Engine.start(..., queued=True)`), owned by nobody;
 - what the process itself starts (`Engine.start` claims the new run in its first append).
 
-Each candidate is driven by one task that first claims the run: when two workers go for the same
-run, the store's fenced append lets one claim win, and the other is refused (`RunOwned`) and
-moves on. So two live workers never drive a run at once, and a worker paused past its lease
-records nothing when it wakes (`OwnershipLost`). It goes on under a new worker id, never renewing
-the lapsed lease.
+It finds them in one store call (`DueWork.claim_due`), which holds each run it hands out for
+this worker alone until the hold's end, so polling workers do not go for the same run. Each
+run is then driven by one task that first claims it in the run's history: the hold is a
+reservation, the history the truth; should two workers still meet (a hold that lapsed), the
+store's fenced append lets one claim win, and the other is refused (`RunOwned`) and moves on.
+So two live workers never drive a run at once, and a worker paused past its lease records
+nothing when it wakes (`OwnershipLost`). It goes on under a new worker id, never renewing the
+lapsed lease.
 
 Stopping (`stop()`, or SIGTERM/SIGINT with `install_signal_handlers`): the worker claims nothing
 more, lets its drives finish within a grace period, cancels the rest, and drops its lease, so the
@@ -27,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import signal
 import time
 from collections.abc import Iterable, Sequence
@@ -46,14 +48,13 @@ from runfold.kernel import (
     StoreUnavailable,
     TerminalState,
 )
+from runfold.stores.due_work import DueWork, Queue
 from runfold.stores.leases import WorkerLeases
 from runfold.stores.signals import RunSignals
 
 __all__ = ["Worker", "WorkerCounts"]
 
 _log = logging.getLogger("runfold.worker")
-_BATCH = 100
-"""How many due wakeups and orphans one look at the store asks for."""
 _WAKE_SPACING = 0.01
 """Seconds between two looks woken by signals (`RunSignals.wait_for_work`)."""
 
@@ -89,9 +90,11 @@ class Worker:
             for the poll).
         grace: Seconds `stop` gives running drives to finish before cancelling them.
         schedules: Workflows to start at each tick of a cron expression, once across the fleet.
+        queues: The queues it serves (`Queue`, with their limits): runs started on another
+            queue are left to the workers that serve it; runs on no queue are served always.
 
     Raises:
-        TypeError: The engine's store keeps no worker leases.
+        TypeError: The engine's store keeps no worker leases or hands out no due work.
         ValueError: `concurrency` below 1, or a non-positive `poll_interval`.
     """
 
@@ -105,6 +108,7 @@ class Worker:
         poll_interval: float = 1.0,
         grace: float = 30.0,
         schedules: Sequence[Schedule] = (),
+        queues: Sequence[Queue] = (),
     ) -> None:
         store = engine.handler.store
         if not isinstance(store, WorkerLeases):
@@ -112,7 +116,11 @@ class Worker:
         if concurrency < 1 or not poll_interval > 0 or grace < 0:
             raise ValueError("concurrency must be >= 1, poll_interval > 0 and grace >= 0")
         self.engine = engine
+        if not isinstance(store, DueWork):
+            raise TypeError(f"{type(store).__name__} hands out no due work: a fleet needs it")
         self.leases: WorkerLeases = store
+        self.due: DueWork = store
+        self.queues = tuple(queues)
         self.prefix = worker_id
         self.lease = Lease(new_worker_id(worker_id), lease)
         self.concurrency = concurrency
@@ -212,42 +220,21 @@ class Worker:
         now = self.engine.handler.clock()
         await self._tick(now)
         if room > 0:
-            orphans = await self.leases.orphaned_runs(
-                now, limit=_BATCH, workflow_names=self.engine.workflow_names
+            # One store call hands out orphans, due wakeups and queued runs, each held for
+            # this worker alone until the hold's end: the claim appended next rarely races.
+            due = await self.due.claim_due(
+                self.worker_id,
+                now,
+                hold_until=now + self.lease.duration,
+                limit=room,
+                workflow_names=self.engine.workflow_names,
+                queues=self.queues,
             )
-            # Several workers see the same list: each takes it in its own order.
-            for summary in random.sample(orphans, len(orphans)):
-                if room <= 0:
-                    break
-                if summary.run_id not in self._drives and summary.owner_id is not None:
-                    self._start(summary.run_id, displacing=summary.owner_id)
-                    room -= 1
-        for workflow_name in sorted(self.engine.workflow_names):
-            if room <= 0:
-                break
-            page = await self.engine.handler.store.list_runs(
-                workflow_name=workflow_name, status="pending", limit=_BATCH
-            )
-            queued = [s.run_id for s in page.items if s.owner_id is None]
-            for run_id in random.sample(queued, len(queued)):
-                if room <= 0:
-                    break
-                if run_id not in self._drives:
-                    self._start(run_id)
-                    room -= 1
-        if room > 0:
-            due = await self.engine.handler.store.due_wakeups(
-                now, limit=_BATCH, workflow_names=self.engine.workflow_names
-            )
-            runs = list(dict.fromkeys(w.run_id for w in due))
-            for run_id in random.sample(runs, len(runs)):
-                if room <= 0:
-                    break
-                if run_id not in self._drives:
-                    self._start(run_id)
-                    room -= 1
-            if len(due) >= _BATCH and room > 0:
-                return 0.0  # more is due than one look found
+            for item in due:
+                if item.run_id not in self._drives:
+                    self._start(item.run_id, displacing=item.displacing)
+            if len(due) >= room > 0:
+                return 0.0  # more may be due than there was room for
         # Sleep until the next wakeup that is not due yet: what is due now was taken, is being
         # driven here, or waits for room (a drive that ends wakes the loop).
         nxt = await self.engine.next_wakeup()

@@ -8,6 +8,7 @@ crash: `Flow.recover()` in a fresh process carries every live run on from its hi
 `docs/tutorials/durable-functions.md`.
 """
 
+from runfold.engine import Queue, QueueDeduplicated
 from runfold.flow.calls import (
     ChildHandle,
     child,
@@ -52,6 +53,8 @@ __all__ = [
     "NotInWorkflow",
     "PayloadCodec",
     "PayloadError",
+    "Queue",
+    "QueueDeduplicated",
     "StepError",
     "TokenInUse",
     "UnknownWorkflow",

@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from datetime import datetime, timedelta
@@ -25,6 +25,7 @@ from runfold.engine import (
     AwaitHook,
     Engine,
     LinkChildOperation,
+    Queue,
     Resumption,
     RuntimeDecision,
     Schedule,
@@ -160,6 +161,9 @@ class Flow:
         run_id: str | None = None,
         timeout: timedelta | None = None,
         queued: bool = False,
+        queue: str | None = None,
+        priority: int = 0,
+        dedup_id: str | None = None,
     ) -> FlowRun:
         """Start a run of `workflow` with `input` and drive it until it ends or waits.
 
@@ -168,10 +172,13 @@ class Flow:
         after its first start: a retried start of the same run keeps the first deadline.
         `queued` records the run and returns it pending, without running anything: a worker of
         the fleet (`serve`, in this process or another) starts it. `result(run_id, wait=...)`
-        waits for its end.
+        waits for its end. `queue` records it on that queue (queued, as with `queued`), with
+        its `priority` there (0 first, then lower numbers first) and a deduplication id: a
+        worker serving the queue (`serve(queues=...)`) starts it within the queue's limits.
 
         Raises:
             UnknownWorkflow: This Flow does not serve `workflow`.
+            QueueDeduplicated: `dedup_id` is held by a live run of `queue`; nothing recorded.
             RunDefinitionConflict: `run_id` is a run with another workflow or input (or
                 a deadline where none was asked, or none where one was).
             FlowNonDeterminism: The code asks for something other than the history holds.
@@ -196,7 +203,11 @@ class Flow:
             workflow_version=self.version,
             deadline=deadline,
             queued=queued,
+            queue=queue,
+            priority=priority,
+            dedup_id=dedup_id,
         )
+        queued = queued or queue is not None
         if queued and self.worker is not None:
             self.worker.wake()
         return await self.settled(snapshot)
@@ -304,13 +315,15 @@ class Flow:
         poll_interval: float = 1.0,
         grace: float = 30.0,
         handle_signals: bool = True,
+        queues: Sequence[Queue] = (),
     ) -> None:
         """Serve this Flow's workflows as one worker of a fleet, until SIGTERM, Ctrl-C or `stop`.
 
         Any number of processes may serve one store: each run is driven by one worker at a time
         (its owner), due sleeps and retries and the runs of dead workers go to exactly one of
         them. Runs this Flow `start`s while it serves are claimed by this worker; workflows
-        with a `schedule` are started at each tick. The arguments are `Worker`'s;
+        with a `schedule` are started at each tick; runs on `queues` are started within their
+        limits, across the fleet (runs on no queue are served always). The arguments are `Worker`'s;
         `handle_signals` makes SIGTERM and SIGINT stop gracefully.
 
         Raises:
@@ -333,6 +346,7 @@ class Flow:
             poll_interval=poll_interval,
             grace=grace,
             schedules=schedules,
+            queues=queues,
         )
         self.worker = worker
         if handle_signals:

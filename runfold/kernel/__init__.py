@@ -131,6 +131,7 @@ from runfold.kernel.index import (
 )
 from runfold.kernel.limits import (
     MAX_BACKOFF_COEFFICIENT,
+    MAX_PRIORITY,
     MAX_RETRY_ATTEMPTS,
     MAX_RETRY_INTERVAL,
     SPEC_VERSION,
@@ -161,6 +162,7 @@ __all__ = [
     "EVENT_TYPES",
     "LIVE_RUN_STATUSES",
     "MAX_BACKOFF_COEFFICIENT",
+    "MAX_PRIORITY",
     "MAX_RETRY_ATTEMPTS",
     "MAX_RETRY_INTERVAL",
     "SPEC_VERSION",

@@ -242,9 +242,23 @@ class _Layout:
 
 
 _REQUIRED: Any = object()
+_RUN_CREATED_V2_FIELDS = 10
+"""How many fields `run_created` had at schema version 2 (never edit)."""
+
+
+def _before_queues(data: Any) -> Any:
+    """`run_created` 2 → 3: version 3 added `queue_name`, `priority` and `dedup_id` last, so
+    a version 2 payload is one of version 3 with the three at their defaults (none left in)."""
+    if type(data) is list and len(data) > _RUN_CREATED_V2_FIELDS:
+        raise TypeError(f"{len(data)} fields, where version 2 had {_RUN_CREATED_V2_FIELDS}")
+    if type(data) is dict and {"queue_name", "priority", "dedup_id"} & data.keys():
+        raise TypeError("a queue field, which version 2 did not have")
+    return data
+
 
 _CATALOGUE_UPCASTERS: dict[tuple[str, int], Upcaster] = {
-    (name, 1): _map_form for name in EVENT_TYPES
+    **{(name, 1): _map_form for name in EVENT_TYPES},
+    ("run_created", 2): _before_queues,
 }
 """The upcasters runfold ships for its own event types, by (type, version lifted from)."""
 

@@ -94,6 +94,9 @@ class CreateRun(Command):
     `decide` rejects it with `EntityConflict` when the run already exists, and with
     `InvalidAttributes` for bad `attributes` (keys starting with `$` need `allow_reserved`).
     `deadline` is when the run times out; `parent_run_id` names the run that started this one.
+    `queue_name` puts the run on a queue (a worker serving it starts the run), with a
+    `priority` there (0 to 2**31 - 1, lower first) and a deduplication id (`dedup_id`, which
+    needs a queue); `InvalidArgument` otherwise.
     """
 
     workflow_name: str
@@ -107,6 +110,9 @@ class CreateRun(Command):
     allow_reserved: bool = False
     parent_run_id: str | None = None
     deadline: datetime | None = None
+    queue_name: str | None = None
+    priority: int = 0
+    dedup_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)

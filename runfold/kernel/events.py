@@ -152,10 +152,13 @@ class RunCreated(_Catalogued):
 
     The run is `pending` until `RunStarted`. `spec_version` is the kernel spec that wrote the
     run; a run stamped newer than this kernel's `SPEC_VERSION` is refused with
-    `RunNotSupported`, never misread.
+    `RunNotSupported`, never misread. A run started on a queue names it (`queue_name`), with
+    its `priority` there and its deduplication id (`dedup_id`). Schema version 3 added those
+    three fields; versions 1 and 2 are lifted with none of them (`EventCodec`).
     """
 
     event_type: ClassVar[str] = "run_created"
+    schema_version: ClassVar[int] = 3
     workflow_name: str
     input: bytes
     workflow_version: str | None = None
@@ -167,6 +170,9 @@ class RunCreated(_Catalogued):
     parent_run_id: str | None = None
     deadline: datetime | None = None
     spec_version: int = 1
+    queue_name: str | None = None
+    priority: int = 0
+    dedup_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -50,6 +50,12 @@ class RunSummary:
     attributes: Mapping[str, str]
     owner_id: str | None = None
     """The worker that owns the live run (`Snapshot.owner`), or None."""
+    queue_name: str | None = None
+    """The queue the run was started on, or None (`Snapshot.queue_name`)."""
+    priority: int = 0
+    """Its priority in that queue, lower first."""
+    dedup_id: str | None = None
+    """Its deduplication id in that queue, or None."""
 
 
 @attrs.frozen(kw_only=True)
@@ -151,6 +157,9 @@ def run_index(snapshot: Snapshot) -> RunIndex:
         owner_id=owner.owner_id
         if (owner := snapshot.owner) is not None and snapshot.status in LIVE_RUN_STATUSES
         else None,
+        queue_name=snapshot.queue_name,
+        priority=snapshot.priority,
+        dedup_id=snapshot.dedup_id,
     )
     live = snapshot.status in LIVE_RUN_STATUSES
     claims = []

@@ -9,6 +9,7 @@ import attrs
 __all__ = [
     "DEFAULT_LIMITS",
     "MAX_BACKOFF_COEFFICIENT",
+    "MAX_PRIORITY",
     "MAX_RETRY_ATTEMPTS",
     "MAX_RETRY_INTERVAL",
     "SPEC_VERSION",
@@ -27,6 +28,8 @@ A delay added to any time a run may hold then stays a valid time.
 """
 MAX_BACKOFF_COEFFICIENT = 1000
 """The largest `backoff_coefficient` of a `RetryPolicy`."""
+MAX_PRIORITY = 2**31 - 1
+"""The largest `priority` of a run on a queue (every store keeps it as a 32-bit integer)."""
 
 
 @attrs.frozen(kw_only=True)

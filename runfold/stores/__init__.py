@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runfold.stores import _conninfo
+from runfold.stores.due_work import DueWork
 from runfold.stores.leases import WorkerLeases
 from runfold.stores.memory import MemoryStore
 from runfold.stores.protocol import EventStore, FeedSubscriber, IndexRewriter, SchemaMigrator
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from runfold.stores.sqlite import SQLiteStore
 
 __all__ = [
+    "DueWork",
     "EventStore",
     "FeedSubscriber",
     "IndexRewriter",

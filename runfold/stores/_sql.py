@@ -71,7 +71,7 @@ _WAKEUP_KINDS = frozenset(typing.get_args(WakeupKind))
 
 SUMMARY_COLUMNS = (
     "run_id, workflow_name, status, parent_run_id, created_at, updated_at, completed_at, "
-    "last_sequence, attributes, owner_id"
+    "last_sequence, attributes, owner_id, queue_name, priority, dedup_id"
 )
 """The `runs` columns a `RunSummary` is read from, in `summary_from_row` order."""
 
@@ -207,7 +207,10 @@ def summary_from_row(row: Any) -> RunSummary:
         CorruptIndex: The row does not decode into a summary.
     """
     try:
-        run_id, name, status, parent, created, updated, completed, last, attributes, owner = row
+        run_id, name, status, parent, created, updated, completed, last, attributes, owner = row[
+            :10
+        ]
+        queue_name, priority, dedup_id = row[10:]
         if status not in _RUN_STATUSES:
             raise ValueError(f"unknown status {status!r}")
         return RunSummary(
@@ -221,6 +224,9 @@ def summary_from_row(row: Any) -> RunSummary:
             last_sequence=_integer(last, "last_sequence"),
             attributes=_attributes(attributes),
             owner_id=_optional_text(owner, "owner_id"),
+            queue_name=_optional_text(queue_name, "queue_name"),
+            priority=_integer(priority, "priority"),
+            dedup_id=_optional_text(dedup_id, "dedup_id"),
         )
     except (TypeError, ValueError, OverflowError) as exc:  # JSONDecodeError is a ValueError
         raise _corrupt(row, "summary row", exc) from None

@@ -41,6 +41,7 @@ from runfold.kernel import (
 )
 from runfold.kernel._gc import in_bulk
 from runfold.stores import arguments
+from runfold.stores.memory_due_work import MemoryDueWork
 from runfold.stores.memory_leases import MemoryLeases
 from runfold.stores.protocol import (
     hook_cursor_key,
@@ -78,11 +79,11 @@ def _position(row: _Row) -> int:
     return row.position
 
 
-class MemoryStore(MemoryLeases, BoardSignals):
+class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
     """An `EventStore` in process memory: for tests, examples, and as the conformance oracle.
 
-    It keeps worker leases too (`WorkerLeases`), so a fleet of workers in one process can share
-    it.
+    It keeps worker leases too (`WorkerLeases`) and hands out due work (`DueWork`), so a fleet
+    of workers in one process can share it.
     """
 
     def __init__(self) -> None:
@@ -95,6 +96,9 @@ class MemoryStore(MemoryLeases, BoardSignals):
         self._tokens: dict[str, tuple[str, HookClaim]] = {}
         self._leases: dict[str, WorkerLease] = {}
         self._signals = SignalBoard()
+        self._holds: dict[str, tuple[str, datetime, int]] = {}
+        self._starts: dict[str, list[datetime]] = {}
+        self._dedups: dict[tuple[str, str], tuple[str, datetime]] = {}
 
     async def __aenter__(self) -> Self:
         return self

@@ -126,6 +126,9 @@ def index_to_json(index: RunIndex) -> dict[str, Any]:
             s.last_sequence,
             dict(s.attributes),
             s.owner_id,
+            s.queue_name,
+            s.priority,
+            s.dedup_id,
         ],
         "hooks": [[c.token, c.hook_id, _maybe_micros(c.retained_until)] for c in index.hooks],
         "wakeups": [[w.kind, w.subject_id, _micros(w.due_at)] for w in index.wakeups],
@@ -134,7 +137,8 @@ def index_to_json(index: RunIndex) -> dict[str, Any]:
 
 def index_from_json(run_id: str, data: dict[str, Any]) -> RunIndex:
     """The inverse of `index_to_json`."""
-    name, status, parent, created, updated, completed, last, attributes, owner = data["summary"]
+    name, status, parent, created, updated, completed, last, attributes, owner = data["summary"][:9]
+    queue_name, priority, dedup_id = data["summary"][9:]
     summary = RunSummary(
         run_id=run_id,
         workflow_name=name,
@@ -146,6 +150,9 @@ def index_from_json(run_id: str, data: dict[str, Any]) -> RunIndex:
         last_sequence=last,
         attributes=attributes,
         owner_id=owner,
+        queue_name=queue_name,
+        priority=priority,
+        dedup_id=dedup_id,
     )
     hooks = tuple(
         HookClaim(token=token, hook_id=hook_id, retained_until=_maybe_time(until))

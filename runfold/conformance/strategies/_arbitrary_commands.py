@@ -92,7 +92,30 @@ def create_runs(run_id: str, around: datetime, invalid: bool) -> st.SearchStrate
         allow_reserved=st.booleans(),
         parent_run_id=optional(st.sampled_from((FOREIGN_RUN_ID, run_id))),
         deadline=optional(times(around, anywhere=invalid)),
+        # Queue fields go together (a priority or a dedup id needs a queue): drawn as a whole.
+    ).flatmap(lambda create: _on_queue(create, invalid))
+
+
+def _on_queue(create: CreateRun, invalid: bool) -> st.SearchStrategy[CreateRun]:
+    """`create` on no queue, or on one with a priority and a deduplication id (with `invalid`,
+    sometimes a priority out of range, or one or a dedup id without a queue)."""
+    priorities = st.sampled_from((0, 1, 7))
+    if invalid:
+        priorities = weighted((8, priorities), (1, st.sampled_from((-1, 2**31, 2**63, True))))
+    queued = st.builds(
+        attrs.evolve,
+        st.just(create),
+        queue_name=ids(("emails", "reports"), invalid),
+        priority=priorities,
+        dedup_id=optional(ids(("d-1", "d-2"), invalid)),
     )
+    choices = [(3, st.just(create)), (1, queued)]
+    if invalid:
+        lonely = st.builds(
+            attrs.evolve, st.just(create), priority=priorities, dedup_id=ids(("d-1",), invalid)
+        )
+        choices.append((1, lonely))
+    return weighted(*choices)
 
 
 def _command_strategies(

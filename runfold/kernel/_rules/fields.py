@@ -45,6 +45,7 @@ from runfold.kernel.errors import InvalidAttributes, InvalidCommand
 from runfold.kernel.events import AttributeChange, RetryPolicy, StepWriter, WorkflowWriter
 from runfold.kernel.limits import (
     MAX_BACKOFF_COEFFICIENT,
+    MAX_PRIORITY,
     MAX_RETRY_ATTEMPTS,
     MAX_RETRY_INTERVAL,
     Limits,
@@ -269,6 +270,13 @@ def _validate_create_run(c: FieldCheck, cmd: CreateRun) -> None:
     c.flag(cmd.allow_reserved, "allow_reserved")
     c.ident(cmd.parent_run_id, "parent_run_id", optional=True)
     c.time(cmd.deadline, "deadline", optional=True)
+    c.ident(cmd.queue_name, "queue_name", optional=True)
+    c.integer(cmd.priority, "priority")
+    if not 0 <= cmd.priority <= MAX_PRIORITY:
+        raise c.bad(f"priority must be between 0 and {MAX_PRIORITY}, not {cmd.priority}")
+    c.ident(cmd.dedup_id, "dedup_id", optional=True)
+    if cmd.queue_name is None and (cmd.dedup_id is not None or cmd.priority):
+        raise c.bad("a priority or a dedup_id needs a queue_name")
     changes = tuple(AttributeChange(key=k, value=v) for k, v in cmd.attributes.items())
     c.attribute_changes(changes, cmd.allow_reserved)
     for change in changes:

@@ -62,6 +62,9 @@ def _created(cmd: CreateRun) -> RunCreated:
         parent_run_id=cmd.parent_run_id,
         deadline=cmd.deadline,
         spec_version=SPEC_VERSION,
+        queue_name=cmd.queue_name,
+        priority=cmd.priority,
+        dedup_id=cmd.dedup_id,
     )
 
 
@@ -75,6 +78,9 @@ def _definition(of: Snapshot | CreateRun) -> tuple[object, ...]:
         of.context,
         of.parent_run_id,
         of.deadline,
+        of.queue_name,
+        of.priority,
+        of.dedup_id,
     )
 
 

@@ -66,6 +66,7 @@ class Builder:
         "context",
         "created_at",
         "deadline",
+        "dedup_id",
         "deployment_id",
         "error",
         "error_code",
@@ -83,8 +84,10 @@ class Builder:
         "owner",
         "owner_epoch",
         "parent_run_id",
+        "priority",
         "progress",
         "progress_new",
+        "queue_name",
         "ready_at",
         "retrying",
         "run_id",
@@ -119,6 +122,9 @@ class Builder:
     parent_run_id: str | None
     deadline: datetime | None
     spec_version: int
+    queue_name: str | None
+    priority: int
+    dedup_id: str | None
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
@@ -217,6 +223,9 @@ class Builder:
             self.parent_run_id,
             self.deadline,
             self.spec_version,
+            self.queue_name,
+            self.priority,
+            self.dedup_id,
             self.created_at,
             self.started_at,
             self.completed_at,
@@ -259,6 +268,9 @@ _SNAPSHOT_FIELDS = (
     "parent_run_id",
     "deadline",
     "spec_version",
+    "queue_name",
+    "priority",
+    "dedup_id",
     "created_at",
     "started_at",
     "completed_at",
@@ -320,6 +332,7 @@ def start_builder(first: Envelope, limits: Limits) -> Builder:
     b.parent_run_id = ev.parent_run_id
     b.deadline = ev.deadline
     b.spec_version = ev.spec_version
+    b.queue_name, b.priority, b.dedup_id = ev.queue_name, ev.priority, ev.dedup_id
     b.output = b.error = b.error_code = None
     b.created_at = b.updated_at = first.recorded_at
     b.started_at = b.completed_at = None
@@ -356,6 +369,8 @@ def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
     b.parent_run_id = snapshot.parent_run_id
     b.deadline = snapshot.deadline
     b.spec_version = snapshot.spec_version
+    b.queue_name, b.priority = snapshot.queue_name, snapshot.priority
+    b.dedup_id = snapshot.dedup_id
     b.output, b.error, b.error_code = snapshot.output, snapshot.error, snapshot.error_code
     b.created_at, b.updated_at = snapshot.created_at, snapshot.updated_at
     b.started_at, b.completed_at = snapshot.started_at, snapshot.completed_at

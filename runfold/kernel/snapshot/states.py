@@ -171,6 +171,12 @@ class Snapshot:
     parent_run_id: str | None
     deadline: datetime | None
     spec_version: int
+    queue_name: str | None
+    """The queue the run was started on (`CreateRun.queue_name`), or None."""
+    priority: int
+    """Its priority in that queue: lower first, 0 (the default) before any other."""
+    dedup_id: str | None
+    """Its deduplication id in that queue, or None."""
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from runfold.stores.postgres.due_work import claim_due_function
+
 __all__ = [
     "POSITIONS_PER_TRANSACTION",
     "SEQUENCE_CONFLICT",
@@ -47,7 +49,14 @@ _XACT = "pg_current_xact_id()::text::bigint"
 """The id of the writing transaction: its events' positions are `id × P + ordinal`."""
 _CHANGING = ("status", "updated_at", "completed_at", "last_sequence", "attributes", "owner_id")
 """The summary columns an append may change; the others are fixed when the run is created."""
-_FIXED = ("workflow_name", "parent_run_id", "created_at")
+_FIXED = (
+    "workflow_name",
+    "parent_run_id",
+    "created_at",
+    "queue_name",
+    "priority",
+    "dedup_id",
+)
 
 Fields = Callable[[str], str]
 """Where a variant finds a field of the append: `r.status` in a function, `%(status)s` in a
@@ -163,10 +172,11 @@ def _append_events(s: str) -> str:
         RETURNING old.has_hooks, old.has_wakeups INTO v_had_hooks, v_had_wakeups;
         IF NOT FOUND AND r.expected = 0 THEN
             INSERT INTO {s}.runs (run_id, workflow_name, status, parent_run_id, created_at,
-                updated_at, completed_at, last_sequence, attributes, owner_id, head,
-                head_position, has_hooks, has_wakeups)
+                updated_at, completed_at, last_sequence, attributes, owner_id, queue_name,
+                priority, dedup_id, head, head_position, has_hooks, has_wakeups)
             VALUES (r.run_id, r.workflow_name, r.status, r.parent_run_id, r.created_at,
-                r.updated_at, r.completed_at, r.last_sequence, r.attributes, r.owner_id, v_count,
+                r.updated_at, r.completed_at, r.last_sequence, r.attributes, r.owner_id,
+                r.queue_name, r.priority, r.dedup_id, v_count,
                 coalesce(v_position, 0), cardinality(r.tokens) > 0,
                 cardinality(r.wakeup_kinds) > 0)
             ON CONFLICT (run_id) DO NOTHING;
@@ -344,7 +354,13 @@ def functions(s: str) -> str:
     They are (re)created in the transaction of every migration, so that each is written once,
     here, and a schema at any version ends with the current definitions.
     """
-    return _append_events(s) + _append_batch(s) + _read_feed(s) + _append_plain_batch(s)
+    return (
+        _append_events(s)
+        + _append_batch(s)
+        + _read_feed(s)
+        + _append_plain_batch(s)
+        + claim_due_function(s)
+    )
 
 
 _STATEMENT_CASTS = {"expected": "::integer", "expected_position": "::bigint"}

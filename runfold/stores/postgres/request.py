@@ -158,6 +158,9 @@ class Append:
                 *(wakeups_fields(index.wakeups) if index.wakeups else NO_WAKEUPS),
                 int8_field(self.expected_position),
                 text_field(summary.owner_id),
+                text_field(summary.queue_name),
+                int4_field(summary.priority),
+                text_field(summary.dedup_id),
             )
         )
 

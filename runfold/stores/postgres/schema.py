@@ -115,6 +115,40 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX leases_until ON {s}.leases (lease_until);
     """,
+    # Queues and due work (`DueWork`): a run's queue, priority and deduplication id (fixed at
+    # its creation); the indexes of queued runs and of a queue's live runs; what `claim_due`
+    # holds for a worker, a queue's recent starts (its rate limit) and its deduplication ids.
+    """
+    ALTER TABLE {s}.runs ADD COLUMN queue_name text COLLATE "C",
+        ADD COLUMN priority integer NOT NULL DEFAULT 0,
+        ADD COLUMN dedup_id text COLLATE "C";
+    CREATE INDEX runs_queued ON {s}.runs (queue_name, priority, created_at, run_id)
+        WHERE status = 'pending' AND owner_id IS NULL;
+    CREATE INDEX runs_queue_live ON {s}.runs (queue_name, owner_id)
+        WHERE queue_name IS NOT NULL AND completed_at IS NULL;
+    ALTER TYPE {s}.append_request ADD ATTRIBUTE queue_name text,
+        ADD ATTRIBUTE priority integer, ADD ATTRIBUTE dedup_id text;
+    CREATE TABLE {s}.due_holds (
+        run_id text COLLATE "C" PRIMARY KEY,
+        worker_id text COLLATE "C" NOT NULL,
+        held_until bigint NOT NULL,
+        at_sequence integer NOT NULL
+    );
+    CREATE INDEX due_holds_until ON {s}.due_holds (held_until);
+    CREATE TABLE {s}.queue_starts (
+        queue_name text COLLATE "C" NOT NULL,
+        started_at bigint NOT NULL,
+        run_id text COLLATE "C" NOT NULL,
+        PRIMARY KEY (queue_name, started_at, run_id)
+    );
+    CREATE TABLE {s}.queue_dedups (
+        queue_name text COLLATE "C" NOT NULL,
+        dedup_id text COLLATE "C" NOT NULL,
+        run_id text COLLATE "C" NOT NULL,
+        held_at bigint NOT NULL,
+        PRIMARY KEY (queue_name, dedup_id)
+    );
+    """,
 )
 """The migrations, in order: the schema version is how many of them a database has had."""
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -45,6 +45,7 @@ from runfold.stores.postgres.connections import (
     Pool,
     ReconnectingPool,
 )
+from runfold.stores.postgres.due_work import PostgresDueWork
 from runfold.stores.postgres.feed import EVENT_COLUMNS, Feed
 from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.leases import PostgresLeases
@@ -62,7 +63,7 @@ from runfold.stores.protocol import ReplayedRun, time_key
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(IndexReads, PostgresLeases):
+class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
     """An `EventStore` in a PostgreSQL schema, opened with `await PostgresStore.open(dsn)`.
 
     It keeps worker leases too (`WorkerLeases`), so a fleet of workers can share the schema.

@@ -51,11 +51,13 @@ def live_claims(
 
 _UPSERT_RUN = (
     "INSERT INTO runs (run_id, workflow_name, status, parent_run_id, created_at, updated_at, "
-    "completed_at, last_sequence, attributes, owner_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "completed_at, last_sequence, attributes, owner_id, queue_name, priority, dedup_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, "
     "completed_at = excluded.completed_at, updated_at = excluded.updated_at, "
     "last_sequence = excluded.last_sequence, attributes = excluded.attributes, "
-    "owner_id = excluded.owner_id"
+    "owner_id = excluded.owner_id, queue_name = excluded.queue_name, "
+    "priority = excluded.priority, dedup_id = excluded.dedup_id"
 )
 _UPDATE_RUN = "UPDATE runs SET updated_at = ?, last_sequence = ?, attributes = ? WHERE run_id = ?"
 _UPDATE_RUN_STATUS = (
@@ -124,6 +126,9 @@ def write_index(
                 summary.last_sequence,
                 attributes,
                 summary.owner_id,
+                summary.queue_name,
+                summary.priority,
+                summary.dedup_id,
             ),
         )
     if before is None or before.has_hooks:

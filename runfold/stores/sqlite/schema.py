@@ -62,6 +62,25 @@ def _typed_owner() -> str:
     )
 
 
+_QUEUE_TYPE = (
+    "typeof(NEW.queue_name) IN ('text', 'null') AND typeof(NEW.priority) = 'integer' "
+    "AND typeof(NEW.dedup_id) IN ('text', 'null')"
+)
+"""Migration 5's addition to the runs rule (never edit)."""
+
+
+def _typed_queue() -> str:
+    """Migration 5's triggers on runs: migration 4's rule, and the queue's columns."""
+    rule = f"{_COLUMN_TYPES['runs']} AND {_OWNER_TYPE} AND {_QUEUE_TYPE}"
+    return "".join(
+        f"DROP TRIGGER runs_types_{when}; "
+        f"CREATE TRIGGER runs_types_{when} BEFORE {when.upper()} ON runs "
+        f"WHEN NOT ({rule}) BEGIN SELECT RAISE(ABORT, "
+        "'runfold: a value of the wrong type in runs'); END;"
+        for when in ("insert", "update")
+    )
+
+
 def _typed_tables() -> str:
     """Migration 3: triggers refusing an index row with a value of the wrong type in any column.
 
@@ -151,6 +170,39 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX leases_until ON leases (lease_until);
     """
     + _typed_owner(),
+    # Queues and due work (`DueWork`): a run's queue, priority and deduplication id (fixed at
+    # its creation); the indexes of queued runs and of a queue's live runs; what `claim_due`
+    # holds for a worker, a queue's recent starts (its rate limit) and its deduplication ids.
+    """
+    ALTER TABLE runs ADD COLUMN queue_name TEXT;
+    ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN dedup_id TEXT;
+    CREATE INDEX runs_queued ON runs (queue_name, priority, created_at, run_id)
+        WHERE status = 'pending' AND owner_id IS NULL;
+    CREATE INDEX runs_queue_live ON runs (queue_name, owner_id)
+        WHERE queue_name IS NOT NULL AND completed_at IS NULL;
+    CREATE TABLE due_holds (
+        run_id TEXT PRIMARY KEY CHECK (typeof(run_id) = 'text'),
+        worker_id TEXT NOT NULL CHECK (typeof(worker_id) = 'text'),
+        held_until INTEGER NOT NULL CHECK (typeof(held_until) = 'integer'),
+        at_sequence INTEGER NOT NULL CHECK (typeof(at_sequence) = 'integer')
+    ) WITHOUT ROWID;
+    CREATE INDEX due_holds_until ON due_holds (held_until);
+    CREATE TABLE queue_starts (
+        queue_name TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        run_id TEXT NOT NULL,
+        PRIMARY KEY (queue_name, started_at, run_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE queue_dedups (
+        queue_name TEXT NOT NULL,
+        dedup_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        held_at INTEGER NOT NULL,
+        PRIMARY KEY (queue_name, dedup_id)
+    ) WITHOUT ROWID;
+    """
+    + _typed_queue(),
 )
 """The migrations, in order: the schema version is how many of them a database has had."""
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -41,6 +41,7 @@ from runfold.stores._sql import (
 from runfold.stores.protocol import ReplayedRun, time_key
 from runfold.stores.signals import BoardSignals, SignalBoard
 from runfold.stores.sqlite.deadline import Budget, call_on_thread, call_timeout
+from runfold.stores.sqlite.due_work import SQLiteDueWork
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
 from runfold.stores.sqlite.leases import SQLiteLeases
@@ -76,7 +77,7 @@ def _others_ready() -> bool:
     return ready is None or bool(ready)
 
 
-class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
+class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals):
     """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`.
 
     It keeps worker leases too (`WorkerLeases`), so a fleet of workers can share the file.
