@@ -88,7 +88,7 @@ def describe_call(call: Call | Gathered | None) -> str:
     """What the code asked for, in a `FlowNonDeterminism`'s words."""
     match call:
         case Gathered():
-            return f"asyncio.gather of {len(call.children)} steps"
+            return f"{call.label} of {len(call.children)} steps"
         case StepCall():
             return f"step {call.name!r}"
         case SleepCall():
