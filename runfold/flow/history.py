@@ -49,8 +49,10 @@ def agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
 
 
 def is_recorded(snapshot: Snapshot, entity_id: str) -> bool:
-    """Whether the history holds anything at call id `entity_id` (`describe_recorded` is
-    not None), without building the entries' states."""
+    """Whether the history holds anything at call id `entity_id`.
+
+    That is, whether `describe_recorded` is not None, without building the entries' states.
+    """
     return (
         entity_id in snapshot.steps
         or entity_id in snapshot.waits

@@ -33,11 +33,18 @@ _TASK = WorkflowTask()
 # What a TaskGroup holds when its coroutine is dropped: not the code's doing.
 _LEFT = (GeneratorExit, asyncio.CancelledError)
 
-# A result a session consumed: ("step", id) -> (status, payload); ("wait", id) -> ("completed",);
-# ("hook", id) -> ("disposed",): a wait_for_event that timed out; ("attributes", id) and
-# ("progress", id) -> ("recorded",): a set_attributes or report_progress the code went past.
 Consumed: TypeAlias = tuple[str, str]
+"""A result a session consumed, by kind and id.
+
+("step", id), ("wait", id), ("hook", id) (a wait_for_event that timed out), ("attributes", id),
+("progress", id), ("child", id).
+"""
 Expected: TypeAlias = tuple[str, bytes | None]
+"""What the history must hold for a `Consumed` result.
+
+(status, payload) for a step, ("completed", None) for a wait, ("disposed", None) for a hook,
+("recorded", None) for a record, ("linked", None) for a child.
+"""
 
 
 class Session:

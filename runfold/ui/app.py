@@ -35,6 +35,7 @@ from runfold.kernel import (
     RunStatus,
     project_run,
 )
+from runfold.kernel.naming import step_names
 from runfold.stores import EventStore, open_store
 from runfold.ui.history import history_entry, hook_status, short_text, timestamp
 from runfold.ui.payloads import show_payload
@@ -219,6 +220,7 @@ def create_app(
         live = snapshot.status in LIVE_RUN_STATUSES
         start = history[0].recorded_at
         shown = [e for e in history if e.sequence > after][:limit]
+        steps = step_names(history)
         return templates.TemplateResponse(
             request,
             "run.html",
@@ -226,7 +228,7 @@ def create_app(
                 "run": snapshot,
                 "live": live,
                 "timeline": build_timeline(history, now=datetime.now(UTC) if live else None),
-                "entries": [history_entry(e, start) for e in shown],
+                "entries": [history_entry(e, start, steps) for e in shown],
                 "after": after,
                 "limit": limit,
                 "previous_after": max(after - limit, 0) if after > 0 else None,

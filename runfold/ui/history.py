@@ -107,16 +107,25 @@ def short_text(value: object) -> str:
     return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
 
-def history_entry(envelope: Envelope, start: datetime) -> HistoryEntry:
-    """`envelope` as a history row; `start` is the run's first event's time."""
+def history_entry(
+    envelope: Envelope, start: datetime, steps: Mapping[str, str] | None = None
+) -> HistoryEntry:
+    """`envelope` as a history row; `start` is the run's first event's time.
+
+    `steps` labels step ids (`runfold.kernel.naming.step_names`): a step event's subject is
+    its label, `charge #2`, and its `step_name` field is not repeated.
+    """
     event = envelope.event
-    subject = correlation_id(event) or ""
+    entity = correlation_id(event) or ""
+    subject = steps.get(entity, entity) if steps and hasattr(event, "step_id") else entity
     fields = []
     for field in attrs.fields(cast(Any, type(event))):
         if field.repr is False:  # a secret (hook token): never shown
             continue
         value = getattr(event, field.name)
-        if value is None or value == field.default or (subject and value == subject):
+        if value is None or value == field.default or (entity and value == entity):
+            continue
+        if field.name == "step_name" and subject != entity:
             continue
         if isinstance(value, bytes):
             fields.append(EventField(name=field.name, text=None, payload=show_payload(value)))
