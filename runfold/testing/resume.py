@@ -114,8 +114,9 @@ Message: TypeAlias = tuple[str, str | None, Any]
 async def family(flow: Flow, run: FlowRun, *, rounds: int = 10) -> tuple[tuple[object, ...], ...]:
     """Every child run of `run`, at any depth, once each ended, in link order.
 
-    Each is (run id, status, output, error, `shape`). A child still live when its parent ended is carried on first (`recover`, then what is
-    due), as a fresh process would: a parent's end cancels its live children.
+    Each is (run id, status, output, error, `shape`). A child still live when its parent ended
+    is carried on first (`recover`, then what is due), as a fresh process would: a parent's end
+    cancels its live children.
 
     Raises:
         AssertionError: A child run that does not end within `rounds`.
