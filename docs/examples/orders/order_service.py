@@ -81,7 +81,7 @@ def ship(reservation: str, box: str) -> str:
 # --- the workflows -----------------------------------------------------------------------------
 
 
-@workflow(name="order-line")
+@workflow(name="orders.line")
 async def fulfil_line(line: dict[str, Any]) -> str:
     reservation = await step(reserve, line["sku"], line["quantity"])
     box = await recv("packed")  # the warehouse's message, from another process
@@ -89,7 +89,7 @@ async def fulfil_line(line: dict[str, Any]) -> str:
     return parcel
 
 
-@workflow(name="checkout")
+@workflow(name="orders.checkout")
 async def checkout(order: dict[str, Any]) -> dict[str, Any]:
     order_id = workflow_info().run_id
     await set_attributes({"customer": order["customer"]})
