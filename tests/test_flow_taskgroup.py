@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from runfold.flow import Flow, FlowNonDeterminism, StepError, UnsupportedAwait, 
 from runfold.kernel import RetryPolicy
 from runfold.testing import Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
+from tests.test_flow_family_crashes import opened
 from tests.test_flow_parallel import FINISHED, Appends, slower_first
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -158,3 +160,16 @@ async def test_a_task_group_survives_crashes_on_every_store(store: EventStore) -
         )
         assert outcome.same, outcome
         assert outcome.struck, outcome  # the faults did strike
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@settings(max_examples=8, deadline=None)
+@given(schedule=fault_schedules(max_write=10, max_faults=2))
+async def test_a_task_group_survives_any_fault_schedule_on_a_real_store(
+    backend: str, schedule: tuple[Fault, ...]
+) -> None:
+    async with opened(backend) as store:
+        outcome = await crash_and_resume(
+            grouped, 3, store=store, schedule=schedule, run_id=f"g-{uuid.uuid4().hex[:8]}"
+        )
+    assert outcome.same, outcome
