@@ -98,6 +98,24 @@ async def test_a_group_with_its_own_awaits_is_deterministic(store: EventStore) -
     assert [steps[i].output for i in "123"] == [b'"fine 2"', b'"fine 1"', b'"fine 3"']
 
 
+@workflow(name="test-task-group-raising-block")
+async def raising_block(_: None) -> list[str]:
+    try:
+        async with asyncio.TaskGroup() as tg:
+            never = tg.create_task(step(fine, 1))
+            raise ValueError("changed its mind")
+    except* ValueError as group:
+        seen = [str(e) for e in group.exceptions]
+    return [*seen, str(never.cancelled()), await step(fine, 2)]
+
+
+async def test_a_group_whose_block_raises_abandons_its_steps(store: EventStore) -> None:
+    done = await Flow(store, [raising_block]).start(raising_block, None, run_id="tx")
+    assert done.status == "completed", done.error
+    assert done.output == ["changed its mind", "True", "fine 2"]
+    assert [s.step_name for s in done.snapshot.steps.values()] == ["fine"]  # 1 never ran
+
+
 async def helper() -> int:
     return 1
 

@@ -20,7 +20,7 @@ from runfold.flow.calls import CALL_TYPES, IN_WORKFLOW, Call
 from runfold.flow.errors import UnsupportedAwait
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.parallel import Gathered, gathered
-from runfold.flow.tasks import WorkflowLoop, WorkflowTask, grouped
+from runfold.flow.tasks import WorkflowLoop, WorkflowTask, abandoned, grouped
 
 __all__ = ["Consumed", "Expected", "Session"]
 
@@ -116,6 +116,9 @@ class Session:
             label = "asyncio.gather"
             if children is None:
                 children, label = grouped(yielded, loop), "an asyncio.TaskGroup"
+                if children is not None and abandoned(children, yielded):
+                    self.resume()  # the group's block raised: on to its end, nothing run
+                    return
             if children is not None:  # asyncio.gather(step(a), ...) or a TaskGroup's end
                 self.call = Gathered(children, self.position + 1, label)
                 self.position += len(children)

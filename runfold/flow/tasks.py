@@ -15,7 +15,8 @@ run (whatever the code does with the error): a task of
 anything but a `step(...)` call (a coroutine would run on the event loop, interleaved with
 others as their awaits happen to end), and the event loop's timers and I/O (`asyncio.sleep` is
 `runfold.flow.sleep`). A step task that fails does not cancel its siblings: they were started
-together and have all ended by the time the group raises.
+together and have all ended by the time the group raises. A group whose block raised abandons
+its steps not yet run (as asyncio cancels them): they are never started.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from runfold.flow.calls import Pending, StepCall
 from runfold.flow.errors import UnsupportedAwait
 
-__all__ = ["WorkflowLoop", "WorkflowTask", "grouped"]
+__all__ = ["WorkflowLoop", "WorkflowTask", "abandoned", "grouped"]
 
 _log = logging.getLogger("runfold.flow")
 
@@ -139,15 +140,26 @@ def grouped(yielded: object, loop: WorkflowLoop) -> tuple[Pending, ...] | None:
     if not loop.tasks or not isinstance(yielded, asyncio.Future):
         return None
     loop.tasks = [task for task in loop.tasks if not task.done()]
-    members = tuple(task for task in loop.tasks if _awaited_by(task, yielded))
+    members = tuple(task for task in loop.tasks if _group_of(task, yielded) is not None)
     return members or None
 
 
-def _awaited_by(task: Pending, future: asyncio.Future[Any]) -> bool:
+def abandoned(members: tuple[Pending, ...], yielded: object) -> bool:
+    """Whether the group of `members` is aborting (its block raised): then its steps not yet
+    run are abandoned, as asyncio cancels a group's tasks, and the group goes on at once."""
+    group = _group_of(members[0], yielded)
+    if not getattr(group, "_aborting", False):
+        return False
+    for task in members:
+        task.abandon()
+    return True
+
+
+def _group_of(task: Pending, future: object) -> asyncio.TaskGroup | None:
     for callback in getattr(task, "_callbacks", ()):
         group = getattr(callback, "__self__", None)
         # The future a group awaits its tasks on is private to it (asyncio.TaskGroup).
         done = getattr(group, "_on_completed_fut", None)
         if isinstance(group, asyncio.TaskGroup) and done is future:
-            return True
-    return False
+            return group
+    return None
