@@ -145,8 +145,11 @@ def grouped(yielded: object, loop: WorkflowLoop) -> tuple[Pending, ...] | None:
 
 
 def abandoned(members: tuple[Pending, ...], yielded: object) -> bool:
-    """Whether the group of `members` is aborting (its block raised): then its steps not yet
-    run are abandoned, as asyncio cancels a group's tasks, and the group goes on at once."""
+    """Whether the group of `members` is aborting (its block raised).
+
+    Then its steps not yet run are abandoned, as asyncio cancels a group's tasks, and the group
+    goes on at once.
+    """
     group = _group_of(members[0], yielded)
     if not getattr(group, "_aborting", False):
         return False
