@@ -6,6 +6,8 @@ messages, and shows progress and results from another process."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import signal
 import subprocess
@@ -21,7 +23,8 @@ import pytest
 
 from runfold import EventStore
 from runfold.flow import Flow
-from runfold.kernel import TerminalState
+from runfold.kernel import RunNotFound, TerminalState
+from runfold.stores import open_store
 from tests.conftest import Clock, _open
 from tests.postgres_support import DSN, admin, schema_name
 from tests.ui_support import free_port
@@ -225,14 +228,17 @@ async def test_the_web_app_and_a_worker_serve_an_order_together(
             shown = call(base, "/orders/w1")
         assert shown == {"status": "running", "progress": "paying", "result": None}
         call(base, "/webhooks/payment", {"id": "evt-1", "order": "w1", "status": "succeeded"})
-        for line_call in ("9", "10"):
-            line = f"w1/{line_call}"
-            for _ in range(400):
-                try:
-                    call(base, "/warehouse/packed", {"id": line, "line": line, "box": "b"})
-                    break
-                except urllib.error.HTTPError:  # not created yet
-                    time.sleep(0.05)
+        async with await open_store(url, read_only=True) as store:
+            looking = Flow(store, [service.checkout, service.fulfil_line])
+            for line_call in ("9", "10"):
+                line = f"w1/{line_call}"
+                # The warehouse packs a line the worker took up (a fleet's run is its workers').
+                for _ in range(400):
+                    with contextlib.suppress(RunNotFound):
+                        if (await looking.result(line)).status == "running":
+                            break
+                    await asyncio.sleep(0.05)
+                call(base, "/warehouse/packed", {"id": line, "line": line, "box": "b"})
         for _ in range(400):
             shown = call(base, "/orders/w1")
             if shown["status"] == "completed":
