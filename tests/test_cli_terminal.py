@@ -235,7 +235,7 @@ def test_ids_are_never_cut_on_a_narrow_terminal(tmp_path: Path, columns: int) ->
         assert run_id in listed, listed
     assert "…" not in listed and "order-fulfilment" in listed and "running" in listed
     code, received = on_a_terminal("--store", url, "show", LONG_IDS[0], columns=columns)
-    assert code == 0 and f"\n  {LONG_IDS[0]}  " in inert_bytes(received)  # the step's row
+    assert code == 0 and f"\n  n #{LONG_IDS[0]}  " in inert_bytes(received)  # the step's row
 
 
 def test_the_next_page_command_keeps_the_store(hostile: str) -> None:

@@ -33,6 +33,7 @@ from runfold.kernel import (
     Snapshot,
     correlation_id,
 )
+from runfold.kernel.naming import step_label, step_names
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -272,11 +273,18 @@ def _fields(value: Any, skip: str | None = None) -> list[str]:
     return parts
 
 
-def describe_event(envelope: Envelope) -> tuple[str, str]:
-    """An event's subject (its step, wait, hook or write id, else "") and its other fields."""
+def describe_event(envelope: Envelope, steps: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """An event's subject (its step, wait, hook or write id, else "") and its other fields.
+
+    `steps` labels step ids (`step_names`): a step event's subject is its label, `charge #2`.
+    """
     event = envelope.event
-    subject = correlation_id(event) or ""
-    return subject, " ".join(_fields(event, skip=subject or None))
+    entity = correlation_id(event) or ""
+    subject = steps.get(entity, entity) if steps and hasattr(event, "step_id") else entity
+    details = _fields(event, skip=entity or None)
+    if subject != entity:  # the label names the step: its step_name field would repeat it
+        details = [part for part in details if not part.startswith("step_name=")]
+    return subject, " ".join(details)
 
 
 def render_timeline(terminal: Terminal, history: Sequence[Envelope], indent: str = "") -> None:
@@ -284,9 +292,10 @@ def render_timeline(terminal: Terminal, history: Sequence[Envelope], indent: str
     if not history:
         return
     start = history[0].recorded_at
+    steps = step_names(history)
     rows = []
     for envelope in history:
-        subject, details = describe_event(envelope)
+        subject, details = describe_event(envelope, steps)
         rows.append(
             (
                 str(envelope.sequence),
@@ -332,7 +341,12 @@ def render_snapshot(terminal: Terminal, run: Snapshot) -> None:
         (
             ("STEP", "STATUS", "ATTEMPTS", "RESULT"),
             [
-                (s.step_id, s.status, str(s.attempt), _step_result(s.status, s.output, s.error))
+                (
+                    step_label(s.step_id, s.step_name),
+                    s.status,
+                    str(s.attempt),
+                    _step_result(s.status, s.output, s.error),
+                )
                 for s in run.steps.values()
             ],
         ),

@@ -223,7 +223,17 @@ class Pending:
             raise NotInWorkflow(
                 f"{type(self.call).__name__} was awaited outside a workflow run by a Flow"
             )
-        return (yield self.call)
+        if hasattr(self, "_outcome"):  # a task whose step a TaskGroup already ran
+            return self.result()
+        if not getattr(self, "_callbacks", ()):
+            return (yield self.call)
+        try:  # a task (of a TaskGroup) awaited in the group's block: its end concerns the group
+            value = yield self.call
+        except Exception as exc:
+            self.resolve(error=exc)
+            raise
+        self.resolve(value)
+        return value
 
     # --- what asyncio.gather asks of a future -------------------------------------------------
 
@@ -251,8 +261,9 @@ class Pending:
         return hasattr(self, "_outcome")
 
     def cancelled(self) -> bool:
-        """Never: a durable call is not cancelled from workflow code."""
-        return False
+        """Whether the call was `abandon`ed: a durable call is not cancelled from workflow code."""
+        outcome = getattr(self, "_outcome", None)
+        return outcome is not None and isinstance(outcome[1], asyncio.CancelledError)
 
     def cancel(self, msg: Any = None) -> bool:
         """Refused (False): a durable call is not cancelled from workflow code."""
@@ -268,6 +279,10 @@ class Pending:
         if error is not None:
             raise error
         return value
+
+    def abandon(self) -> None:
+        """Mark the call cancelled: its coroutine is being dropped before it was run."""
+        self.resolve(error=asyncio.CancelledError())
 
     def resolve(self, value: Any = None, error: BaseException | None = None) -> None:
         """Record the call's outcome and run the callbacks (gather's bookkeeping)."""

@@ -14,9 +14,10 @@ from json.encoder import encode_basestring_ascii
 from json.scanner import make_scanner
 from typing import Any, Protocol
 
+from runfold.engine.raised import error_text
 from runfold.flow.errors import PayloadError
 
-__all__ = ["ROUND_TRIP_TYPES", "JsonCodec", "PayloadCodec", "round_trips"]
+__all__ = ["ROUND_TRIP_TYPES", "JsonCodec", "PayloadCodec", "payload_error", "round_trips"]
 
 _RAW = b"\x00"
 # One encoder for every payload: `json.dumps` with these options builds a new one per call.
@@ -120,3 +121,10 @@ class JsonCodec:
             return json.loads(payload)
         except ValueError as exc:
             raise PayloadError(f"recorded payload is not JSON: {exc}") from exc
+
+
+def payload_error(what: str, exc: Exception) -> PayloadError:
+    """The `PayloadError` for `what`, which the codec could not encode (it raised `exc`)."""
+    if isinstance(exc, PayloadError):
+        return PayloadError(f"{what} cannot be encoded: {exc}")
+    return PayloadError(f"{what} cannot be encoded: {error_text(exc)}")

@@ -55,7 +55,9 @@ class UnsupportedAwait(FlowError):
     """Workflow code awaited something that is not a `runfold.flow` call.
 
     An asyncio sleep or a socket, say: everything a workflow waits on must be durable, so it
-    must be a step, a `sleep` or a `wait_for_event`.
+    must be a step, a `sleep` or a `wait_for_event`. Also raised for what cannot be replayed
+    alike: an `asyncio.TaskGroup` (or `asyncio.create_task`) task of anything but a step, and
+    the event loop's timers; the run fails with it, whatever the code does with the error.
     """
 
     code = "unsupported_await"

@@ -8,7 +8,8 @@ its operations (`settle`), so they never run inside another run's drive:
   or, while it serves a fleet, by whichever worker takes the queued run up (this one is woken);
 - a child that ended has its end delivered to the hook its parent awaits it on (now, or when the
   parent reaches that hook: the `Flow` checks the child then), which drives the parent;
-- a parent that ended has its live children cancelled (the documented policy).
+- a parent that ended has its live children cancelled (the documented policy); `recover` does
+  it for a parent whose process died before it could (`orphans`).
 
 While the `Flow` serves (`Flow.serve`), `keep_settling` does the follow-ups as they come.
 
@@ -23,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
@@ -150,6 +151,18 @@ class Family:
         session = self.interpreter.sessions.get(run_id)
         if session is None or session.family or session.info.parent_run_id is not None:
             self.push(("ended", run_id, b""))
+
+    async def orphans(self, live: Iterable[Snapshot]) -> None:
+        """Queue the end of each ended parent of a run in `live` (what `recover` drove).
+
+        A process that died after a parent's end was appended, before its follow-up cancelled
+        the children, leaves them live; the recovering process cancels them then.
+        """
+        parents = {r.parent_run_id for r in live if r.is_live and r.parent_run_id is not None}
+        for parent_id in sorted(p for p in parents if p is not None):
+            parent = await self.handler.lookup(parent_id)
+            if parent is not None and parent.is_terminal:
+                self.push(("ended", parent_id, b""))
 
     # --- after a Flow operation ---------------------------------------------------------------
 

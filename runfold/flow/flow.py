@@ -290,6 +290,7 @@ class Flow:
         A run that fails to drive is reported in its `Resumption` and does not stop the others.
         """
         resumed = await self.engine.recover()
+        await self.family.orphans(r.snapshot for r in resumed if r.snapshot is not None)
         await self.family.settle()
         return resumed
 

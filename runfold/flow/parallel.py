@@ -32,11 +32,14 @@ __all__ = ["Gathered", "gathered", "on_gathered"]
 class Gathered:
     """The steps of one `asyncio.gather`, at call ids `first`, `first + 1`, ..."""
 
-    __slots__ = ("children", "first", "inputs")
+    __slots__ = ("children", "first", "inputs", "label")
 
-    def __init__(self, children: tuple[Pending, ...], first: int) -> None:
+    def __init__(
+        self, children: tuple[Pending, ...], first: int, label: str = "asyncio.gather"
+    ) -> None:
         self.children = children
         self.first = first
+        self.label = label  # what grouped them, as `FlowNonDeterminism` names it
         self.inputs: list[bytes] | None = None  # each step's arguments, encoded once
 
     def __repr__(self) -> str:

@@ -3,7 +3,8 @@
 `CrashingStore` wraps any store and fails or stops the process around chosen writes (a
 `DelegatingStore`, the pass-through base of such wrappers);
 `crash_and_resume` runs a `runfold.flow` workflow under such a schedule, resumes it in fresh
-`Flow`s and compares the outcome with a clean run; `runfold.testing.strategies.fault_schedules`
+`Flow`s and compares the outcome (the run and its child runs) with a clean run, sending
+messages with `Flow.send` on the way; `runfold.testing.strategies.fault_schedules`
 draws schedules for hypothesis (the `conformance` extra).
 """
 
@@ -11,8 +12,10 @@ from runfold.testing.crash import CrashingStore, Fault, FaultKind, FaultMoment, 
 from runfold.testing.delegating import DelegatingStore
 from runfold.testing.resume import (
     CrashOutcome,
+    Message,
     RoundClock,
     crash_and_resume,
+    family,
     run_to_end,
     shape,
 )
@@ -24,9 +27,11 @@ __all__ = [
     "Fault",
     "FaultKind",
     "FaultMoment",
+    "Message",
     "RoundClock",
     "SimulatedCrash",
     "crash_and_resume",
+    "family",
     "run_to_end",
     "shape",
 ]

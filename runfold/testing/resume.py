@@ -9,19 +9,34 @@ with a fresh `Flow` (a new process: no cache, no live coroutine) after every sto
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
 import attrs
 
 from runfold.flow import Flow, FlowRun, PayloadCodec, Workflow
-from runfold.kernel import HookNotFound, RunExpired, Snapshot, StoreUnavailable
+from runfold.kernel import (
+    HookNotFound,
+    RunExpired,
+    RunNotFound,
+    Snapshot,
+    StoreUnavailable,
+    TerminalState,
+)
 from runfold.stores.memory import MemoryStore
 from runfold.stores.protocol import EventStore
 from runfold.testing.crash import CrashingStore, Fault, SimulatedCrash
 
-__all__ = ["CrashOutcome", "RoundClock", "crash_and_resume", "run_to_end", "shape"]
+__all__ = [
+    "CrashOutcome",
+    "Message",
+    "RoundClock",
+    "crash_and_resume",
+    "family",
+    "run_to_end",
+    "shape",
+]
 
 _START = datetime(2026, 1, 1, tzinfo=UTC)
 _ROUND = timedelta(days=1)
@@ -48,6 +63,10 @@ class CrashOutcome:
     struck: tuple[Fault, ...]
     same_if_failed: bool = False
     """Whether two runs that did not complete but ended alike count as `same`."""
+    expected_family: tuple[tuple[object, ...], ...] = ()
+    """The clean run's children (and theirs), each as `family` describes it."""
+    actual_family: tuple[tuple[object, ...], ...] = ()
+    """The faulty run's children (and theirs), each as `family` describes it."""
 
     @property
     def same(self) -> bool:
@@ -65,14 +84,15 @@ class CrashOutcome:
         """Whether both runs ended alike, and recorded the same calls with the same outcomes.
 
         That is status, output, error, and `shape` (attempt counts may differ: a crash costs an
-        attempt).
+        attempt), and the same of every child run, at any depth (`family`).
         """
         a, b = self.expected, self.actual
-        return (a.status, a.output, a.error, shape(a.snapshot)) == (
+        return (a.status, a.output, a.error, shape(a.snapshot), self.expected_family) == (
             b.status,
             b.output,
             b.error,
             shape(b.snapshot),
+            self.actual_family,
         )
 
 
@@ -87,6 +107,40 @@ def shape(run: Snapshot) -> tuple[object, ...]:
     return steps, waits, hooks
 
 
+Message: TypeAlias = tuple[str, str | None, Any]
+"""A message `crash_and_resume` sends: (run id, topic, message), as `Flow.send` takes them."""
+
+
+async def family(flow: Flow, run: FlowRun, *, rounds: int = 10) -> tuple[tuple[object, ...], ...]:
+    """Every child run of `run`, at any depth, once each ended, in link order.
+
+    Each is (run id, status, output, error, `shape`). A child still live when its parent ended
+    is carried on first (`recover`, then what is due), as a fresh process would: a parent's end
+    cancels its live children.
+
+    Raises:
+        AssertionError: A child run that does not end within `rounds`.
+    """
+    found: list[tuple[object, ...]] = []
+    pending = [link.child_run_id for link in run.snapshot.children.values()]
+    while pending:
+        child_id = pending.pop(0)
+        if child_id is None:
+            continue
+        child = await flow.result(child_id)
+        for _ in range(rounds):
+            if child.status not in _LIVE:
+                break
+            await flow.recover()
+            await flow.run_until_idle()
+            child = await flow.result(child_id)
+        else:
+            raise AssertionError(f"child run {child_id!r} did not end: {child.status}")
+        found.append((child_id, child.status, child.output, child.error, shape(child.snapshot)))
+        pending.extend(link.child_run_id for link in child.snapshot.children.values())
+    return tuple(found)
+
+
 async def run_to_end(
     flow: Flow,
     workflow: Workflow,
@@ -96,17 +150,27 @@ async def run_to_end(
     events: Mapping[str, Any],
     clock: RoundClock,
     rounds: int = 50,
+    messages: Sequence[Message] = (),
 ) -> FlowRun:
     """Start (or find) the run, then recover, resume and deliver `events` until it ends.
 
     Each round moves `clock` a day on, resumes what is due and delivers every
-    event (by token; each is recorded once, by its token as delivery id) whose hook is live.
+    event (by token; each is recorded once, by its token as delivery id) whose hook is live,
+    then sends every message (`Flow.send`, each recorded once by its index as idempotency key)
+    to its run, if that run exists and is live.
 
     Raises:
         AssertionError: The run did not end within `rounds`.
     """
     run = await drive_rounds(
-        flow, workflow, input, run_id=run_id, events=events, clock=clock, rounds=rounds
+        flow,
+        workflow,
+        input,
+        run_id=run_id,
+        events=events,
+        clock=clock,
+        rounds=rounds,
+        messages=messages,
     )
     if run.status in _LIVE:
         raise AssertionError(f"run {run_id!r} did not end in {rounds} rounds: {run.status}")
@@ -122,6 +186,7 @@ async def drive_rounds(
     events: Mapping[str, Any],
     clock: RoundClock,
     rounds: int,
+    messages: Sequence[Message] = (),
 ) -> FlowRun:
     """`run_to_end`'s rounds: the run as it stands once it ended or `rounds` went by."""
     await flow.recover()
@@ -134,6 +199,10 @@ async def drive_rounds(
         for token, payload in events.items():
             with contextlib.suppress(HookNotFound, RunExpired):  # not live (yet, or any more)
                 await flow.deliver(token, payload, delivery_id=token)
+        for number, (target, topic, message) in enumerate(messages):
+            key = f"crash-and-resume-message-{number}"
+            with contextlib.suppress(RunNotFound, TerminalState):  # not there (yet, or any more)
+                await flow.send(target, message, topic=topic, idempotency_key=key)
         run = await flow.result(run_id)
     return run
 
@@ -150,6 +219,7 @@ async def crash_and_resume(
     max_restarts: int = 100,
     workflows: Iterable[Workflow] = (),
     same_if_failed: bool = False,
+    messages: Sequence[Message] = (),
 ) -> CrashOutcome:
     """Run `workflow(input)` cleanly, then on `store` under `schedule`, resuming after faults.
 
@@ -157,8 +227,10 @@ async def crash_and_resume(
     After a `stop` a fresh `Flow` (a new process) recovers and carries on; after a `fail` the
     same `Flow` does, as a process that saw a transient store error would. The Flows' handlers
     do not retry store faults (`store_retry=None`), so that each `fail` reaches them. Every
-    `Flow` serves `workflow` and `workflows` (the children a parent starts, say). The outcome is
-    `same` only when the clean run completed, unless `same_if_failed`.
+    `Flow` serves `workflow` and `workflows` (the children a parent starts, say); the child runs
+    are compared too (`family`). `messages` are sent each round, as `run_to_end` says: to the
+    run, or to a child (`<run id>/<call id>`), once it exists. The outcome is `same` only when
+    the clean run completed, unless `same_if_failed`.
 
     Raises:
         AssertionError: More than `max_restarts` faults, or a run that does not end.
@@ -168,8 +240,15 @@ async def crash_and_resume(
     clean_clock = RoundClock()
     clean = Flow(MemoryStore(), served, codec=codec, clock=clean_clock)
     expected = await run_to_end(
-        clean, workflow, input, run_id=run_id, events=events, clock=clean_clock
+        clean,
+        workflow,
+        input,
+        run_id=run_id,
+        events=events,
+        clock=clean_clock,
+        messages=messages,
     )
+    expected_family = await family(clean, expected)
     crashing = CrashingStore(store, schedule)
     clock = RoundClock()
     restarts = 0
@@ -177,8 +256,15 @@ async def crash_and_resume(
     while True:
         try:
             actual = await run_to_end(
-                flow, workflow, input, run_id=run_id, events=events, clock=clock
+                flow,
+                workflow,
+                input,
+                run_id=run_id,
+                events=events,
+                clock=clock,
+                messages=messages,
             )
+            actual_family = await family(flow, actual)
         except (SimulatedCrash, StoreUnavailable) as exc:
             restarts += 1
             if restarts > max_restarts:
@@ -195,6 +281,8 @@ async def crash_and_resume(
             restarts=restarts,
             struck=tuple(crashing.struck),
             same_if_failed=same_if_failed,
+            expected_family=expected_family,
+            actual_family=actual_family,
         )
 
 

@@ -39,6 +39,7 @@ from runfold.kernel import (
     RunStatus,
     RunSummary,
 )
+from runfold.kernel.naming import step_names
 from runfold.stores import EventStore, open_store
 from runfold.ui.details import DELIVERIES_SHOWN, TABLES, run_details
 from runfold.ui.history import history_entry, hook_status, payload_limit_for, short_text, timestamp
@@ -320,6 +321,9 @@ def create_app(
         cut = payload_limit_for(limit)
         last = shown[-1].sequence if shown else after
         details_query = urlencode({f"{name}_from": n for name, n in offsets.items() if n})
+        # Steps created on this page are labelled by name (`charge #2`); the details fragment
+        # labels every step of the run.
+        steps = step_names(shown)
         return templates.TemplateResponse(
             request,
             "run.html",
@@ -328,7 +332,7 @@ def create_app(
                 "live": summary.status in LIVE_RUN_STATUSES,
                 "details_url": f"/runs/{quote(run_id, safe='')}/details"
                 + (f"?{details_query}" if details_query else ""),
-                "entries": [history_entry(e, start, payload_limit=cut) for e in shown],
+                "entries": [history_entry(e, start, steps, payload_limit=cut) for e in shown],
                 "after": after,
                 "limit": limit,
                 "last_shown": last,

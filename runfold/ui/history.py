@@ -122,20 +122,29 @@ def short_text(value: object) -> str:
 
 
 def history_entry(
-    envelope: Envelope, start: datetime, *, payload_limit: int = LISTED_LIMIT
+    envelope: Envelope,
+    start: datetime,
+    steps: Mapping[str, str] | None = None,
+    *,
+    payload_limit: int = LISTED_LIMIT,
 ) -> HistoryEntry:
     """`envelope` as a history row; `start` is the run's first event's time.
 
-    Its payloads and texts are cut after `payload_limit` characters (see `payload_limit_for`).
+    `steps` labels step ids (`runfold.kernel.naming.step_names`): a step event's subject is
+    its label, `charge #2`, and its `step_name` field is not repeated. Its payloads and texts
+    are cut after `payload_limit` characters (see `payload_limit_for`).
     """
     event = envelope.event
-    subject = correlation_id(event) or ""
+    entity = correlation_id(event) or ""
+    subject = steps.get(entity, entity) if steps and hasattr(event, "step_id") else entity
     fields = []
     for field in attrs.fields(cast(Any, type(event))):
         if field.repr is False:  # a secret (hook token): never shown
             continue
         value = getattr(event, field.name)
-        if value is None or value == field.default or (subject and value == subject):
+        if value is None or value == field.default or (entity and value == entity):
+            continue
+        if field.name == "step_name" and subject != entity:
             continue
         if isinstance(value, bytes):
             fields.append(

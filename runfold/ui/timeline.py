@@ -1,9 +1,10 @@
 """The run page's timeline chart: a run's history laid out as rows of bars and marks over time.
 
-One row for the run, one per step (a bar per attempt, coloured by how it ended, a dashed gap for
-a retry's backoff), one per wait (from its creation to when it rang, its due time marked) and one
-per hook (its life, a mark per delivery). This module only computes geometry, in SVG user units;
-the template draws it, escaping every label like any other stored text.
+One row for the run, one per step (labelled `charge #2`, its name and id; a bar per attempt,
+coloured by how it ended, a dashed gap for a retry's backoff), one per wait (from its creation to
+when it rang, its due time marked) and one per hook (its life, a mark per delivery). This
+module only computes geometry, in SVG user units; the template draws it, escaping every label
+like any other stored text.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from runfold.kernel import (
     WaitCompleted,
     WaitCreated,
 )
+from runfold.kernel.naming import step_names
 
 __all__ = ["Bar", "Mark", "Row", "Tick", "Timeline", "build_timeline"]
 
@@ -163,21 +165,25 @@ def build_timeline(
     def row(key: str, label: str, kind: str) -> _RowDraft:
         return rows.setdefault(key, _RowDraft(label=label, kind=kind))
 
+    names = step_names(history)  # a step's row is labelled `charge #2`, not `2`
+
+    def step_row(step_id: str) -> _RowDraft:
+        return row(f"step:{step_id}", names.get(step_id, step_id), "step")
+
     def close_attempt(step_id: str, at: datetime, outcome: str) -> None:
         attempt = started.pop(step_id, None)
         if attempt is None:
             return
         number, since = attempt
-        title = f"{step_id} attempt {number}: {outcome} ({when(since)} → {when(at)})"
-        row(f"step:{step_id}", step_id, "step").bars.append(
-            bar(since, at, f"attempt-{outcome}", title)
-        )
+        shown = step_row(step_id)
+        title = f"{shown.label} attempt {number}: {outcome} ({when(since)} → {when(at)})"
+        shown.bars.append(bar(since, at, f"attempt-{outcome}", title))
 
     for envelope in history:
         event, at = envelope.event, envelope.recorded_at
         match event:
             case StepCreated():
-                row(f"step:{event.step_id}", event.step_id, "step")
+                step_row(event.step_id)
             case StepStarted():
                 # An attempt still open here had no outcome: its process died inside the body
                 # (`after_interruption`; histories from before the marker leave it out).
@@ -192,8 +198,9 @@ def build_timeline(
             case StepRetrying():
                 close_attempt(event.step_id, at, "retried")
                 due = event.retry_after or at
-                row(f"step:{event.step_id}", event.step_id, "step").bars.append(
-                    bar(at, due, "backoff", f"{event.step_id}: retry due at {when(due)}")
+                shown = step_row(event.step_id)
+                shown.bars.append(
+                    bar(at, due, "backoff", f"{shown.label}: retry due at {when(due)}")
                 )
             case WaitCreated():
                 key = f"wait:{event.wait_id}"
