@@ -34,6 +34,7 @@ from runfold.flow.errors import (
 )
 from runfold.flow.flow import Flow, FlowRun, current_step
 from runfold.flow.info import WorkflowInfo, workflow_info
+from runfold.flow.patches import deprecated_patch, patched
 
 __all__ = [
     "ChildHandle",
@@ -55,6 +56,8 @@ __all__ = [
     "WorkflowInfo",
     "child",
     "current_step",
+    "deprecated_patch",
+    "patched",
     "recv",
     "registered_workflows",
     "report_progress",

@@ -31,6 +31,7 @@ __all__ = [
     "ChildHandle",
     "ChildResultCall",
     "EventCall",
+    "PatchCall",
     "Pending",
     "ProgressCall",
     "RecvCall",
@@ -124,6 +125,18 @@ class ProgressCall:
 
 
 @attrs.frozen(kw_only=True)
+class PatchCall:
+    """`await patched(patch_id)` (or `deprecated_patch`): whether the run takes the new code.
+
+    Unlike the other calls it takes no call id: a run recorded before the patch has nothing
+    for it (see `runfold.flow.patches`).
+    """
+
+    patch_id: str
+    deprecated: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class RecvCall:
     """`await recv(topic, timeout=...)`: the next message sent to the run on `topic`."""
 
@@ -175,6 +188,7 @@ Call: TypeAlias = (
     | StartChildCall
     | ChildResultCall
     | RecvCall
+    | PatchCall
 )
 """Everything workflow code can await."""
 CALL_TYPES = (
@@ -186,6 +200,7 @@ CALL_TYPES = (
     StartChildCall,
     ChildResultCall,
     RecvCall,
+    PatchCall,
 )
 """The classes of `Call`, for `isinstance`."""
 

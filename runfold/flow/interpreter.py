@@ -45,6 +45,7 @@ from runfold.flow.calls import (
     Call,
     ChildResultCall,
     EventCall,
+    PatchCall,
     ProgressCall,
     RecvCall,
     SleepCall,
@@ -65,6 +66,7 @@ from runfold.flow.errors import (
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.messages import on_recv
 from runfold.flow.parallel import Gathered, gathered, on_gathered
+from runfold.flow.patches import on_patch
 from runfold.flow.records import on_record
 from runfold.kernel import (
     AttributesSet,
@@ -177,7 +179,8 @@ class Session:
                 "(asyncio.sleep is runfold.flow.sleep)"
             )
             return
-        self.position += 1
+        if type(yielded) is not PatchCall:  # a patch check takes no call id
+            self.position += 1
         self.call = yielded
         self.call_input = self.produced = None
 
@@ -286,6 +289,8 @@ def _describe_call(call: Call | Gathered | None) -> str:
             return f"the result of child {call.handle.run_id!r}"
         case RecvCall():
             return f"recv({call.topic!r})"
+        case PatchCall():
+            return f"patched({call.patch_id!r})"
     return "the end of the workflow"
 
 
@@ -500,6 +505,8 @@ class Interpreter:
                     decision = on_child_result(self, session, snapshot, call, call_id)
                 case RecvCall():
                     decision = on_recv(self, session, snapshot, durable, call, call_id)
+                case PatchCall():
+                    decision = on_patch(self, session, snapshot, durable, call)
             if decision is not None:
                 return decision
 
