@@ -13,60 +13,14 @@ from runfold.flow import (
     Workflow,
     deprecated_patch,
     patched,
-    sleep,
     step,
     workflow_info,
 )
 from runfold.flow.patches import patches_of
 from tests.conftest import Clock
+from tests.deploy_versions import LEDGER, V1, V2, V2_UNPATCHED, check_fraud
 
-LEDGER: list[str] = []
-
-
-def charge(order: str) -> str:
-    LEDGER.append(f"charge {order}")
-    return f"charged {order}"
-
-
-def check_fraud(order: str) -> str:
-    LEDGER.append(f"fraud {order}")
-    return f"checked {order}"
-
-
-def ship(order: str) -> str:
-    LEDGER.append(f"ship {order}")
-    return f"shipped {order}"
-
-
-# Three deploys of one workflow name (made as `Workflow`s: `@workflow` keeps one per name).
-ORDER = "test-patched-order"
-
-
-async def _order_v1(order: str) -> list[str]:
-    charged = await step(charge, order)
-    await sleep(timedelta(hours=1))
-    return [charged, await step(ship, order)]
-
-
-async def _order_v2(order: str) -> list[str]:  # the deploy: a fraud check before the timer
-    charged = await step(charge, order)
-    done = [charged]
-    if await patched("fraud-check"):
-        done.append(await step(check_fraud, order))
-    await sleep(timedelta(hours=1))
-    return [*done, await step(ship, order)]
-
-
-async def _order_v2_unpatched(order: str) -> list[str]:
-    charged = await step(charge, order)
-    checked = await step(check_fraud, order)
-    await sleep(timedelta(hours=1))
-    return [charged, checked, await step(ship, order)]
-
-
-order_v1 = Workflow(name=ORDER, fn=_order_v1)
-order_v2 = Workflow(name=ORDER, fn=_order_v2)
-order_v2_unpatched = Workflow(name=ORDER, fn=_order_v2_unpatched)
+order_v1, order_v2, order_v2_unpatched = V1, V2, V2_UNPATCHED
 
 
 async def test_in_flight_runs_keep_the_old_branch_new_runs_take_the_new(

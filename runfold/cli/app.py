@@ -16,6 +16,7 @@ import click
 
 from runfold.cli.certification import conformance
 from runfold.cli.demo import demo_command
+from runfold.cli.deploys import export, import_, replay_check
 from runfold.cli.exit_codes import (
     EPILOG,
     EXIT_DATA,
@@ -115,6 +116,9 @@ def _scrub(message: str, arguments: Sequence[str]) -> str:
         deliver,
         worker,
         workers,
+        replay_check,
+        export,
+        import_,
         conformance,
     ],
 )

@@ -25,7 +25,7 @@ from runfold.kernel import RunStatus
 from runfold.stores import EventStore, WorkerLeases
 
 
-def _import_app(module: str) -> None:
+def import_app(module: str) -> None:
     """Import the application's module, with the current folder on the path."""
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
@@ -93,7 +93,7 @@ def worker(
     Any number of workers, on any hosts, may serve one store: each run is driven by one worker
     at a time, and the runs of a worker that died are taken over once its lease lapsed.
     """
-    _import_app(module)
+    import_app(module)
     served = registered_workflows()
     if not served:
         raise CliError(f"--app {module!r} defines no @workflow", EXIT_USAGE)
