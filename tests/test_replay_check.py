@@ -209,3 +209,42 @@ async def test_a_run_of_a_workflow_the_code_lacks_diverges_as_a_whole(
         recorded="a run of workflow 'deploy-order'",
         asked="nothing: the code defines no such workflow",
     )
+
+
+def _ledger(path: Path) -> list[tuple[str, int]]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [(run, int(n)) for run, n in (line.split() for line in lines)]
+
+
+async def test_fork_and_resume_on_the_command_line(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.deploy_app_ten import BROKEN_ENV, LEDGER_ENV, ten
+
+    ledger = tmp_path / "ledger.txt"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    store = await _opened(url)
+    try:
+        flow = Flow(store, [ten])
+        assert (await flow.start(ten, None, run_id="t")).output == 55
+        monkeypatch.setenv(BROKEN_ENV, "4")
+        assert (await flow.start(ten, None, run_id="u")).status == "failed"
+    finally:
+        await store.close()
+    monkeypatch.delenv(BROKEN_ENV)  # the fix is deployed
+    env = {LEDGER_ENV: str(ledger)}
+    app = ("--app", "tests.deploy_app_ten", "--store", url)
+    forked = runfold_cli("fork", "t", "--from-step", "7", "--new-id", "t-7", *app, env=env)
+    assert ok(forked).strip() == "run t-7  completed  (from t)"
+    assert [n for run, n in _ledger(ledger) if run == "t-7"] == [7, 8, 9, 10]
+
+    resumed = runfold_cli(
+        "resume", "u", "--runtime", "tests.deploy_app_ten:flow", "--store", url, env=env
+    )
+    line = ok(resumed).strip()
+    assert line.startswith("run u-fork-") and line.endswith("  completed  (from u)")
+    new_id = line.split()[1]
+    assert [n for run, n in _ledger(ledger) if run == new_id] == list(range(4, 11))
+
+    refused = runfold_cli("fork", "u", "--from-step", "6", *app, env=env)
+    assert "call 4 is step 's4' (failed)" in one_line_error(refused, 1)

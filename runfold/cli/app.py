@@ -16,7 +16,7 @@ import click
 
 from runfold.cli.certification import conformance
 from runfold.cli.demo import demo_command
-from runfold.cli.deploys import export, import_, replay_check
+from runfold.cli.deploys import export, fork, import_, replay_check
 from runfold.cli.exit_codes import (
     EPILOG,
     EXIT_DATA,
@@ -119,6 +119,7 @@ def _scrub(message: str, arguments: Sequence[str]) -> str:
         replay_check,
         export,
         import_,
+        fork,
         conformance,
     ],
 )

@@ -1,10 +1,12 @@
-"""The commands of a deploy: `replay-check`, `export` and `import`.
+"""The commands of a deploy: `replay-check`, `export`, `import` and `fork`.
 
 `replay-check --app MODULE` replays the store's recorded runs against the workflows MODULE
 defines now (`runfold.flow.replay.ReplayChecker`) and exits 1 on any divergence, naming the
 run, the call, what was recorded and what the code asks for: run it in CI against a copy of
 production's runs before a deploy. `export` writes runs as JSON lines (`runfold.transfer`), for
-`runfold.testing.replay` in tests, bug reports, or `import` into another store.
+`runfold.testing.replay` in tests, bug reports, or `import` into another store. `fork` makes a
+new run of a run from a step, on MODULE's code (`Flow.fork`); `runfold resume` of a failed or
+cancelled run restarts it so (`restart_ended`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from runfold.cli.inert import inert_json
 from runfold.cli.options import json_option, store_option
 from runfold.cli.output import Terminal
 from runfold.cli.store_access import work_on_store
-from runfold.flow import registered_workflows
+from runfold.engine import WorkflowRuntime
+from runfold.flow import Flow, FlowRun, registered_workflows
+from runfold.flow.definition import Workflow
 from runfold.flow.replay import ReplayChecker, ReplayResult
 from runfold.stores import EventStore
 from runfold.stores.protocol import replay_run
@@ -102,11 +106,7 @@ def replay_check(
     results, and the first call where the code asks for something else is reported.
     """
     after = None if since is None else _moment(since)
-    import_app(module)
-    served = registered_workflows()
-    if not served:
-        raise CliError(f"--app {module!r} defines no @workflow", EXIT_USAGE)
-    checker = ReplayChecker(served)
+    checker = ReplayChecker(_served(module))
 
     async def work(store: EventStore, terminal: Terminal) -> int:
         results: list[ReplayResult] = []
@@ -209,3 +209,79 @@ def import_(ctx: click.Context, source: Path, as_json: bool, command_store: str 
         return EXIT_OK
 
     return work_on_store(ctx, command_store, work, read_only=False)
+
+
+def _served(module: str) -> list[Workflow]:
+    import_app(module)
+    served = registered_workflows()
+    if not served:
+        raise CliError(f"--app {module!r} defines no @workflow", EXIT_USAGE)
+    return list(served)
+
+
+@click.command("fork")
+@click.argument("run_id", metavar="RUN_ID")
+@click.option(
+    "--from-step",
+    "from_step",
+    type=click.IntRange(min=1),
+    required=True,
+    metavar="N",
+    help="the first call to run anew (calls before it reuse their recorded outcomes)",
+)
+@click.option(
+    "--app",
+    "module",
+    required=True,
+    metavar="MODULE",
+    help="the module whose @workflow functions run the fork",
+)
+@click.option("--new-id", "new_run_id", metavar="ID", help="the new run's id (default: made up)")
+@json_option
+@store_option
+@click.pass_context
+def fork(
+    ctx: click.Context,
+    run_id: str,
+    from_step: int,
+    module: str,
+    new_run_id: str | None,
+    as_json: bool,
+    command_store: str | None,
+) -> int:
+    """Make a new run of RUN_ID that reuses its outcomes before step N and runs the rest.
+
+    Steps before N are not run again; the new run is linked to RUN_ID (`$forked_from`) and is
+    driven on MODULE's code until it ends or waits.
+    """
+    served = _served(module)
+
+    async def work(store: EventStore, terminal: Terminal) -> int:
+        forked = await Flow(store, served).fork(run_id, from_step=from_step, new_run_id=new_run_id)
+        _report(terminal, run_id, forked, as_json)
+        return EXIT_OK
+
+    return work_on_store(ctx, command_store, work, read_only=False)
+
+
+def _report(terminal: Terminal, run_id: str, forked: FlowRun, as_json: bool) -> None:
+    if as_json:
+        terminal.json({"forked_from": run_id, "run_id": forked.run_id, "status": forked.status})
+    else:
+        terminal.line(
+            f"run {forked.run_id}  ", terminal.status(forked.status), f"  (from {run_id})"
+        )
+
+
+async def restart_ended(
+    store: EventStore, runtime: WorkflowRuntime, run_id: str, terminal: Terminal
+) -> bool:
+    """`runfold resume RUN_ID` of a failed or cancelled run: restart it (`Flow.restart`) when
+    the runtime is a `Flow`, and say so; whether it did."""
+    if not isinstance(runtime, Flow):
+        return False
+    snapshot = await runtime.handler.lookup(run_id)
+    if snapshot is None or snapshot.status not in ("failed", "cancelled"):
+        return False  # unknown (`resume` says so) or not ended so
+    _report(terminal, run_id, await runtime.restart(run_id), as_json=False)
+    return True

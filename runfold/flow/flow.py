@@ -36,6 +36,7 @@ from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import FlowError, UnknownWorkflow
 from runfold.flow.family import Family
+from runfold.flow.fork import fork_run, restart_at
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.interpreter import Interpreter
 from runfold.flow.messages import mailbox_hook
@@ -252,6 +253,33 @@ class Flow:
             EntityConflict: The run is already cancelling for another reason.
         """
         return await self.settled(await self.engine.request_cancel(run_id, reason))
+
+    async def fork(self, run_id: str, *, from_step: int, new_run_id: str | None = None) -> FlowRun:
+        """A new run of `run_id`'s workflow and input, reusing its outcomes before `from_step`.
+
+        Calls 1 to `from_step - 1` are not run again: their recorded outcomes are copied; the
+        rest runs on this Flow's code (see `runfold.flow.fork`). The new run (`new_run_id`, else
+        a new id) is linked to the old by its `$forked_from` and `$forked_at` attributes, and
+        driven until it ends or waits.
+
+        Raises:
+            RunNotFound: `run_id` has no history.
+            ForkRefused: A call before `from_step` has no outcome a new run can reuse.
+            UnknownWorkflow: This Flow does not serve the run's workflow.
+            EntityConflict: `new_run_id` is taken.
+        """
+        return await fork_run(self, run_id, from_step, new_run_id)
+
+    async def restart(self, run_id: str, *, new_run_id: str | None = None) -> FlowRun:
+        """Fork a failed or cancelled run from its first call that did not complete.
+
+        Raises:
+            RunNotFound: `run_id` has no history.
+            ForkRefused: The run did not fail and was not cancelled, or holds, before that
+                call, one whose outcome a new run cannot reuse.
+        """
+        old = await self.handler.snapshot(run_id)
+        return await fork_run(self, run_id, restart_at(old), new_run_id)
 
     async def settled(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` reported once the follow-ups of children and parents are done.

@@ -31,11 +31,19 @@ from runfold.kernel import Snapshot
 if TYPE_CHECKING:
     from runfold.flow.interpreter import Interpreter, Session
 
-__all__ = ["PATCH_KEY_PREFIX", "deprecated_patch", "on_patch", "patched", "patches_of"]
+__all__ = [
+    "PATCH_KEY_PREFIX",
+    "PATCH_WRITE_PREFIX",
+    "deprecated_patch",
+    "on_patch",
+    "patched",
+    "patches_of",
+]
 
 PATCH_KEY_PREFIX = "$patch:"
 """The reserved attribute key of a patch marker is this prefix and the patch id."""
-_WRITE_ID_PREFIX = "patch:"
+PATCH_WRITE_PREFIX = "patch:"
+"""The write id of a patch marker is this prefix and the patch id."""
 # A marker's key must fit the kernel's attribute key limit (256 characters) with its prefix.
 _MAX_PATCH_ID_LENGTH = 200
 
@@ -91,7 +99,7 @@ def on_patch(
     call: PatchCall,
 ) -> RuntimeDecision | None:
     """Answer the patch check from the history, or record its marker first."""
-    write_id = _WRITE_ID_PREFIX + call.patch_id
+    write_id = PATCH_WRITE_PREFIX + call.patch_id
     if write_id in snapshot.attribute_write_ids:
         interpreter.consumed(session, durable, ("attributes", write_id), ("recorded", None))
         session.resume(None if call.deprecated else True)
