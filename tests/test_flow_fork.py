@@ -8,8 +8,17 @@ from datetime import timedelta
 import pytest
 
 from runfold import EventStore
-from runfold.flow import Flow, StepError, Workflow, patched, set_attributes, sleep, step
-from runfold.flow.fork import FORKED_AT, FORKED_FROM, ForkRefused
+from runfold.flow import (
+    Flow,
+    ForkRefused,
+    StepError,
+    Workflow,
+    patched,
+    set_attributes,
+    sleep,
+    step,
+)
+from runfold.flow.fork import FORKED_AT, FORKED_FROM
 from runfold.kernel import RetryPolicy, RunNotFound
 from tests.conftest import Clock
 

@@ -101,7 +101,7 @@ def test_replay_check_passes_a_patched_deploy_and_names_the_unpatched_call(recor
     )
     assert text.returncode == 1
     assert text.stdout.splitlines() == [
-        "DIVERGED parked-2 (deploy-order): ",
+        "DIVERGED parked-2 (deploy-order):",
         "  at call 2: the history recorded a sleep, the code asks for step 'check_fraud'",
         "1 runs replayed: 0 passed, 1 diverged",
     ]

@@ -117,7 +117,7 @@ def replay_check(
             result = checker.check(replayed.snapshot)
             results.append(result)
             if not as_json and not result.passed:
-                terminal.line(f"DIVERGED {result.run_id} ({result.workflow_name}): ")
+                terminal.line(f"DIVERGED {result.run_id} ({result.workflow_name}):")
                 terminal.line(f"  {result.divergence}")
         diverged = sum(not r.passed for r in results)
         if as_json:

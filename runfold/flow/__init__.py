@@ -25,6 +25,7 @@ from runfold.flow.errors import (
     DuplicateWorkflow,
     FlowError,
     FlowNonDeterminism,
+    ForkRefused,
     NotInWorkflow,
     PayloadError,
     StepError,
@@ -35,19 +36,24 @@ from runfold.flow.errors import (
 from runfold.flow.flow import Flow, FlowRun, current_step
 from runfold.flow.info import WorkflowInfo, workflow_info
 from runfold.flow.patches import deprecated_patch, patched
+from runfold.flow.replay import Divergence, ReplayChecker, ReplayResult
 
 __all__ = [
     "ChildHandle",
     "ChildWorkflowError",
+    "Divergence",
     "DuplicateWorkflow",
     "Flow",
     "FlowError",
     "FlowNonDeterminism",
     "FlowRun",
+    "ForkRefused",
     "JsonCodec",
     "NotInWorkflow",
     "PayloadCodec",
     "PayloadError",
+    "ReplayChecker",
+    "ReplayResult",
     "StepError",
     "TokenInUse",
     "UnknownWorkflow",

@@ -13,6 +13,7 @@ __all__ = [
     "DuplicateWorkflow",
     "FlowError",
     "FlowNonDeterminism",
+    "ForkRefused",
     "NotInWorkflow",
     "PayloadError",
     "StepError",
@@ -148,3 +149,15 @@ class ChildWorkflowError(FlowError):
         self.child_run_id = child_run_id
         self.child_status = child_status
         self.child_error = child_error
+
+
+class ForkRefused(FlowError):
+    """`Flow.fork` or `Flow.restart` was refused; nothing was written.
+
+    The old run holds, before the fork's call, a call whose outcome a new run cannot reuse (a
+    `wait_for_event`, a child, a step that failed or is still running, a call never reached),
+    or a restart was asked of a run that neither failed nor was cancelled.
+    """
+
+    code = "fork_refused"
+    status = 409

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from runfold.flow.errors import FlowError
+from runfold.flow.errors import ForkRefused
 from runfold.flow.patches import PATCH_WRITE_PREFIX
 from runfold.kernel import (
     AttributesSet,
@@ -49,21 +49,13 @@ from runfold.kernel import (
 if TYPE_CHECKING:
     from runfold.flow.flow import Flow, FlowRun
 
-__all__ = ["FORKED_AT", "FORKED_FROM", "ForkRefused", "fork_commands", "fork_run", "restart_at"]
+__all__ = ["FORKED_AT", "FORKED_FROM", "fork_commands", "fork_run", "restart_at"]
 
 FORKED_FROM = "$forked_from"
 """The reserved attribute of a fork: the id of the run it was forked from."""
 FORKED_AT = "$forked_at"
 """The reserved attribute of a fork: the call it was forked from (its first call run anew)."""
 _RESTARTABLE = frozenset({"failed", "cancelled"})
-
-
-class ForkRefused(FlowError):
-    """A fork or restart was refused: the old run holds, before the fork's call, a call whose
-    outcome a new run cannot reuse (or the run is not one to restart); nothing was written."""
-
-    code = "fork_refused"
-    status = 409
 
 
 def _reusable(snapshot: Snapshot, call_id: str) -> list[Command] | None:
