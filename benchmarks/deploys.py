@@ -65,9 +65,9 @@ async def _replay_all(path: Path, run_ids: list[str]) -> None:
 
 def _check(path: Path) -> float:
     start = time.perf_counter()
+    command = ["replay-check", "--app", "benchmarks.deploy_app", "--store", f"sqlite:///{path}"]
     done = subprocess.run(
-        [sys.executable, "-m", "runfold", "replay-check", "--app", "benchmarks.deploy_app"]
-        + ["--store", f"sqlite:///{path}"],
+        [sys.executable, "-m", "runfold", *command],
         capture_output=True,
         text=True,
         cwd=ROOT,
