@@ -25,11 +25,14 @@ from runfold.cli.options import json_option, store_option
 from runfold.cli.output import Terminal
 from runfold.cli.store_access import work_on_store
 from runfold.engine import WorkflowRuntime
+from runfold.engine.versions import VersionFilter
 from runfold.flow import Flow, FlowRun, registered_workflows
 from runfold.flow.definition import Workflow
 from runfold.flow.replay import ReplayChecker, ReplayResult
+from runfold.handler import CommandHandler
+from runfold.kernel import Page, RunStatus, RunSummary
 from runfold.stores import EventStore
-from runfold.stores.protocol import replay_run
+from runfold.stores.protocol import replay_run, runs_page
 from runfold.transfer import ExportFormatError, export_runs, import_runs, read_export
 
 _PAGE = 500
@@ -285,3 +288,31 @@ async def restart_ended(
         return False  # unknown (`resume` says so) or not ended so
     _report(terminal, run_id, await runtime.restart(run_id), as_json=False)
     return True
+
+
+async def version_page(
+    store: EventStore,
+    version: str,
+    *,
+    workflow: str | None,
+    status: RunStatus | None,
+    cursor: str | None,
+    limit: int,
+) -> Page[RunSummary]:
+    """`runfold runs --version V`: a page of the runs started on code version V, newest first.
+
+    The store's listing has no version column: its pages are read, and each run's version is
+    read once from its first event, until `limit` runs of V and one more are found (or the runs
+    end). The cursor is the bundled stores' (`runs_page`).
+    """
+    versions = VersionFilter(CommandHandler(store), {version})
+    found: list[RunSummary] = []
+    while True:
+        page = await store.list_runs(
+            workflow_name=workflow, status=status, cursor=cursor, limit=max(limit, _PAGE)
+        )
+        kept = set(await versions.keep([s.run_id for s in page.items]))
+        found.extend(s for s in page.items if s.run_id in kept)
+        if len(found) > limit or not page.has_more:
+            return runs_page(found, limit)
+        cursor = page.cursor

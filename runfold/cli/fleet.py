@@ -76,6 +76,11 @@ def import_app(module: str) -> None:
     show_default=True,
     help="seconds running drives get to finish on SIGTERM",
 )
+@click.option(
+    "--version",
+    metavar="V",
+    help="this worker's code version: the runs it starts record V, and it claims only runs of V",
+)
 @store_option
 @click.pass_context
 def worker(
@@ -86,6 +91,7 @@ def worker(
     lease: float,
     poll: float,
     grace: float,
+    version: str | None,
     command_store: str | None,
 ) -> int:
     """Serve the workflows of MODULE as one worker of a fleet, until SIGTERM or Ctrl-C.
@@ -100,14 +106,16 @@ def worker(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     async def work(store: EventStore, terminal: Terminal) -> int:
-        flow = Flow(store, served)
-        terminal.line(f"serving {', '.join(sorted(flow.workflows))} (Ctrl-C stops)")
+        flow = Flow(store, served, version=version)
+        only = "" if version is None else f", runs of version {version} only"
+        terminal.line(f"serving {', '.join(sorted(flow.workflows))}{only} (Ctrl-C stops)")
         await flow.serve(
             worker_id=worker_id,
             lease=timedelta(seconds=lease),
             concurrency=concurrency,
             poll_interval=poll,
             grace=grace,
+            versions=None if version is None else {version},
         )
         return EXIT_OK
 

@@ -30,7 +30,7 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 
 import attrs
@@ -39,6 +39,7 @@ from runfold.engine.engine import Engine
 from runfold.engine.errors import RunDefinitionConflict
 from runfold.engine.lease import DEFAULT_LEASE, Lease, new_worker_id
 from runfold.engine.schedule import Schedule
+from runfold.engine.versions import VersionFilter
 from runfold.kernel import (
     OwnershipLost,
     RunOwned,
@@ -83,10 +84,12 @@ class Worker:
             earlier for the next due wakeup it knows of, and on `wake()`).
         grace: Seconds `stop` gives running drives to finish before cancelling them.
         schedules: Workflows to start at each tick of a cron expression, once across the fleet.
+        versions: Claim only runs whose recorded `workflow_version` is one of these (a
+            blue/green deploy; `VersionFilter`); default: every run of the served workflows.
 
     Raises:
         TypeError: The engine's store keeps no worker leases.
-        ValueError: `concurrency` below 1, or a non-positive `poll_interval`.
+        ValueError: `concurrency` below 1, a non-positive `poll_interval`, or empty `versions`.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class Worker:
         poll_interval: float = 1.0,
         grace: float = 30.0,
         schedules: Sequence[Schedule] = (),
+        versions: Collection[str] | None = None,
     ) -> None:
         store = engine.handler.store
         if not isinstance(store, WorkerLeases):
@@ -114,6 +118,7 @@ class Worker:
         self.grace = grace
         self.counts = WorkerCounts()
         self.schedules = tuple(schedules)
+        self.versions = None if versions is None else VersionFilter(engine.handler, versions)
         self._ticked: datetime | None = None  # when the ticks were last turned into runs
         self._drives: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
@@ -187,6 +192,9 @@ class Worker:
             orphans = await self.leases.orphaned_runs(
                 now, limit=_BATCH, workflow_names=self.engine.workflow_names
             )
+            if self.versions is not None:
+                kept = set(await self.versions.keep([s.run_id for s in orphans]))
+                orphans = [s for s in orphans if s.run_id in kept]
             # Several workers see the same list: each takes it in its own order.
             for summary in random.sample(orphans, len(orphans)):
                 if room <= 0:
@@ -201,6 +209,8 @@ class Worker:
                 workflow_name=workflow_name, status="pending", limit=_BATCH
             )
             queued = [s.run_id for s in page.items if s.owner_id is None]
+            if self.versions is not None:
+                queued = await self.versions.keep(queued)
             for run_id in random.sample(queued, len(queued)):
                 if room <= 0:
                     break
@@ -212,6 +222,11 @@ class Worker:
                 now, limit=_BATCH, workflow_names=self.engine.workflow_names
             )
             runs = list(dict.fromkeys(w.run_id for w in due))
+            if self.versions is not None:
+                served = await self.versions.keep(runs)
+                if not served:  # a page of other versions' work: theirs to take
+                    due = []
+                runs = served
             for run_id in random.sample(runs, len(runs)):
                 if room <= 0:
                     break

@@ -26,6 +26,7 @@ from runfold.engine import (
     Engine,
     LinkChildOperation,
     Resumption,
+    RunDefinitionConflict,
     RuntimeDecision,
     Schedule,
     StepInvocation,
@@ -40,6 +41,7 @@ from runfold.flow.fork import fork_run, restart_at
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.interpreter import Interpreter
 from runfold.flow.messages import mailbox_hook
+from runfold.flow.versions import code_version
 from runfold.handler import CommandHandler
 from runfold.kernel import (
     CreateHook,
@@ -106,7 +108,8 @@ class Flow:
             them on the loop too: no thread hop per step (tens of microseconds idle, more on
             a busy machine), for bodies that never block.
         version: Recorded as the workflow version of every run this Flow starts
-            (`workflow_info().workflow_version`; DBOS's application version).
+            (`workflow_info().workflow_version`; DBOS's application version); default
+            `code_version` of the served workflows, a digest of their code.
 
     Raises:
         ValueError: There is no workflow to serve, or `step_threads` is negative.
@@ -129,7 +132,9 @@ class Flow:
         if step_threads < 0:
             raise ValueError("step_threads must be 0 (on the loop) or more")
         self.step_threads = step_threads
-        self.version = version
+        self.version = version if version is not None else code_version(served)
+        self.hashed_version = version is None
+        """Whether `version` is the default, `code_version` of the served workflows."""
         self._threads: ThreadPoolExecutor | None = None  # made on the first `def` step
         self.codec: PayloadCodec = codec if codec is not None else JsonCodec()
         self.handler = (
@@ -169,7 +174,9 @@ class Flow:
         Raises:
             UnknownWorkflow: This Flow does not serve `workflow`.
             RunDefinitionConflict: `run_id` is a run with another workflow or input (or
-                a deadline where none was asked, or none where one was).
+                a deadline where none was asked, or none where one was, or another
+                `version` given to the Flow; a default version, a digest of the code, is
+                not compared).
             FlowNonDeterminism: The code asks for something other than the history holds.
             ValueError: `timeout` is not positive.
         """
@@ -185,14 +192,23 @@ class Flow:
                 deadline = existing.deadline
             else:
                 deadline = self.handler.clock() + timeout
-        snapshot = await self.engine.start(
+        encoded = self.codec.encode(input)
+        start = functools.partial(
+            self.engine.start,
             workflow.name,
-            self.codec.encode(input),
+            encoded,
             run_id=run_id,
-            workflow_version=self.version,
             deadline=deadline,
             queued=queued,
         )
+        try:
+            snapshot = await start(workflow_version=self.version)
+        except RunDefinitionConflict:
+            # A start retried by newer code, whose digest differs, is the same start.
+            existing = None if run_id is None else await self.handler.lookup(run_id)
+            if not self.hashed_version or existing is None:
+                raise
+            snapshot = await start(workflow_version=existing.workflow_version)
         if queued and self.worker is not None:
             self.worker.wake()
         return await self.settled(snapshot)
@@ -321,6 +337,7 @@ class Flow:
         poll_interval: float = 1.0,
         grace: float = 30.0,
         handle_signals: bool = True,
+        versions: Collection[str] | None = None,
     ) -> None:
         """Serve this Flow's workflows as one worker of a fleet, until SIGTERM, Ctrl-C or `stop`.
 
@@ -328,7 +345,9 @@ class Flow:
         (its owner), due sleeps and retries and the runs of dead workers go to exactly one of
         them. Runs this Flow `start`s while it serves are claimed by this worker; workflows
         with a `schedule` are started at each tick. The arguments are `Worker`'s;
-        `handle_signals` makes SIGTERM and SIGINT stop gracefully.
+        `handle_signals` makes SIGTERM and SIGINT stop gracefully. With `versions` (DBOS's
+        application version), it claims only runs started on one of those code versions, so
+        a blue/green deploy's old workers drain the old version's runs.
 
         Raises:
             TypeError: The store keeps no worker leases (`WorkerLeases`).
@@ -350,6 +369,7 @@ class Flow:
             poll_interval=poll_interval,
             grace=grace,
             schedules=schedules,
+            versions=versions,
         )
         self.worker = worker
         if handle_signals:

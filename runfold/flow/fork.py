@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from runfold.flow.errors import ForkRefused
+from runfold.flow.errors import ForkRefused, UnknownWorkflow
 from runfold.flow.patches import PATCH_WRITE_PREFIX
 from runfold.kernel import (
     AttributesSet,
@@ -196,6 +196,10 @@ def restart_at(old: Snapshot) -> int:
 async def fork_run(flow: Flow, run_id: str, from_step: int, new_run_id: str | None) -> FlowRun:
     """Write the fork of `run_id` from `from_step` as `new_run_id`, then drive it."""
     old = await flow.handler.snapshot(run_id)
+    if old.workflow_name not in flow.workflows:  # refused before anything is written
+        raise UnknownWorkflow(
+            f"run {run_id!r} is of workflow {old.workflow_name!r}, which this Flow does not serve"
+        )
     history = await flow.handler.history(run_id)
     commands = fork_commands(old, history, from_step, version=flow.version)
     new_id = new_run_id if new_run_id is not None else f"{run_id}-fork-{uuid.uuid4().hex[:8]}"
