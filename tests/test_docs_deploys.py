@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -60,7 +61,7 @@ async def _record_version_1(folder: Path) -> None:
     store = await SQLiteStore.open(folder / "shop.db")
     try:
         earlier = datetime.now(UTC) - timedelta(hours=2)
-        flow = Flow(store, [version_1], clock=lambda: earlier)
+        flow = Flow(store, [version_1], clock=lambda: earlier, version="1")
         for n in (1, 2, 3):
             await flow.start(version_1, f"A-{n}", run_id=f"order-{n}")
             earlier += timedelta(seconds=1)
@@ -92,6 +93,34 @@ def test_the_how_to_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         diverges = "shop_unpatched" in command
         assert done.returncode == (1 if diverges else 0), (command, done.stderr)
         assert done.stdout == shown, command
+
+    # The drain: the workers serve until SIGTERM and exit 0, the listings answer.
+    for line in "".join(_blocks("sh")).splitlines():
+        argv = shlex.split(line, comments=True)
+        if not argv or argv[0] != "runfold":
+            continue
+        command = [sys.executable, "-m", "runfold", *argv[1:]]
+        environment = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+        if argv[1] == "worker":
+            with subprocess.Popen(
+                command,
+                cwd=tmp_path,
+                env=environment,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ) as process:
+                assert process.stdout is not None and process.stderr is not None
+                assert process.stdout.readline().startswith("serving shop-order, runs of version")
+                while "serving [" not in process.stderr.readline():  # its lease taken: serving
+                    pass
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(timeout=60) == 0, line
+        else:
+            listed = subprocess.run(
+                command, cwd=tmp_path, env=environment, capture_output=True, check=False
+            )
+            assert listed.returncode == 0, (line, listed.stderr)
 
     # The CI test the page shows, on the export the commands wrote.
     (ci,) = [b for b in _blocks("python") if "def test_the_deploy" in b]

@@ -37,6 +37,7 @@ from runfold.flow.flow import Flow, FlowRun, current_step
 from runfold.flow.info import WorkflowInfo, workflow_info
 from runfold.flow.patches import deprecated_patch, patched
 from runfold.flow.replay import Divergence, ReplayChecker, ReplayResult
+from runfold.flow.versions import code_version
 
 __all__ = [
     "ChildHandle",
@@ -61,6 +62,7 @@ __all__ = [
     "Workflow",
     "WorkflowInfo",
     "child",
+    "code_version",
     "current_step",
     "deprecated_patch",
     "patched",
