@@ -99,11 +99,11 @@ def test_the_how_to_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         argv = shlex.split(line, comments=True)
         if not argv or argv[0] != "runfold":
             continue
-        command = [sys.executable, "-m", "runfold", *argv[1:]]
+        program = [sys.executable, "-m", "runfold", *argv[1:]]
         environment = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
         if argv[1] == "worker":
             with subprocess.Popen(
-                command,
+                program,
                 cwd=tmp_path,
                 env=environment,
                 stdout=subprocess.PIPE,
@@ -118,7 +118,7 @@ def test_the_how_to_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                 assert process.wait(timeout=60) == 0, line
         else:
             listed = subprocess.run(
-                command, cwd=tmp_path, env=environment, capture_output=True, check=False
+                program, cwd=tmp_path, env=environment, capture_output=True, check=False
             )
             assert listed.returncode == 0, (line, listed.stderr)
 
