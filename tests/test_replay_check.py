@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
+from runfold import Envelope, project_run
+from runfold.cli.inert import inert_json
+from runfold.conformance.strategies import valid_histories
 from runfold.flow import Flow
 from runfold.flow.replay import Divergence, ReplayChecker
-from runfold.stores import EventStore, open_store
+from runfold.stores import EventStore, SQLiteStore, open_store
 from runfold.testing import replay
 from runfold.transfer import (
     EXPORT_VERSION,
@@ -248,3 +254,34 @@ async def test_fork_and_resume_on_the_command_line(
 
     refused = runfold_cli("fork", "u", "--from-step", "6", *app, env=env)
     assert "call 4 is step 's4' (failed)" in one_line_error(refused, 1)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(history=valid_histories(run_id="hostile \u202e run \u2028 ✓"))
+def test_an_export_reads_back_event_for_event_and_imports_whole(
+    history: list[Envelope], tmp_path: Path
+) -> None:
+    """Any valid history (hostile ids, payloads, tokens) survives a line, its store, and a
+    terminal's inert JSON, event for event."""
+    line = export_line(history)
+    raw, back = read_export([line, inert_json(line)])  # as written, and as a terminal shows it
+    for read in (raw, back):
+        assert [(e.run_id, e.sequence, e.event, e.recorded_at) for e in read] == [
+            (e.run_id, e.sequence, e.event, e.recorded_at) for e in history
+        ]
+
+    async def through_a_store() -> None:
+        store = await SQLiteStore.open(tmp_path / f"{uuid.uuid4().hex}.db")
+        try:
+            assert await import_runs(store, [back]) == 1
+            stored = await store.read(history[0].run_id)
+            assert [e.event for e in stored] == [e.event for e in history]
+            assert project_run(stored).status == project_run(history).status
+        finally:
+            await store.close()
+
+    asyncio.run(through_a_store())
