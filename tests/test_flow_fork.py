@@ -14,6 +14,7 @@ from runfold.flow import (
     StepError,
     Workflow,
     patched,
+    recv,
     set_attributes,
     sleep,
     step,
@@ -163,3 +164,20 @@ async def test_step_errors_stay_with_the_old_run(store: EventStore) -> None:
         await flow.fork("f", from_step=2)
     BROKEN.clear()
     assert (await flow.fork("f", from_step=1)).output == "fine"
+
+
+async def test_no_wait_of_a_run_with_a_mailbox_is_reused(store: EventStore, clock: Clock) -> None:
+    async def listens(run: str) -> object:
+        first = await step(effect, run, 1, name="s1")
+        message = await recv("news", timeout=timedelta(minutes=1))
+        return [first, message, await step(effect, run, 2, name="s2")]
+
+    flow = Flow(store, [Workflow(name="test-fork-listens", fn=listens)], clock=clock)
+    await flow.start(flow.workflows["test-fork-listens"], "g", run_id="g")
+    clock.advance(timedelta(minutes=2))
+    await flow.run_until_idle()
+    done = await flow.result("g")
+    assert done.output == [10, None, 20]
+    with pytest.raises(ForkRefused, match="call 2 is a sleep or a recv's timer"):
+        await flow.fork("g", from_step=3)
+    assert (await flow.fork("g", from_step=2, new_run_id="g-2")).status == "running"

@@ -13,7 +13,8 @@ What a fork can reuse is the rule: every call before call `n` must be a step tha
 sleep that completed or a record. A `wait_for_event`, a `recv` or a child run is an exchange
 with the outside or another run that a new run cannot take over, and a step that failed or is
 still running has no outcome to reuse: forking from past one is refused (`ForkRefused`, naming
-the call), as is a call the old run never reached.
+the call), as is a call the old run never reached. In a run with a mailbox (`recv`,
+`Flow.send`) a completed wait may be a `recv`'s timer: no wait of such a run is reused.
 
 `Flow.restart(run_id)` is the fork an operator wants after a fix is deployed: from the first
 call of a failed or cancelled run that did not complete (or, when all did, from the end, so the
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from runfold.flow.errors import ForkRefused, UnknownWorkflow
+from runfold.flow.messages import MAILBOX_METADATA
 from runfold.flow.patches import PATCH_WRITE_PREFIX
 from runfold.kernel import (
     AttributesSet,
@@ -73,7 +75,7 @@ def _reusable(snapshot: Snapshot, call_id: str) -> list[Command] | None:
         return None  # a wait_for_event (a timeout's wait shares its id)
     wait = snapshot.waits.get(call_id)
     if wait is not None:
-        if wait.status != "completed":
+        if wait.status != "completed" or _has_mailbox(snapshot):
             return None
         return [
             CreateWait(wait_id=call_id, resume_at=wait.resume_at),
@@ -94,12 +96,20 @@ def _reusable(snapshot: Snapshot, call_id: str) -> list[Command] | None:
     return None
 
 
+def _has_mailbox(snapshot: Snapshot) -> bool:
+    """Whether the run has a mailbox (`recv`, `Flow.send`): then a completed wait may be a
+    `recv`'s timer, which a new run cannot reuse as a sleep."""
+    return any((h.metadata or b"").startswith(MAILBOX_METADATA) for h in snapshot.hooks.values())
+
+
 def _what(snapshot: Snapshot, call_id: str) -> str:
     step = snapshot.steps.get(call_id)
     if step is not None:
         return f"step {step.step_name!r} ({step.status})"
     if call_id in snapshot.hooks or call_id in snapshot.hook_conflicts:
         return "a wait_for_event"
+    if call_id in snapshot.waits and _has_mailbox(snapshot):
+        return "a sleep or a recv's timer (the run has a mailbox)"
     if call_id in snapshot.waits:
         return f"a sleep ({snapshot.waits[call_id].status})"
     if call_id in snapshot.children:
