@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runfold import EventStore
-from runfold.engine.versions import VersionFilter
+from runfold.engine.versions import MISSING, VersionFilter
 from runfold.flow import Flow, Workflow, sleep, step, workflow_info
 from runfold.flow.versions import code_version
 from runfold.stores import open_store
@@ -111,12 +111,15 @@ async def test_workers_of_one_version_leave_the_other_versions_runs(store: Event
     assert len(RAN) == 8  # each body once
 
 
-async def test_a_version_filter_reads_each_run_once(store: EventStore) -> None:
+async def test_a_version_filter_serves_runs_that_recorded_no_version(store: EventStore) -> None:
     flow = Flow(store, [BLUE], version="blue")
     await flow.start(BLUE, None, run_id="a", queued=True)
+    await flow.engine.start("test-versions", b"null", run_id="ticked", queued=True)  # no version
     filter_ = VersionFilter(flow.handler, {"blue"})
-    assert await filter_.keep(["a", "nobody"]) == ["a"]
+    assert await filter_.keep(["a", "nobody", "ticked"]) == ["a", "ticked"]
     assert await filter_.version_of("a") == "blue"
+    assert await filter_.version_of("nobody") is MISSING
+    assert await VersionFilter(flow.handler, {"green"}).keep(["a", "ticked"]) == ["ticked"]
     with pytest.raises(ValueError, match="at least one version"):
         VersionFilter(flow.handler, set())
 

@@ -311,8 +311,7 @@ async def version_page(
         page = await store.list_runs(
             workflow_name=workflow, status=status, cursor=cursor, limit=max(limit, _PAGE)
         )
-        kept = set(await versions.keep([s.run_id for s in page.items]))
-        found.extend(s for s in page.items if s.run_id in kept)
+        found.extend([s for s in page.items if await versions.version_of(s.run_id) == version])
         if len(found) > limit or not page.has_more:
             return runs_page(found, limit)
         cursor = page.cursor
