@@ -6,7 +6,9 @@ running a step body or writing anything; it reports the first call where the cod
 something other than what the history holds (`Divergence`), or a pass. A run that ended
 completed or failed must also end so on the code now: code asking for another call after the
 recorded end diverges there. A cancelled or timed-out run ended from outside, and a live run
-has not ended: for them, agreeing with the history recorded so far is a pass.
+has not ended: for them, agreeing with the history recorded so far is a pass. A live run of a
+workflow the code does not define diverges as a whole (call 0): no code would carry it on; an
+ended one passes.
 
 `runfold replay-check` runs it over a store's runs, `runfold.testing.replay` over histories
 exported to a file (`runfold export`), so CI checks a deploy against production's histories.
@@ -111,6 +113,8 @@ class ReplayChecker:
 
     def _divergence(self, snapshot: Snapshot) -> Divergence | None:
         if snapshot.workflow_name not in self.workflows:
+            if snapshot.is_terminal:
+                return None  # an ended run needs no code
             return Divergence(
                 call=0,
                 recorded=f"a run of workflow {snapshot.workflow_name!r}",
