@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from runfold.flow import Flow, Workflow
+from runfold.flow import Flow, Workflow, definition
 from runfold.stores import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +71,9 @@ async def _record_version_1(folder: Path) -> None:
 
 
 def test_the_how_to_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its `shop-order` is registered here from the folder's shop.py; tests/test_docs.py runs
+    # the page's block of it as another module: the registry is restored afterwards.
+    monkeypatch.setattr(definition, "_REGISTRY", dict(definition._REGISTRY))
     (tmp_path / "shop.py").write_text(_application())
     (tmp_path / "shop_unpatched.py").write_text(
         _application().replace(PATCH_LINE, "    done.append")
@@ -126,7 +129,8 @@ def test_the_how_to_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (ci,) = [b for b in _blocks("python") if "def test_the_deploy" in b]
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "shop", raising=False)
+    monkeypatch.setitem(sys.modules, "shop", None)
+    monkeypatch.delitem(sys.modules, "shop")  # restored (absent) afterwards
     namespace: dict[str, Any] = {"__name__": "ci"}
     exec(compile(ci, "ci", "exec"), namespace)
     namespace["test_the_deploy_replays_every_recorded_run"]()

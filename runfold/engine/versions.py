@@ -33,8 +33,7 @@ MISSING = _Missing()
 
 
 class VersionFilter:
-    """Keeps the runs whose recorded workflow version is one of `versions`, or that recorded
-    none."""
+    """Keeps the runs started on one of `versions`, and those that recorded no version."""
 
     def __init__(self, handler: CommandHandler, versions: Collection[str]) -> None:
         if not versions or not all(isinstance(v, str) and v for v in versions):
