@@ -13,8 +13,9 @@ event written by an older kernel. `version` is this file format's; a reader refu
 it does not know (`ExportFormatError`) rather than misread it.
 
 Import appends each run's events in one `append_if_sequence` from sequence 0, so a run is
-written whole or not at all. A store appends a batch at one time: every imported event
-carries the time of the run's last event (the export keeps each event's own). Everything is
+written whole or not at all, the runs oldest first (by their last event). A store appends a
+batch at one time: every imported event carries the time of the run's last event (the export
+keeps each event's own). Everything is
 checked before the first write: the lines decode, each history folds (`project_run`), no run
 is repeated, none exists in the target and no live hook token is held there
 (`RunsAlreadyExist`, `TokenConflict`), so an import refused is an import that wrote nothing.
@@ -185,14 +186,15 @@ async def import_runs(store: EventStore, histories: Iterable[Sequence[Envelope]]
     existing = [s.run_id for s in await store.get_runs(sorted(seen)) if s is not None]
     if repeated or existing:
         raise RunsAlreadyExist(sorted({*repeated, *existing}))
+    # The tokens the runs' hooks hold (live, or retained past the run's end) must be free.
     for _, snapshot in folded:
-        if snapshot.is_terminal:
-            continue
-        for hook_id in snapshot.active_hook_ids:
-            token = snapshot.hooks[hook_id].token
-            holder = await store.find_hook(token, now=snapshot.updated_at)
+        for claim in run_index(snapshot).claims_at(snapshot.updated_at):
+            holder = await store.find_hook(claim.token, now=snapshot.updated_at)
             if holder is not None:
-                raise TokenConflict(token, holder.run_id, holder.hook_id)
+                raise TokenConflict(claim.token, holder.run_id, holder.hook_id)
+    # Oldest first, as they were written: a token one run freed and a later one took is
+    # claimed again in that order.
+    folded.sort(key=lambda item: item[1].updated_at)
     for history, snapshot in folded:
         await store.append_if_sequence(
             snapshot.run_id,

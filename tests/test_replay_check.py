@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from runfold import Envelope, project_run
+from runfold import Envelope, TokenConflict, project_run
 from runfold.cli.inert import inert_json
 from runfold.conformance.strategies import valid_histories
-from runfold.flow import Flow
+from runfold.flow import Flow, Workflow, wait_for_event
 from runfold.flow.replay import Divergence, ReplayChecker
 from runfold.stores import EventStore, SQLiteStore, open_store
 from runfold.testing import replay
@@ -287,3 +287,29 @@ def test_an_export_reads_back_event_for_event_and_imports_whole(
             await store.close()
 
     asyncio.run(through_a_store())
+
+
+async def test_an_import_whose_hook_token_is_held_writes_nothing(
+    store: EventStore, clock: Clock
+) -> None:
+    async def waits(_: None) -> object:
+        return await wait_for_event("go", token="shared-token")
+
+    waiting = Workflow(name="test-import-waits", fn=waits)
+    flow = Flow(store, [waiting, V1], clock=clock)
+    await flow.start(waiting, None, run_id="holder")
+    await flow.start(V1, "x", run_id="plain")
+
+    def renamed(history: list[Envelope], run_id: str) -> list[Envelope]:
+        return [
+            Envelope(run_id=run_id, sequence=e.sequence, event=e.event, recorded_at=e.recorded_at)
+            for e in history
+        ]
+
+    plain = renamed(await store.read("plain"), "plain-copy")
+    held = renamed(await store.read("holder"), "holder-copy")
+    with pytest.raises(TokenConflict) as caught:
+        await import_runs(store, [plain, held])
+    assert caught.value.holder_run_id == "holder"
+    assert "shared-token" not in str(caught.value)
+    assert await store.read("plain-copy") == [] and await store.read("holder-copy") == []
