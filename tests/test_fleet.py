@@ -15,7 +15,7 @@ import pytest
 
 from runfold import ClaimRun, MemoryStore
 from runfold.engine import Worker
-from runfold.flow import Flow, sleep, workflow
+from runfold.flow import Flow, sleep, step, wait_for_event, workflow
 from runfold.stores import EventStore, WorkerLeases
 from tests.fleet_workflows import EXPECTED, LEDGER_ENV, fleet_run, overlaps, ran_twice, read_ledger
 
@@ -137,3 +137,40 @@ async def test_a_waiting_run_of_a_dead_owner_is_taken_over_and_released() -> Non
     ]
     assert kinds[-2:] == [("RunClaimed", "dead-worker"), ("RunReleased", None)]
     assert await store.orphaned_runs(datetime.now(UTC)) == []
+
+
+@workflow(name="fleet-webhook")
+async def paid_order(order: str) -> str:
+    payment = await wait_for_event("payment", token=f"pay-{order}")
+    return await step(str.upper, f"{order}:{payment}")
+
+
+async def test_a_delivery_from_a_process_outside_the_fleet_is_driven_by_a_worker(
+    store: EventStore,
+) -> None:
+    """A web process (no worker) records the delivery; a worker claims the run and drives it."""
+    worker_flow, web = Flow(store, [paid_order]), Flow(store, [paid_order])
+    serving = asyncio.create_task(
+        worker_flow.serve(poll_interval=30.0, lease=timedelta(seconds=10), handle_signals=False)
+    )
+    await wait_for(lambda: _all_serving([worker_flow]))
+    started = await web.start(paid_order, "o-1", queued=True)
+    run_id = started.run_id
+
+    async def waiting() -> bool:
+        snapshot = (await web.result(run_id)).snapshot
+        return bool(snapshot.active_hook_ids) and snapshot.owner is None
+
+    await wait_for(waiting)  # started by the worker, released at the hook
+    delivered = await web.deliver("pay-o-1", "card")
+    assert delivered.status == "running"  # recorded, not driven here
+    # Woken by the run signal (the worker's poll is 30 s), the worker ends the run.
+    finished = await web.result(run_id, wait=20.0)
+    worker_flow.stop()
+    await serving
+    assert (finished.status, finished.output) == ("completed", "O-1:CARD")
+    history = [envelope.event for envelope in await store.read(run_id)]
+    received = next(i for i, e in enumerate(history) if type(e).__name__ == "HookReceived")
+    # The next thing after the delivery is a worker's claim: nobody drove the run unowned.
+    assert type(history[received + 1]).__name__ == "RunClaimed"
+    assert history[received + 1].owner_id != ""

@@ -689,8 +689,16 @@ def model(history: Sequence[Envelope]) -> dict[str, Any]:
         "input": created.input,
         "deadline": created.deadline,
         "parent_run_id": created.parent_run_id,
+        "owner": None,
+        "owner_epoch": 0,
+        "ready_at": None,
     }
     attributes = dict(created.attributes)
+
+    def note_input(at: datetime) -> None:  # outside input for the fleet, once released
+        if run["owner"] is None and run["owner_epoch"] > 0 and run["ready_at"] is None:
+            run["ready_at"] = at
+
     steps: dict[str, StepState] = {}
     waits: dict[str, WaitState] = {}
     hooks: dict[str, HookState] = {}
@@ -714,6 +722,7 @@ def model(history: Sequence[Envelope]) -> dict[str, Any]:
             run["cancellation"] = Cancellation(
                 reason=ev.reason, requested_at=at, sequence=env.sequence
             )
+            note_input(at)
             for key, step in steps.items():
                 if step.status in ("pending", "running"):
                     steps[key] = attrs.evolve(
@@ -813,11 +822,13 @@ def model(history: Sequence[Envelope]) -> dict[str, Any]:
                 received_at=at,
             )
             hooks[ev.hook_id] = attrs.evolve(hook, deliveries=(*hook.deliveries, delivery))
+            note_input(at)
         elif isinstance(ev, HookDisposed):
             hooks[ev.hook_id] = attrs.evolve(hooks[ev.hook_id], status="disposed")
         elif isinstance(ev, RunClaimed):
             run["owner"] = Ownership(owner_id=ev.owner_id, epoch=ev.epoch, claimed_at=at)
             run["owner_epoch"] = ev.epoch
+            run["ready_at"] = None
         elif isinstance(ev, RunReleased):
             run["owner"] = None
         else:

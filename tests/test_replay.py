@@ -63,9 +63,9 @@ def digest(value: object) -> str:
 
 def snapshot_digest(snapshot: Snapshot) -> str:
     """The digest of `snapshot` as the fixture's runfold printed it: it had no run owners, so
-    a run of its rows has none, and the two fields are left out of the text."""
-    assert (snapshot.owner, snapshot.owner_epoch) == (None, 0)
-    text = repr(snapshot).replace(", owner=None, owner_epoch=0", "", 1)
+    a run of its rows has none, and the three fields are left out of the text."""
+    assert (snapshot.owner, snapshot.owner_epoch, snapshot.ready_at) == (None, 0, None)
+    text = repr(snapshot).replace(", owner=None, owner_epoch=0, ready_at=None", "", 1)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

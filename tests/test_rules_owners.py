@@ -13,16 +13,19 @@ from runfold import (
     CommandHandler,
     CompleteRun,
     CompleteStep,
+    CreateHook,
     LazyStep,
     Ownership,
     OwnershipLost,
     ReleaseRun,
+    RequestCancel,
     RunClaimed,
     RunOwned,
     StartStep,
     TerminalState,
     project_run,
 )
+from tests.conftest import Clock
 from tests.rules_helpers import RUN, assert_rejected, kinds, run_in_status
 
 LAZY = LazyStep(step_name="task", input=b"")
@@ -145,3 +148,50 @@ async def test_an_ended_run_lists_no_owner(handler: CommandHandler) -> None:
     assert owner(ended.snapshot.owner) == ("a", 1)  # the last claim, as it stood
     summary = (await handler.store.get_runs([RUN]))[0]
     assert summary is not None and summary.owner_id is None
+
+
+async def test_input_to_a_released_run_is_due_for_the_fleet_until_claimed(
+    handler: CommandHandler, clock: Clock
+) -> None:
+    await run_in_status(handler, "running")
+    await handler.execute(RUN, CreateHook(hook_id="h", token="tok-ready"))
+    await handler.execute(RUN, ClaimRun(owner_id="a"))
+    await handler.execute(RUN, ReleaseRun(owner_id="a"))
+    clock.advance()
+    delivered = await handler.deliver("tok-ready", b"paid")
+    at = clock()
+    assert delivered.snapshot.ready_at == at
+    assert [w.kind for w in await handler.store.due_wakeups(at, limit=10)] == ["ready"]
+    # A second delivery keeps the first time: the run has been ready since then.
+    clock.advance()
+    again = await handler.deliver("tok-ready", b"again")
+    assert again.snapshot.ready_at == at
+    claimed = await handler.execute(RUN, ClaimRun(owner_id="b"))
+    assert claimed.snapshot.ready_at is None
+    assert await handler.store.due_wakeups(clock(), limit=10) == []
+
+
+async def test_a_cancel_request_to_a_released_run_is_due_for_the_fleet(
+    handler: CommandHandler, clock: Clock
+) -> None:
+    await run_in_status(handler, "running")
+    await handler.execute(RUN, ClaimRun(owner_id="a"))
+    await handler.execute(RUN, ReleaseRun(owner_id="a"))
+    requested = await handler.execute(RUN, RequestCancel(reason="stop"))
+    assert requested.snapshot.ready_at == clock()
+    [wakeup] = await handler.store.due_wakeups(clock(), limit=10)
+    assert (wakeup.kind, wakeup.subject_id) == ("ready", RUN)
+
+
+@pytest.mark.parametrize("claimed", [False, True])
+async def test_input_to_a_never_claimed_or_owned_run_is_not_for_the_fleet(
+    handler: CommandHandler, claimed: bool
+) -> None:
+    """Nobody's run is a single process's (it drives it itself); an owned one its owner's."""
+    await run_in_status(handler, "running")
+    await handler.execute(RUN, CreateHook(hook_id="h", token="tok-own"))
+    if claimed:
+        await handler.execute(RUN, ClaimRun(owner_id="a"))
+    delivered = await handler.deliver("tok-own", b"x")
+    assert delivered.snapshot.ready_at is None
+    assert delivered.snapshot.wakeups() == ()

@@ -10,6 +10,7 @@ import attrs
 import pytest
 
 from runfold import (
+    DEFAULT_RETRY,
     AttemptsExhausted,
     CancelRun,
     CancelStep,
@@ -695,14 +696,24 @@ async def test_retrying_past_the_budget_is_invalid(
     assert (step.status, step.attempt) == ("failed", max_attempts)
 
 
-async def test_a_step_without_a_policy_may_retry_without_bound(handler: CommandHandler) -> None:
+async def test_a_step_without_a_policy_follows_the_default_budget(
+    handler: CommandHandler,
+) -> None:
+    """No race gets a step past the default policy's attempts: the kernel bounds it too."""
     await run_with(handler, "running", attrs.evolve(DEFINE, retry=None))
-    for _ in range(6):
+    for _ in range(DEFAULT_RETRY.max_attempts - 1):
         await handler.execute(RUN, START)
         outcome = await handler.execute(RUN, RetryStep(step_id=STEP, error=b"e"))
         assert kinds(outcome) == ["step_retrying"]
+    await handler.execute(RUN, START)
 
-    assert (await handler.snapshot(RUN)).steps[STEP].attempt == 6
+    with pytest.raises(InvalidCommand, match="retry budget exhausted"):
+        await handler.execute(RUN, RetryStep(step_id=STEP, error=b"e"))
+    # Interrupted in its last attempt (still running), it gets no other start either.
+    with pytest.raises(AttemptsExhausted, match="3 of 3"):
+        await handler.execute(RUN, START)
+    outcome = await handler.execute(RUN, FailStep(step_id=STEP, error=b"e", retryable=True))
+    assert outcome.snapshot.steps[STEP].attempt == DEFAULT_RETRY.max_attempts
 
 
 # --- CancelStep ---------------------------------------------------------------------------------

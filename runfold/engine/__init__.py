@@ -6,7 +6,7 @@ runs step bodies with retries, and resumes runs when timers fall due or hooks ar
 See `docs/reference/engine.md`.
 """
 
-from runfold.engine.engine import Engine, EngineSummary, Resumption, Suspension, SuspensionKind
+from runfold.engine.engine import Engine
 from runfold.engine.errors import (
     BaseExceptionRaised,
     EngineError,
@@ -46,6 +46,7 @@ from runfold.engine.runtime import (
     WorkflowRuntime,
 )
 from runfold.engine.schedule import Schedule
+from runfold.engine.suspensions import EngineSummary, Resumption, Suspension, SuspensionKind
 from runfold.engine.worker import Worker, WorkerCounts
 
 __all__ = [

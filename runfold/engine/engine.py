@@ -24,15 +24,22 @@ import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Literal, TypeAlias
 
 import attrs
 
-from runfold.engine.drive import Drive
+from runfold.engine.drive import Drive, DriveSetup
 from runfold.engine.errors import RunDefinitionConflict, WorkflowNotServed
+from runfold.engine.journal import StepsInFlight
 from runfold.engine.lease import Lease
 from runfold.engine.retry import DEFAULT_JITTER
 from runfold.engine.runtime import DEFAULT_STEP_TIMEOUT, EngineObserver, WorkflowRuntime
+from runfold.engine.suspensions import (
+    EngineSummary,
+    Resumption,
+    Suspension,
+    suspension_order,
+    suspensions_of,
+)
 from runfold.handler import CommandHandler, Outcome, new_run_id
 from runfold.kernel import (
     LIVE_RUN_STATUSES,
@@ -61,56 +68,12 @@ from runfold.kernel import (
     decide,
 )
 
-__all__ = ["Engine", "EngineSummary", "Resumption", "Suspension", "SuspensionKind"]
+__all__ = ["Engine"]
 
 _log = logging.getLogger("runfold.engine")
 
-SuspensionKind: TypeAlias = Literal["wait", "retry", "deadline", "hook"]
-"""What a `Suspension` waits on: a wait, a delayed step retry, the deadline, or a hook."""
-_KIND_ORDER: dict[str, int] = {"wait": 0, "retry": 1, "deadline": 2, "hook": 3}
 _LIVE: tuple[RunStatus, ...] = ("pending", "running", "cancelling")
 _PAGE = 500
-
-
-@attrs.frozen(kw_only=True)
-class Suspension:
-    """Open work of a live run: a wait, a delayed retry, the deadline, or a hook.
-
-    Each is due at `due_at`, except a hook awaiting a delivery (`due_at=None`, never `due`).
-    """
-
-    run_id: str
-    kind: SuspensionKind
-    subject_id: str
-    due_at: datetime | None
-    due: bool
-
-
-@attrs.frozen(kw_only=True)
-class Resumption:
-    """What `Engine.resume_due` did for one run: its due wakeups, and how the drive ended.
-
-    Either `snapshot` is where the drive ended or `error` is what stopped it; other runs are
-    resumed regardless.
-    """
-
-    run_id: str
-    wakeups: tuple[Wakeup, ...]
-    snapshot: Snapshot | None
-    error: Exception | None
-
-
-@attrs.frozen(kw_only=True)
-class EngineSummary:
-    """Counts across the store: runs by status, and the open work of live runs."""
-
-    runs: int
-    by_status: Mapping[str, int]
-    open_waits: int
-    active_hooks: int
-    delayed_retries: int
-    due: int
-    """Waits, retries and deadlines already due (what `resume_due` would pick up)."""
 
 
 class Engine:
@@ -169,7 +132,7 @@ class Engine:
         self.jitter = jitter
         self.step_timeout = step_timeout
         self.workflow_names: frozenset[str] = frozenset(served)
-        self._in_flight: set[tuple[str, str]] = set()
+        self._in_flight = StepsInFlight()
         self.lease = lease
 
     # --- run lifecycle ------------------------------------------------------------------------
@@ -225,7 +188,7 @@ class Engine:
             self._check_served(run_id, workflow_name)
             if queued:
                 return (await self.execute(run_id, (create,))).snapshot
-            return await Drive(self, run_id, None, (StartRun(create=create),)).run()
+            return await Drive(self._setup(), run_id, None, (StartRun(create=create),)).run()
         first = (await self.handler.history(run_id, limit=1))[0].event
         if not isinstance(first, RunCreated) or not isinstance(intended, RunCreated):
             raise AssertionError("a run's first event is run_created")
@@ -266,7 +229,20 @@ class Engine:
         self._check_served(snapshot.run_id, snapshot.workflow_name)
         if snapshot.is_terminal:
             return snapshot
-        return await Drive(self, snapshot.run_id, snapshot, displacing=displacing).run()
+        return await Drive(self._setup(), snapshot.run_id, snapshot, displacing=displacing).run()
+
+    def _setup(self) -> DriveSetup:
+        """What a drive takes from this engine now (a `Worker` may change the lease)."""
+        return DriveSetup(
+            handler=self.handler,
+            runtime=self.runtime,
+            execute=self.execute,
+            in_flight=self._in_flight,
+            lease=self.lease,
+            max_replay_iterations=self.max_replay_iterations,
+            step_timeout=self.step_timeout,
+            jitter=self.jitter,
+        )
 
     async def resume_wait(self, run_id: str, wait_id: str) -> Snapshot:
         """Complete a wait (due or not: the caller decides when) and drive the run.
@@ -306,7 +282,9 @@ class Engine:
             now, limit=limit, workflow_names=self.workflow_names
         )
         for wakeup in wakeups:
-            by_run.setdefault(wakeup.run_id, []).append(wakeup)
+            # Input for a fleet's run is a worker's to take (see `deliver`).
+            if wakeup.kind != "ready" or self.lease is not None:
+                by_run.setdefault(wakeup.run_id, []).append(wakeup)
         resumed = []
         for run_id, due in by_run.items():
             try:
@@ -379,7 +357,9 @@ class Engine:
     async def deliver(self, token: str, payload: bytes, delivery_id: str | None = None) -> Snapshot:
         """Deliver `payload` to the live hook holding `token`, then drive its run.
 
-        A repeated `delivery_id` with the same payload is recorded once.
+        A repeated `delivery_id` with the same payload is recorded once. A run of a fleet is
+        driven only by its workers: without a `lease`, once a worker ever claimed the run, the
+        delivery is recorded and a worker takes the run on (its `ready` wakeup).
 
         Raises:
             HookNotFound: No live hook holds the token.
@@ -390,10 +370,12 @@ class Engine:
         """
         outcome = await self.handler.deliver(token, payload, delivery_id)
         await self._notify(outcome.appended)
-        return await self._drive(outcome.snapshot)
+        return await self._take_input(outcome.snapshot)
 
     async def request_cancel(self, run_id: str, reason: str | None = None) -> Snapshot:
         """Ask a run to cancel, then drive it so the workflow can end it.
+
+        A run of a fleet is driven as `deliver` says.
 
         Its open steps, waits and hooks are cancelled; the workflow, seeing
         `snapshot.cancellation`, must end the run as cancelled or failed (it may run cleanup
@@ -405,7 +387,22 @@ class Engine:
             RunfoldError: Whatever `drive` raises.
         """
         outcome = await self.execute(run_id, (RequestCancel(reason=reason),))
-        return await self._drive(outcome.snapshot)
+        return await self._take_input(outcome.snapshot)
+
+    async def _take_input(self, snapshot: Snapshot) -> Snapshot:
+        """Drive a run that input (a delivery, a cancellation request) just reached, unless it
+        is a fleet's and this engine is none of its workers.
+
+        A run a worker ever claimed belongs to the fleet: an engine without a lease (a web
+        process, say) leaves it be, and the run's `ready` wakeup hands it to a worker. With a
+        lease, a run another live worker owns is left to it: the owner sees the input.
+        """
+        if self.lease is None and snapshot.owner_epoch > 0:
+            return snapshot
+        try:
+            return await self._drive(snapshot)
+        except RunOwned:
+            return await self.handler.snapshot(snapshot.run_id)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Snapshot:
         """End a run as cancelled now, without asking the workflow (no cleanup).
@@ -449,8 +446,8 @@ class Engine:
         found: list[Suspension] = []
         for status in _LIVE:
             async for summary in self._summaries(status):
-                found.extend(self._suspensions(await self.handler.snapshot(summary.run_id), now))
-        found.sort(key=lambda s: (s.run_id, _KIND_ORDER[s.kind], s.subject_id))
+                found.extend(suspensions_of(await self.handler.snapshot(summary.run_id), now))
+        found.sort(key=suspension_order)
         return tuple(found)
 
     async def summary(self, now: datetime | None = None) -> EngineSummary:
@@ -462,7 +459,7 @@ class Engine:
             by_status[summary.status] = by_status.get(summary.status, 0) + 1
             if summary.status in LIVE_RUN_STATUSES:
                 snapshot = await self.handler.snapshot(summary.run_id)
-                open_work.extend(self._suspensions(snapshot, now))
+                open_work.extend(suspensions_of(snapshot, now))
         kinds = [s.kind for s in open_work]
         return EngineSummary(
             runs=sum(by_status.values()),
@@ -487,29 +484,7 @@ class Engine:
                 return
             cursor = page.cursor
 
-    @staticmethod
-    def _suspensions(snapshot: Snapshot, now: datetime) -> list[Suspension]:
-        if not snapshot.is_live:
-            return []
-        found = [
-            Suspension(
-                run_id=snapshot.run_id,
-                kind=w.kind,
-                subject_id=w.subject_id,
-                due_at=w.due_at,
-                due=w.due_at <= now,
-            )
-            for w in snapshot.wakeups()
-        ]
-        found.extend(
-            Suspension(
-                run_id=snapshot.run_id, kind="hook", subject_id=h.hook_id, due_at=None, due=False
-            )
-            for h in snapshot.active_hooks()
-        )
-        return found
-
-    # --- what drives use ----------------------------------------------------------------------
+    # --- appending and checks --------------------------------------------------------------------
 
     def _check_served(self, run_id: str, workflow_name: str) -> None:
         if workflow_name not in self.workflow_names:
@@ -518,18 +493,6 @@ class Engine:
                 "does not declare",
                 run_id=run_id,
             )
-
-    def running(self, run_id: str, step_id: str) -> bool:
-        """Whether a drive of this engine is running the step's body (or holds its outcome)."""
-        return (run_id, step_id) in self._in_flight
-
-    def claim(self, run_id: str, step_ids: Iterable[str]) -> None:
-        """Mark steps as run by a drive of this engine, so that other drives leave them be."""
-        self._in_flight.update((run_id, step_id) for step_id in step_ids)
-
-    def release(self, run_id: str, step_ids: Iterable[str]) -> None:
-        """Undo `claim`: the steps' outcomes are durable, or the drive ended."""
-        self._in_flight.difference_update((run_id, step_id) for step_id in step_ids)
 
     async def execute(
         self,
@@ -541,7 +504,11 @@ class Engine:
         decided: BatchDecision | None = None,
         acting_as: Ownership | None = None,
     ) -> Outcome:
-        """`CommandHandler.execute_many`, then the observers see what was appended."""
+        """`CommandHandler.execute_many`, then the observers see what was appended.
+
+        How drives append, and how a process that runs no workflow records a command a drive
+        would have (the engine's observers see it).
+        """
         outcome = await self.handler.execute_many(
             run_id,
             commands,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from datetime import timedelta
 
-from runfold.kernel import RetryPolicy
+from runfold.kernel import DEFAULT_RETRY, RetryPolicy
 
 __all__ = [
     "DEFAULT_JITTER",
@@ -19,9 +19,6 @@ __all__ = [
     "jitter_fraction",
     "retry_delay",
 ]
-
-DEFAULT_RETRY = RetryPolicy()
-"""The policy the engine applies to a step created without one: 3 attempts, 1 s, doubling."""
 
 DEFAULT_JITTER = 0.2
 """By default a delay is shortened by up to 20 %, never lengthened past the policy's."""

@@ -1,7 +1,7 @@
 """How a drive runs a run's steps: start them in one append, run their bodies, record outcomes.
 
-`StepRunner` is the part of `runfold.engine.drive.Drive` about steps, kept apart so that each
-module holds one idea: the drive's loop and pending commands there, steps here.
+`StepRunner` is the piece of a drive (`runfold.engine.drive.Drive`) about steps: it proposes
+their starts and outcomes on the drive's `Journal` and runs their bodies through the runtime.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Generator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runfold.engine.errors import InvalidDecision, StepTimedOut
+from runfold.engine.journal import Journal
 from runfold.engine.raised import as_failure, error_payload, is_code_failure, unrecordable
 from runfold.engine.retry import DEFAULT_RETRY, retry_delay
-from runfold.engine.runtime import ScheduleStep, StepFailure, StepInvocation
+from runfold.engine.runtime import ScheduleStep, StepFailure, StepInvocation, WorkflowRuntime
 from runfold.kernel import (
     Command,
     CompleteStep,
@@ -26,13 +27,9 @@ from runfold.kernel import (
     Rejection,
     RetryPolicy,
     RetryStep,
-    Snapshot,
     StartStep,
     StepState,
 )
-
-if TYPE_CHECKING:
-    from runfold.engine.engine import Engine
 
 __all__ = ["StepRunner", "describe"]
 
@@ -110,38 +107,23 @@ class _ArmedAtSuspension:
 
 
 class StepRunner:
-    """The steps of a drive; `Drive` gives the state and the pending-command methods used here."""
+    """Runs the steps a workflow schedules on a drive's journal: starts, bodies, outcomes."""
 
-    __slots__ = ()
+    __slots__ = ("jitter", "journal", "run_id", "runtime", "step_timeout")
 
-    engine: Engine
-    run_id: str
-    claims: set[str]
-
-    @property
-    def snapshot(self) -> Snapshot:
-        """The provisional snapshot (`Drive.snapshot`)."""
-        raise NotImplementedError
-
-    def propose(self, command: Command) -> bool:
-        """`Drive.propose`."""
-        raise NotImplementedError
-
-    async def record(self, command: Command, what: str) -> bool:
-        """`Drive.record`."""
-        raise NotImplementedError
-
-    async def flush(self) -> str:
-        """`Drive.flush`."""
-        raise NotImplementedError
-
-    async def moved_on(self) -> bool:
-        """`Drive.moved_on`."""
-        raise NotImplementedError
-
-    def same_definition(self, command: Command, now: datetime) -> None:
-        """`Drive.same_definition`."""
-        raise NotImplementedError
+    def __init__(
+        self,
+        journal: Journal,
+        runtime: WorkflowRuntime,
+        *,
+        step_timeout: timedelta | None,
+        jitter: float,
+    ) -> None:
+        self.journal = journal
+        self.run_id = journal.run_id
+        self.runtime = runtime
+        self.step_timeout = step_timeout
+        self.jitter = jitter
 
     async def schedule(self, calls: Sequence[ScheduleStep], now: datetime) -> bool:
         """Start the steps of one decision that can run now, run their bodies, record outcomes.
@@ -149,7 +131,8 @@ class StepRunner:
         The starts go in one append, the bodies run concurrently. Returns False when none can
         run (each waits for a delayed retry or is being run by this engine already).
         """
-        view = self.snapshot
+        journal = self.journal
+        view = journal.snapshot
         run_id = self.run_id
         if not calls:
             raise InvalidDecision("ScheduleSteps needs at least one step", run_id=run_id)
@@ -171,15 +154,13 @@ class StepRunner:
                     input=call.input,
                     retry=call.retry,
                 )
-                self.same_definition(create, now)
+                journal.same_definition(create, now)
                 if step.status not in ("pending", "running"):
                     continue
                 delayed = step.retry_after is not None and step.retry_after > now
                 # Claimed by another drive of this engine (its body is running there); a claim
                 # of this drive's own only holds an outcome not yet appended.
-                elsewhere = call.step_id not in self.claims and self.engine.running(
-                    run_id, call.step_id
-                )
+                elsewhere = journal.elsewhere(call.step_id)
                 if delayed or elsewhere:
                     waiting = True
                     continue
@@ -196,7 +177,7 @@ class StepRunner:
             chosen.append((call, step))
         if exhausted:  # failed for good: the workflow looks again first
             for failure in exhausted:
-                await self.record(failure, repr(failure))
+                await journal.record(failure, repr(failure))
             return True
         if not chosen:
             if waiting:
@@ -208,8 +189,7 @@ class StepRunner:
             )
         # Claimed before the first await, so a concurrent drive of this engine leaves them be.
         ids = [call.step_id for call, _ in chosen]
-        self.engine.claim(run_id, ids)
-        self.claims.update(ids)
+        journal.hold(ids)
         for call, step in chosen:
             if step is None:
                 lazy = LazyStep(step_name=call.step_name, input=call.input, retry=call.retry)
@@ -217,22 +197,20 @@ class StepRunner:
             else:
                 start = StartStep(step_id=call.step_id, retry=_changed_policy(step, call))
             try:
-                self.propose(start)
+                journal.propose(start)
             except Rejection as exc:
-                self.engine.release(run_id, ids)
-                self.claims.difference_update(ids)
-                if await self.moved_on():
+                journal.let_go(ids)
+                if await journal.moved_on():
                     return True  # another writer created, started or finished it first
                 if isinstance(exc, InvalidCommand):  # a name, an input the kernel refuses
                     raise unrecordable(repr(call), exc, run_id) from exc
                 raise
         # The starts are durable before any body runs. Refused, they are not ours to run.
-        if await self.flush() == "refused":
-            self.engine.release(run_id, ids)
-            self.claims.difference_update(ids)
+        if await journal.flush() == "refused":
+            journal.let_go(ids)
             return True
         timeouts = {call.step_id: call.timeout for call, _ in chosen}
-        await self.run_bodies([self.snapshot.steps[i] for i in ids], timeouts)
+        await self.run_bodies([journal.snapshot.steps[i] for i in ids], timeouts)
         return True
 
     async def run_bodies(
@@ -262,7 +240,7 @@ class StepRunner:
                     except Exception as exc:
                         errors.append(exc)
                 if tasks and not errors:  # the outcomes known so far, in one append
-                    await self.flush()
+                    await self.journal.flush()
         finally:
             for task in tasks:
                 task.cancel()
@@ -276,7 +254,7 @@ class StepRunner:
 
         The attempt fails as timed out after `timeout` (None: the engine's `step_timeout`).
         """
-        limit = timeout if timeout is not None else self.engine.step_timeout
+        limit = timeout if timeout is not None else self.step_timeout
         scope = asyncio.timeout(None) if limit is not None else None
         invocation = StepInvocation(
             run_id=self.run_id,
@@ -288,10 +266,10 @@ class StepRunner:
         )
         try:
             if scope is None or limit is None:
-                output = await self.engine.runtime.run_step(invocation)
+                output = await self.runtime.run_step(invocation)
             else:
                 async with scope:
-                    body = self.engine.runtime.run_step(invocation)
+                    body = self.runtime.run_step(invocation)
                     output = await _ArmedAtSuspension(body, scope, limit)
         except Exception as exc:
             failure: Exception = exc
@@ -330,10 +308,10 @@ class StepRunner:
             run_id=self.run_id,
             step_id=step.step_id,
             attempt=step.attempt,
-            jitter=self.engine.jitter,
+            jitter=self.jitter,
         )
         return RetryStep(
-            step_id=step.step_id, error=error, retry_after=self.engine.handler.clock() + delay
+            step_id=step.step_id, error=error, retry_after=self.journal.clock() + delay
         )
 
     def superseded(self, attempt: StepState) -> bool:
@@ -341,7 +319,7 @@ class StepRunner:
 
         Another writer finished it, cancelled it or started another attempt.
         """
-        view = self.snapshot
+        view = self.journal.snapshot
         now = view.steps.get(attempt.step_id)
         return (
             view.is_terminal
@@ -356,9 +334,10 @@ class StepRunner:
         step for good instead, so the step is neither stuck nor run again. An outcome made moot
         by others (the step finished, the run ended) is dropped.
         """
+        journal = self.journal
         try:
             try:
-                self.propose(command)
+                journal.propose(command)
             except InvalidCommand as exc:
                 _log.warning(
                     "the outcome of step %r of run %r cannot be recorded: %s",
@@ -366,11 +345,13 @@ class StepRunner:
                     self.run_id,
                     exc,
                 )
-                self.propose(FailStep(step_id=step.step_id, error=describe(exc), retryable=False))
+                journal.propose(
+                    FailStep(step_id=step.step_id, error=describe(exc), retryable=False)
+                )
         except Rejection:
-            if self.superseded(step) or (await self.moved_on() and self.superseded(step)):
+            if self.superseded(step) or (await journal.moved_on() and self.superseded(step)):
                 _log.debug("outcome of step %r of run %r was superseded", step.step_id, self.run_id)
                 return
             raise
         if commit:
-            await self.flush()
+            await journal.flush()

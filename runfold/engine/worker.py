@@ -48,12 +48,15 @@ from runfold.kernel import (
     TerminalState,
 )
 from runfold.stores.leases import WorkerLeases
+from runfold.stores.signals import RunSignals
 
 __all__ = ["Worker", "WorkerCounts"]
 
 _log = logging.getLogger("runfold.worker")
 _BATCH = 100
 """How many due wakeups and orphans one look at the store asks for."""
+_WAKE_SPACING = 0.01
+"""Seconds between two looks woken by signals (`RunSignals.wait_for_work`)."""
 
 
 @attrs.define
@@ -80,8 +83,11 @@ class Worker:
         lease: How long the lease holds without a renewal (renewed every third of it). Another
             worker takes over this one's runs once it lapsed.
         concurrency: How many runs it drives at once.
-        poll_interval: Seconds: the longest it sleeps before looking for work again (it wakes
-            earlier for the next due wakeup it knows of, and on `wake()`).
+        poll_interval: Seconds: the longest it sleeps before looking for work again. It wakes
+            earlier for the next due wakeup it knows of, on `wake()`, and, on a store with
+            `RunSignals`, soon after an append leaves a live run without an owner (from any
+            process on PostgreSQL; from this one on SQLite, whose other processes' work waits
+            for the poll).
         grace: Seconds `stop` gives running drives to finish before cancelling them.
         schedules: Workflows to start at each tick of a cron expression, once across the fleet.
         versions: Claim only runs whose recorded `workflow_version` is one of these (a
@@ -161,6 +167,12 @@ class Worker:
         await self._join()
         self._ticked = self.engine.handler.clock()
         heartbeat = asyncio.create_task(self._heartbeat(), name=f"lease {self.worker_id}")
+        store = self.engine.handler.store
+        listener = (
+            asyncio.create_task(self._wake_on_work(store), name=f"signals {self.worker_id}")
+            if isinstance(store, RunSignals)
+            else None
+        )
         _log.info("worker %s serving %s", self.worker_id, sorted(self.engine.workflow_names))
         try:
             while not self._stopping.is_set():
@@ -176,12 +188,28 @@ class Worker:
                     await asyncio.wait_for(self._wake.wait(), pause)
         finally:
             await self._wind_down()
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            for task in (heartbeat, listener):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             with contextlib.suppress(StoreUnavailable, StoreClosed):
                 await self.leases.drop_lease(self.worker_id)
             _log.info("worker %s stopped: %s", self.worker_id, self.counts)
+
+    async def _wake_on_work(self, signals: RunSignals) -> None:
+        """Look for work soon after an append anywhere leaves a live run without an owner (a
+        queued start, a released run, a delivery), rather than at the next poll."""
+        while True:
+            try:
+                woken = await signals.wait_for_work(self.poll_interval)
+            except (StoreUnavailable, StoreClosed):
+                woken = False
+                await asyncio.sleep(self.poll_interval)
+            if woken:
+                self._wake.set()
+                # Tidings in a burst make one look: the look finds all their work.
+                await asyncio.sleep(_WAKE_SPACING)
 
     async def _look(self) -> float:
         """Claim what there is room for; the seconds to sleep before looking again."""

@@ -55,9 +55,12 @@ from runfold.kernel import (
     Snapshot,
 )
 from runfold.stores.protocol import EventStore
+from runfold.stores.signals import RunSignals
 
 __all__ = ["Flow", "FlowRun", "current_step"]
 
+RESULT_RECHECK = 2.0
+"""Seconds: `Flow.result` reads a waited-for run at least this often, signal or not."""
 _RUN_ENDS = frozenset({RunCompleted, RunFailed, RunCancelled, RunTimedOut})
 # The decisions the Family acts on (a child's creation, a wait on a child).
 _FAMILY_DECISIONS = frozenset({LinkChildOperation, AwaitHook})
@@ -216,7 +219,9 @@ class Flow:
     async def deliver(self, token: str, payload: Any, *, delivery_id: str | None = None) -> FlowRun:
         """Deliver `payload` to the `wait_for_event` holding `token`, and drive its run.
 
-        A repeated `delivery_id` with the same payload is recorded once.
+        A repeated `delivery_id` with the same payload is recorded once. A run of a fleet is
+        driven by its workers: a process that does not serve (`serve`) only records the
+        delivery, and a worker, woken by it, takes the run on.
 
         Raises:
             HookNotFound: No live hook holds the token.
@@ -392,9 +397,10 @@ class Flow:
     async def result(self, run_id: str, *, wait: float | None = None) -> FlowRun:
         """The run as it stands; with `wait`, once it ended or `wait` seconds passed.
 
-        Any process may wait, one that serves no workflow included: it reads what the run
-        appended since (one read) at growing intervals, from 10 ms to at most 0.5 s, so a run
-        that ends is seen within half a second of it.
+        Any process may wait, one that serves no workflow included. It is woken when the run
+        ends (`RunSignals`: within the process on every store, from any process on
+        PostgreSQL), and reads the run again at least every `RESULT_RECHECK` seconds, since a
+        signal may be lost with a connection, or come from another process on SQLite.
 
         Raises:
             RunNotFound: The run has no history.
@@ -402,14 +408,31 @@ class Flow:
         snapshot = await self.handler.snapshot(run_id)
         if wait is None or snapshot.is_terminal:
             return self.report(snapshot)
+        store = self.handler.store
+        signals = store if isinstance(store, RunSignals) else None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         pause = 0.01
-        while not snapshot.is_terminal and loop.time() < deadline:
-            await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
-            pause = min(pause * 2, 0.5)
-            snapshot = await self.handler.snapshot(run_id)
-        return self.report(snapshot)
+        while (left := deadline - loop.time()) > 0:
+            if signals is None:  # a store without signals: read at growing intervals
+                await asyncio.sleep(min(pause, left))
+                pause = min(pause * 2, RESULT_RECHECK)
+                snapshot = await self.handler.snapshot(run_id)
+            else:  # wait from before the read, so an end in between is not missed
+                ended = asyncio.ensure_future(
+                    signals.wait_for_end(run_id, min(left, RESULT_RECHECK))
+                )
+                await asyncio.sleep(0)
+                try:
+                    snapshot = await self.handler.snapshot(run_id)
+                    if not snapshot.is_terminal:
+                        await ended
+                finally:
+                    ended.cancel()
+            if snapshot.is_terminal:
+                return self.report(snapshot)
+        # The wait is over: the run as it stands now (it may have ended during the last wait).
+        return self.report(await self.handler.snapshot(run_id))
 
     def report(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` as a `FlowRun`."""

@@ -80,6 +80,7 @@ from runfold.kernel.errors import (
     WaitNotFound,
 )
 from runfold.kernel.events import (
+    DEFAULT_RETRY,
     EVENT_TYPES,
     AttributeChange,
     AttributesSet,
@@ -156,6 +157,7 @@ from runfold.kernel.snapshot import (
 )
 
 __all__ = [
+    "DEFAULT_RETRY",
     "EVENT_TYPES",
     "LIVE_RUN_STATUSES",
     "MAX_BACKOFF_COEFFICIENT",

@@ -17,6 +17,7 @@ import attrs
 from runfold.kernel._fast import fast_inits, frozen_columns, frozen_factory
 
 __all__ = [
+    "DEFAULT_RETRY",
     "EVENT_TYPES",
     "AttributeChange",
     "AttributesSet",
@@ -82,6 +83,14 @@ class RetryPolicy:
     backoff_coefficient: float = 2.0
     max_interval: timedelta | None = None
     non_retryable_error_codes: tuple[str, ...] = ()
+
+
+DEFAULT_RETRY = RetryPolicy()
+"""The policy of a step recorded without one: 3 attempts, 1 s, doubling.
+
+The kernel bounds such a step's attempts by it, as it bounds a recorded policy's, so no race
+between writers gets a step past its budget, whatever policy the writers had in mind.
+"""
 
 
 @attrs.frozen(kw_only=True)

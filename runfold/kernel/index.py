@@ -26,8 +26,12 @@ __all__ = [
     "run_index",
 ]
 
-WakeupKind: TypeAlias = Literal["wait", "retry", "deadline"]
-"""What a `Wakeup` is for: a wait's timer, a delayed step retry, or the run's deadline."""
+WakeupKind: TypeAlias = Literal["wait", "retry", "deadline", "ready"]
+"""What a `Wakeup` is for.
+
+A wait's timer, a delayed step retry, the run's deadline, or input that reached a run of the
+fleet while no worker owned it (`Snapshot.ready_at`).
+"""
 T = TypeVar("T")
 
 
@@ -72,9 +76,10 @@ class HookHolder:
 
 @attrs.frozen(kw_only=True)
 class Wakeup:
-    """Something of a live run due at `due_at`: a wait, a delayed step retry, or the deadline.
+    """Something of a live run due at `due_at`.
 
-    `subject_id` is the wait id, the step id, or the run id for a deadline.
+    A wait, a delayed step retry, the deadline, or input for the fleet (`ready`).
+    `subject_id` is the wait id, the step id, or the run id for a deadline and for `ready`.
     """
 
     run_id: str

@@ -50,6 +50,7 @@ from runfold.stores.protocol import (
     runs_page,
     time_key,
 )
+from runfold.stores.signals import BoardSignals, SignalBoard
 
 __all__ = ["MemoryStore"]
 
@@ -77,7 +78,7 @@ def _position(row: _Row) -> int:
     return row.position
 
 
-class MemoryStore(MemoryLeases):
+class MemoryStore(MemoryLeases, BoardSignals):
     """An `EventStore` in process memory: for tests, examples, and as the conformance oracle.
 
     It keeps worker leases too (`WorkerLeases`), so a fleet of workers in one process can share
@@ -93,6 +94,7 @@ class MemoryStore(MemoryLeases):
         self._indexes: dict[str, RunIndex] = {}
         self._tokens: dict[str, tuple[str, HookClaim]] = {}
         self._leases: dict[str, WorkerLease] = {}
+        self._signals = SignalBoard()
 
     async def __aenter__(self) -> Self:
         return self
@@ -108,6 +110,7 @@ class MemoryStore(MemoryLeases):
     async def close(self) -> None:
         """Close the store; later calls raise `StoreClosed`, closing again is harmless."""
         self._closed = True
+        self._signals.wake_all()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -176,6 +179,7 @@ class MemoryStore(MemoryLeases):
             self._rows.setdefault(run_id, rows).extend(new_rows)
             self._feed.extend(new_rows)
             self._replace_index(run_id, index, recorded_at)
+        self._post(index)
         return [
             Envelope(
                 run_id=run_id,

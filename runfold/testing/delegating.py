@@ -26,29 +26,37 @@ from runfold.kernel import (
 )
 from runfold.stores.leases import WorkerLeases
 from runfold.stores.protocol import EventStore
+from runfold.stores.signals import RunSignals
 
 __all__ = ["DelegatingStore"]
 
 
 _LEASE_METHODS = ("renew_lease", "drop_lease", "list_leases", "orphaned_runs")
 """The methods of `WorkerLeases`."""
+_SIGNAL_METHODS = ("wait_for_work", "wait_for_end")
+"""The methods of `RunSignals`."""
 
 
 class DelegatingStore:
     """Passes every call to `inner` after awaiting `pause()`, which subclasses override.
 
     When `inner` keeps worker leases (`WorkerLeases`), so does the wrapper: it passes the four
-    lease methods on too, and is a `WorkerLeases` to an `isinstance` check exactly then.
+    lease methods on too, and is a `WorkerLeases` to an `isinstance` check exactly then; the
+    same for `RunSignals` (its waits go straight through, without `pause()`).
     """
 
     def __init__(self, inner: EventStore) -> None:
         self.inner = inner
+        # Set on the instance, not written on the class: a wrapper of a store without leases
+        # (signals) must not pass for one that keeps them. A subclass's own method stays.
         if isinstance(inner, WorkerLeases):
-            # Set on the instance, not written on the class: a wrapper of a store without
-            # leases must not pass for one that keeps them. A subclass's own method stays.
             for name in _LEASE_METHODS:
                 if not hasattr(type(self), name):
                     setattr(self, name, getattr(self, f"_forward_{name}"))
+        if isinstance(inner, RunSignals):
+            for name in _SIGNAL_METHODS:
+                if not hasattr(type(self), name):
+                    setattr(self, name, getattr(inner, name))
 
     async def pause(self) -> None:
         """Runs before every call but `close`; a no-op here."""

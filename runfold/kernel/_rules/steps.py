@@ -31,6 +31,8 @@ from runfold.kernel.errors import (
     TooEarly,
 )
 from runfold.kernel.events import (
+    DEFAULT_RETRY,
+    RetryPolicy,
     StepCancelled,
     StepCompleted,
     StepCreated,
@@ -49,6 +51,12 @@ def _step_record(ctx: RuleContext, step_id: str) -> Any:
     if record is None:
         raise StepNotFound(f"step {step_id!r} not found in run {snap.run_id!r}", run_id=snap.run_id)
     return record
+
+
+def _policy(record: Any) -> RetryPolicy:
+    """The step's recorded retry policy, or the default one a step without one follows."""
+    policy: RetryPolicy = record.retry if record.retry is not None else DEFAULT_RETRY
+    return policy
 
 
 def _same_definition(record: Any, step_name: str, input: bytes) -> bool:
@@ -128,9 +136,9 @@ def _start_step(ctx: RuleContext, cmd: StartStep) -> NewEvents:
         )
     # A new policy applies from this attempt on; the step keeps its own when none is given.
     changed = cmd.retry if cmd.retry is not None and cmd.retry != record.retry else None
-    policy = changed if changed is not None else record.retry
+    policy = changed if changed is not None else _policy(record)
     interrupted = record.status == "running"
-    if policy is not None and record.attempt >= policy.max_attempts:
+    if record.attempt >= policy.max_attempts:
         what = "was interrupted in its last attempt" if interrupted else "has no attempt left"
         raise AttemptsExhausted(
             f"step {cmd.step_id!r} of run {snap.run_id!r} {what} "
@@ -189,10 +197,10 @@ def _retry_step(ctx: RuleContext, cmd: RetryStep) -> NewEvents:
             f"{snap.status!r}",
             run_id=snap.run_id,
         )
-    if record.retry is not None and record.attempt >= record.retry.max_attempts:
+    if record.attempt >= (policy := _policy(record)).max_attempts:
         raise InvalidCommand(
             f"step {cmd.step_id!r} of run {snap.run_id!r}: retry budget exhausted "
-            f"({record.attempt} of {record.retry.max_attempts} attempts); use FailStep",
+            f"({record.attempt} of {policy.max_attempts} attempts); use FailStep",
             run_id=snap.run_id,
         )
     return (StepRetrying(step_id=cmd.step_id, error=cmd.error, retry_after=cmd.retry_after),)

@@ -83,6 +83,7 @@ class Builder:
         "parent_run_id",
         "progress",
         "progress_new",
+        "ready_at",
         "retrying",
         "run_id",
         "seq",
@@ -123,6 +124,7 @@ class Builder:
     cancellation: Cancellation | None
     owner: Ownership | None
     owner_epoch: int
+    ready_at: datetime | None
     attributes: Mapping[str, str]
     attributes_owned: bool
     log_count: int
@@ -219,6 +221,7 @@ class Builder:
             self.cancellation,
             self.owner,
             self.owner_epoch,
+            self.ready_at,
             self.steps.derive(steps_new) if steps_new else self.steps,
             self.waits.derive(waits_new) if waits_new else self.waits,
             self.hooks.derive(hooks_new) if hooks_new else self.hooks,
@@ -259,6 +262,7 @@ _SNAPSHOT_FIELDS = (
     "cancellation",
     "owner",
     "owner_epoch",
+    "ready_at",
     "steps",
     "waits",
     "hooks",
@@ -314,7 +318,7 @@ def start_builder(first: Envelope, limits: Limits) -> Builder:
     b.created_at = b.updated_at = first.recorded_at
     b.started_at = b.completed_at = None
     b.cancellation = None
-    b.owner, b.owner_epoch = None, 0
+    b.owner, b.owner_epoch, b.ready_at = None, 0, None
     b.attributes = {}
     b.attributes_owned = True
     merge_attributes(b, tuple(AttributeChange(key=k, value=v) for k, v in ev.attributes.items()))
@@ -349,7 +353,7 @@ def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
     b.created_at, b.updated_at = snapshot.created_at, snapshot.updated_at
     b.started_at, b.completed_at = snapshot.started_at, snapshot.completed_at
     b.cancellation = snapshot.cancellation
-    b.owner, b.owner_epoch = snapshot.owner, snapshot.owner_epoch
+    b.owner, b.owner_epoch, b.ready_at = snapshot.owner, snapshot.owner_epoch, snapshot.ready_at
     b.attributes = snapshot.attributes
     b.attributes_owned = False
     b.log_count = snapshot.log_count

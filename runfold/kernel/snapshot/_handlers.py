@@ -87,6 +87,7 @@ def _on_cancel_requested(b: Builder, ev: CancelRequested, at: datetime) -> None:
         raise b.fail(f"cancel_requested while {b.status}")
     b.status = "cancelling"
     b.cancellation = Cancellation(reason=ev.reason, requested_at=at, sequence=b.seq)
+    _note_input(b, at)
     for step_id in b.live_steps:
         step = b.step(step_id)
         step.status = "cancelled"
@@ -291,6 +292,13 @@ def _on_hook_received(
     hook.deliveries.append(
         Delivery(sequence=b.seq, delivery_id=delivery_id, payload=payload, received_at=at)
     )
+    _note_input(b, at)
+
+
+def _note_input(b: Builder, at: datetime) -> None:
+    """Input from outside reached the run: with no owner, after one had, the fleet takes it."""
+    if b.owner is None and b.owner_epoch > 0 and b.ready_at is None:
+        b.ready_at = at
 
 
 def _on_hook_disposed(b: Builder, ev: HookDisposed, at: datetime) -> None:
@@ -319,6 +327,7 @@ def _on_run_claimed(b: Builder, ev: RunClaimed, at: datetime) -> None:
         raise b.fail(f"run_claimed displacing {ev.displaced!r}, but the run's owner is {held!r}")
     b.owner = Ownership(owner_id=ev.owner_id, epoch=ev.epoch, claimed_at=at)
     b.owner_epoch = ev.epoch
+    b.ready_at = None
 
 
 def _on_run_released(b: Builder, ev: RunReleased, at: datetime) -> None:

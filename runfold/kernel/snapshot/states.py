@@ -138,7 +138,7 @@ class Ownership:
 class WakeupDue:
     """Something of a live run that becomes due at a time (exported by `run_index`)."""
 
-    kind: Literal["wait", "retry", "deadline"]
+    kind: Literal["wait", "retry", "deadline", "ready"]
     subject_id: str
     due_at: datetime
 
@@ -180,6 +180,10 @@ class Snapshot:
     """The worker driving the run (its last claim, not released), or None."""
     owner_epoch: int
     """How many times the run was claimed: the epoch of its last claim (0: never)."""
+    ready_at: datetime | None
+    """When input from outside (a delivery, a cancellation request) first reached the run
+    while no worker owned it, after one had; None once a worker claimed it again, and for a run
+    no worker ever claimed. A fleet's worker finds such a run by its `ready` wakeup."""
     steps: PView[StepRecord, StepState]
     waits: PView[WaitRecord, WaitState]
     hooks: PView[HookRecord, HookState]
@@ -253,5 +257,7 @@ class Snapshot:
                 found.append(WakeupDue(kind="retry", subject_id=step_id, due_at=step.retry_after))
         if self.deadline is not None:
             found.append(WakeupDue(kind="deadline", subject_id=self.run_id, due_at=self.deadline))
+        if self.ready_at is not None:
+            found.append(WakeupDue(kind="ready", subject_id=self.run_id, due_at=self.ready_at))
         found.sort(key=lambda w: (w.due_at, w.kind, w.subject_id))
         return tuple(found)

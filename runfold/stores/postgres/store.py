@@ -279,7 +279,7 @@ class PostgresStore(IndexReads, PostgresLeases):
         self._check_open()
         request.deadline = self._connections.deadline()
         base = await self._writer.append(request)
-        self._feed.announce()
+        self._feed.announce(index)
         return [
             make_envelope(run_id, expected_sequence + n, event, recorded_at, base + n)
             for n, event in enumerate(events, start=1)
@@ -377,6 +377,14 @@ class PostgresStore(IndexReads, PostgresLeases):
         raises: `StoreUnavailable`, `StoreClosed`, `CorruptEvent`.
         """
         return self._feed.subscribe(after_position, poll_interval=poll_interval, batch=batch)
+
+    async def wait_for_work(self, timeout: float) -> bool:
+        """`RunSignals.wait_for_work`: woken by appends of every process (`NOTIFY`)."""
+        return await self._feed.wait_for_work(timeout)
+
+    async def wait_for_end(self, run_id: str, timeout: float) -> bool:
+        """`RunSignals.wait_for_end`: woken by appends of every process (`NOTIFY`)."""
+        return await self._feed.wait_for_end(run_id, timeout)
 
     # --- index queries ------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from runfold.stores._sql import (
     wakeups_query,
 )
 from runfold.stores.protocol import ReplayedRun, time_key
+from runfold.stores.signals import BoardSignals, SignalBoard
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
 from runfold.stores.sqlite.leases import SQLiteLeases
@@ -76,7 +77,7 @@ def _others_ready() -> bool:
     return ready is None or bool(ready)
 
 
-class SQLiteStore(IndexReads, SQLiteLeases):
+class SQLiteStore(IndexReads, SQLiteLeases, BoardSignals):
     """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`.
 
     It keeps worker leases too (`WorkerLeases`), so a fleet of workers can share the file.
@@ -92,6 +93,7 @@ class SQLiteStore(IndexReads, SQLiteLeases):
         self._inline = inline  # for appends that find no other in flight (`commit_inline`)
         self._path = path
         self._closed = False
+        self._signals = SignalBoard()
         self.migrated_from: int | None = None
         """The schema version `open` found and migrated from (0: it created the schema), or None
         when the file was already at this runfold's version."""
@@ -225,6 +227,7 @@ class SQLiteStore(IndexReads, SQLiteLeases):
         if self._closed:
             return
         self._closed = True
+        self._signals.wake_all()
         await self._idle.wait()  # appends already accepted are written
         if self._schema_work is not None:  # opened for writing: leave the statistics fresh
             with contextlib.suppress(StoreError, sqlite3.Error):  # best effort
@@ -268,6 +271,21 @@ class SQLiteStore(IndexReads, SQLiteLeases):
         `EventStore.append_if_sequence`, with its errors. Appends made while a transaction is
         in flight are written together in the next one, each with its own outcome.
         """
+        envelopes = await self._append(
+            run_id, expected_sequence, events, index, recorded_at, expected_position
+        )
+        self._post(index)
+        return envelopes
+
+    async def _append(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        index: RunIndex,
+        recorded_at: datetime,
+        expected_position: int | None,
+    ) -> list[Envelope]:
         arguments.check_append_if_sequence(
             run_id,
             expected_sequence,
