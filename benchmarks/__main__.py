@@ -18,6 +18,7 @@ from benchmarks.engine_cost import bench_engine_cost
 from benchmarks.fleet import bench_fleet
 from benchmarks.flow import bench_flow
 from benchmarks.harness import Remark, Result
+from benchmarks.inspector import bench_inspector, bench_start_up
 from benchmarks.kernel import bench_apply, bench_fold, bench_memory
 from benchmarks.postgres import POSTGRES
 from benchmarks.replay import bench_replay
@@ -43,6 +44,8 @@ BENCHMARKS: dict[str, Callable[[bool], Sequence[Result | Remark]]] = {
     "durable-functions": bench_flow,
     "fleet": bench_fleet,
     "deploys": bench_deploys,
+    "inspector": bench_inspector,
+    "start-up": bench_start_up,
 }
 CHARTS = Path("assets") / "performance"
 """Where the charts go, relative to the page (which links them relatively)."""

@@ -7,6 +7,8 @@ from benchmarks.harness import Target
 
 __all__ = [
     "ALL_TARGETS",
+    "CLI_START_UP",
+    "CLI_START_UP_MS",
     "COMMAND_COST_FLAT",
     "DECODE_FOLD_VS_EVENTSOURCING",
     "ENGINE_APPENDS_PER_WORKFLOW",
@@ -20,6 +22,12 @@ __all__ = [
     "FLOW_SEQUENTIAL_VS_DBOS",
     "FOLD_RATE",
     "FOLD_RATE_EVENTS_PER_SECOND",
+    "INSPECTOR_FIRST_SCREEN",
+    "INSPECTOR_FIRST_SCREEN_MS",
+    "INSPECTOR_P99",
+    "INSPECTOR_P99_MS",
+    "INSPECTOR_PAGE_BYTES",
+    "INSPECTOR_PAGE_LIMIT",
     "POSTGRES_8_WRITERS_VS_RAW",
     "POSTGRES_APPEND_VS_EVENTSOURCING",
     "POSTGRES_APPEND_VS_RAW",
@@ -116,6 +124,26 @@ FLEET_VS_DBOS = Target(
     "processes and per-worker concurrency (1, 2 and 4 processes, CPU and I/O steps)",
     bound=3.0,
 )
+INSPECTOR_FIRST_SCREEN_MS = 200
+INSPECTOR_FIRST_SCREEN = Target(
+    goal="inspector: first screen of a 100,000-event run's page ≤ 200 ms", bound=1.0, at_most=True
+)
+INSPECTOR_PAGE_LIMIT = 1_000_000
+INSPECTOR_PAGE_BYTES = Target(
+    goal="inspector: each part of a 100,000-event run's page ≤ 1 MB", bound=1.0, at_most=True
+)
+INSPECTOR_P99_MS = 1000
+INSPECTOR_P99 = Target(
+    goal="inspector: p99 ≤ 1 s under 200 concurrent clients for 30 s while writers append",
+    bound=1.0,
+    at_most=True,
+)
+CLI_START_UP_MS = 300
+CLI_START_UP = Target(
+    goal="command line: `runfold --help` and `runfold runs` start in ≤ 300 ms",
+    bound=1.0,
+    at_most=True,
+)
 
 ALL_TARGETS = (
     FOLD_RATE,
@@ -139,4 +167,8 @@ ALL_TARGETS = (
     FLEET_CPU_2_VS_1,
     FLEET_IO_4_VS_1,
     FLEET_VS_DBOS,
+    INSPECTOR_FIRST_SCREEN,
+    INSPECTOR_PAGE_BYTES,
+    INSPECTOR_P99,
+    CLI_START_UP,
 )

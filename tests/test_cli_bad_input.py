@@ -74,6 +74,12 @@ TABLE: list[tuple[list[str], int, str]] = [
     (["deliver", "tok-nobody-holds"], 2, "Missing argument 'PAYLOAD'"),
     (["deliver", "tok-nobody-holds", "[]"], 1, "hook_not_found"),
     (["deliver", "tok", "[]", "--delivery-id", ""], 1, "hook_not_found"),
+    (["send"], 2, "Missing argument"),
+    (["send", "no-such-run"], 2, "Missing argument 'MESSAGE'"),
+    (["send", "no-such-run", "hello"], 3, "no-such-run"),
+    (["send", "no-such-run", "{{nope", "--value"], 2, "not JSON"),
+    (["ui", "--runtime", "json:loads"], 2, "--allow-actions"),
+    (["ui", "--allow-actions", "--runtime", "no_such_module:make"], 2, "no_such_module"),
     (["worker"], 2, "--app"),
     (["worker", "--app", "no_such_module_xyz"], 2, "cannot import --app"),
     (["worker", "--app", "json"], 2, "defines no @workflow"),
@@ -159,10 +165,14 @@ def test_bad_input_is_one_line_and_the_documented_code(
 
 
 def test_the_table_covers_every_command() -> None:
+    import click
+
     from runfold.cli.app import cli
 
     named = {arg for args, _, _ in TABLE for arg in args}
-    assert set(cli.commands) - {"demo"} <= named  # the demo takes no input but its store
+    commands = set(cli.list_commands(click.Context(cli)))
+    assert "send" in commands
+    assert commands - {"demo"} <= named  # the demo takes no input but its store
 
 
 def test_every_code_in_the_table_is_documented() -> None:

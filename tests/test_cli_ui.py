@@ -36,6 +36,9 @@ def test_runfold_ui_serves_the_store_it_is_given(tmp_path: Path) -> None:
         [run_id] = run_ids(url)
         status, page, _ = get(f"{base}/runs/{run_id}")
         assert status == 200
+        assert f'data-details="/runs/{run_id}/details"' in page
+        status, page, _ = get(f"{base}/runs/{run_id}/details")  # what the page then fetches
+        assert status == 200
         timeline = page[
             page.index('<svg id="timeline"') : page.index("</svg>", page.index('id="timeline"'))
         ]

@@ -48,7 +48,10 @@ def _assignment(module_name: str, name: str) -> tuple[str, str | None] | None:
     Imports are followed to the module that assigns the name; None when a `def` or `class`
     statement binds it instead (its `__doc__` is the docstring then).
     """
-    body = _tree(module_name).body
+    body = list(_tree(module_name).body)
+    for statement in list(body):  # names imported for type checkers only: `runfold` lazily
+        if isinstance(statement, ast.If) and ast.unparse(statement.test) == "TYPE_CHECKING":
+            body += statement.body
     star_sources = []
     for statement, following in zip(body, [*body[1:], None], strict=True):
         target = None

@@ -111,6 +111,12 @@ def _pwned(page: Page) -> str:
     return str(page.evaluate("typeof window.__pwned"))
 
 
+def _open_run(page: Page, path: str) -> None:
+    """Open a run's page and wait for its details (fetched after the first screen)."""
+    page.goto(path)
+    page.wait_for_selector("#details[data-status]")
+
+
 def _ids(page: Page) -> list[str]:
     return page.locator("table.runs tbody td.id > a").all_inner_texts()
 
@@ -170,6 +176,7 @@ def test_run_page_shows_header_timeline_and_tables(page: Page, tmp_path: Path) -
     page.goto("/")
     page.get_by_role("link", name="order-1", exact=True).first.click()
     page.wait_for_url("**/runs/order-1")
+    page.wait_for_selector("#details[data-status]")
     assert page.locator("#run-status").inner_text() == "completed"
     assert page.locator(".live-badge").count() == 0
     output = page.locator("#run-output .payload")
@@ -254,7 +261,7 @@ def test_the_timeline_axis_labels_are_distinct_and_round(
 
 
 def test_a_completed_runs_hook_is_released_as_the_cli_says(page: Page, store_path: Path) -> None:
-    page.goto("/runs/order-1")
+    _open_run(page, "/runs/order-1")
     assert page.locator("#hooks .status").all_inner_texts() == ["released"]
     shown = subprocess.run(
         [
@@ -272,7 +279,7 @@ def test_a_completed_runs_hook_is_released_as_the_cli_says(page: Page, store_pat
         check=True,
     )
     assert [h["status"] for h in json.loads(shown.stdout)["hooks"].values()] == ["released"]
-    page.goto("/runs/live-1")
+    _open_run(page, "/runs/live-1")
     assert page.locator("#hooks .status").all_inner_texts() == ["active"]
 
 
@@ -337,7 +344,10 @@ def test_hostile_stored_values_are_shown_as_text(page: Page) -> None:
 
 def test_hook_tokens_never_appear(page: Page, base: str) -> None:
     for path in ("/", "/runs/order-1", "/runs/live-1", "/runs/order-1?limit=500"):
-        page.goto(path)
+        if path == "/":
+            page.goto(path)
+        else:
+            _open_run(page, path)
         assert TOKEN_PREFIX not in page.content(), path
         status, body, _ = get(base + path)
         assert status == 200
@@ -348,6 +358,7 @@ def test_hook_tokens_never_appear(page: Page, base: str) -> None:
     assert json.loads(body) == {
         "last_sequence": json.loads(body)["last_sequence"],
         "status": "running",
+        "live": True,
     }
     assert token_for("live-1") not in body
 
@@ -377,13 +388,20 @@ def test_the_app_never_writes_to_the_store(page: Page, base: str, store_path: Pa
     before = data_digest(store_path)
     for path in ("/", "/?status=running", "/?workflow=bulk&limit=3", "/runs/order-1"):
         page.goto(path)
-    for path in ("/api/head?run_id=order-1", "/?cursor=bad", "/runs/nope", "/runs/live-1"):
+    for path in (
+        "/api/head?run_id=order-1",
+        "/?cursor=bad",
+        "/runs/nope",
+        "/runs/live-1",
+        "/runs/live-1/details",
+        "/runs/live-1/events?after=3",
+    ):
         get(base + path)
     assert data_digest(store_path) == before
 
 
 def test_a_live_run_page_follows_new_events(page: Page, store_path: Path) -> None:
-    page.goto("/runs/live-1")
+    _open_run(page, "/runs/live-1")
     assert page.locator("#run-status").inner_text() == "running"
     assert page.locator(".live-badge").count() == 1
     events = int(page.locator("#run-events").inner_text())

@@ -10,7 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from runfold import CommandHandler, CreateRun, FailRun, StartRun
+from runfold import (
+    CommandHandler,
+    CompleteStep,
+    CreateHook,
+    CreateRun,
+    CreateStep,
+    FailRun,
+    ReceiveHook,
+    RecordProgress,
+    StartRun,
+    StartStep,
+)
 from runfold.stores import SQLiteStore
 from runfold.ui.payloads import MAX_JSON_DEPTH, SHOWN_LIMIT, show_payload
 from tests.ui_support import get, serve
@@ -18,6 +29,9 @@ from tests.ui_support import get, serve
 DEEP = ("[" * 5000 + "]" * 5000).encode()
 HUGE = json.dumps({"blob": "y" * 1_500_000}).encode()
 BINARY = bytes(range(256)) * 8000
+QUOTES = b'"<&' * 100_000
+"""Text whose every character HTML-escapes to five: the worst case for a page's bytes."""
+ROWS = 40
 
 
 async def _populate(path: Path) -> None:
@@ -28,6 +42,20 @@ async def _populate(path: Path) -> None:
             create = CreateRun(workflow_name="wf", input=payload)
             await handler.execute(run_id, StartRun(create=create))
             await handler.execute(run_id, FailRun(error=payload))
+        await handler.execute("rows", StartRun(create=CreateRun(workflow_name="wf", input=QUOTES)))
+        for n in range(ROWS):
+            step = f"step-{n:02d}"
+            await handler.execute("rows", CreateStep(step_id=step, step_name="s", input=QUOTES))
+            await handler.execute("rows", StartStep(step_id=step))
+            await handler.execute("rows", CompleteStep(step_id=step, output=QUOTES))
+            hook = f"hook-{n:02d}"
+            hooked = CreateHook(hook_id=hook, token=f"token-{n}", metadata=QUOTES)
+            await handler.execute("rows", hooked)
+            for delivery in range(4):
+                delivered = ReceiveHook(hook_id=hook, payload=QUOTES, delivery_id=f"d{delivery}")
+                await handler.execute("rows", delivered)
+            progress = RecordProgress(progress_id=f"p{n}", completed=1, message=QUOTES.decode())
+            await handler.execute("rows", progress)
     finally:
         await store.close()
 
@@ -45,6 +73,17 @@ def test_a_hostile_payload_gives_a_bounded_page(base: str, run_id: str) -> None:
     assert status == 200, body[:500]
     assert len(body.encode()) < 1_000_000
     assert "cut: the payload is larger" in body or run_id == "deep"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/runs/rows", "/runs/rows?limit=500", "/runs/rows/details", "/runs/rows/events?limit=500"],
+)
+def test_rows_of_hostile_payloads_give_bounded_pages(base: str, path: str) -> None:
+    status, body, _ = get(base + path)
+    assert status == 200, body[:500]
+    assert "&#34;&lt;&amp;" in body  # the payloads are there, escaped
+    assert len(body.encode()) < 1_000_000
 
 
 def test_deep_json_is_shown_as_text_and_long_forms_are_cut() -> None:

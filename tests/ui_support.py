@@ -21,6 +21,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from playwright.sync_api import Browser, sync_playwright
+
 from runfold import CommandHandler, RetryPolicy
 from runfold.engine import (
     AwaitHook,
@@ -205,3 +207,12 @@ def get(url: str) -> tuple[int, str, dict[str, str]]:
             return reply.status, reply.read().decode(), dict(reply.headers)
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode(), dict(exc.headers)
+
+
+def chromium() -> Iterator[Browser]:
+    """A headless Chromium (`CHROMIUM`) for a module's page tests, closed afterwards."""
+    assert Path(CHROMIUM).exists(), f"no browser at {CHROMIUM}: run scripts/ensure-chromium.sh"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM)
+        yield launched
+        launched.close()

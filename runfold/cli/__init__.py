@@ -10,7 +10,8 @@ store is `--store`, else `$RUNFOLD_STORE`, else `sqlite:///runfold.db`:
 - `verify [--rebuild-index] [--json]`: replay every run, compare its index rows with the log.
 - `migrate`: create or upgrade the schema, saying from which version.
 - `cancel RUN_ID [--reason R]`, `resume --runtime MODULE:FACTORY (RUN_ID | --due)`,
-  `delete (RUN_ID | --ended-before TIME)`, `deliver TOKEN PAYLOAD`: operate runs.
+  `delete (RUN_ID | --ended-before TIME)`, `deliver TOKEN PAYLOAD`, `send RUN_ID MESSAGE`:
+  operate runs. `ui [--allow-actions]`: the web inspector.
 - `conformance MODULE:FACTORY`: the store kit.
 
 `runs`, `show`, `history` and `verify` (without `--rebuild-index`) only read: they never

@@ -13,7 +13,7 @@ from typing import get_args
 import click
 from click.core import ParameterSource
 
-from runfold.cli.deploys import version_page
+from runfold.cli.completion import complete_workflow
 from runfold.cli.exit_codes import EXIT_NOT_FOUND, EXIT_OK, EXIT_STORE, EXIT_USAGE, CliError
 from runfold.cli.options import json_option, on_a_run, store_option
 from runfold.cli.output import (
@@ -33,7 +33,7 @@ from runfold.stores import EventStore
 
 @click.command()
 @click.option("--status", type=click.Choice(get_args(RunStatus)), help="only runs in this status")
-@click.option("--workflow", help="only runs of this workflow")
+@click.option("--workflow", help="only runs of this workflow", shell_complete=complete_workflow)
 @click.option("--version", metavar="V", help="only runs started on code version V")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="runs per page"
@@ -57,6 +57,8 @@ def runs(
     async def work(store: EventStore, terminal: Terminal) -> int:
         try:
             if version is not None:  # the listing has no version column (`version_page`)
+                from runfold.cli.deploys import version_page  # the flow, only when asked
+
                 page = await version_page(
                     store, version, workflow=workflow, status=status, cursor=cursor, limit=limit
                 )
@@ -161,17 +163,46 @@ def history(ctx: click.Context, run_id: str, as_json: bool, command_store: str |
 @click.option(
     "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="the port"
 )
+@click.option(
+    "--allow-actions",
+    is_flag=True,
+    help="offer cancel and deliver (and resume, with --runtime) on run pages, CSRF-checked",
+)
+@click.option(
+    "--runtime",
+    "target",
+    metavar="MODULE:FACTORY",
+    help="the runtime the resume action drives runs with (as runfold resume takes it)",
+)
 @store_option
 @click.pass_context
-def ui(ctx: click.Context, host: str, port: int, command_store: str | None) -> int:
-    """Serve a read-only web inspector of the store's runs until stopped (the `ui` extra)."""
+def ui(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    allow_actions: bool,
+    target: str | None,
+    command_store: str | None,
+) -> int:
+    """Serve a web inspector of the store's runs until stopped (the `ui` extra).
+
+    Read-only unless --allow-actions: then run pages also offer cancel, deliver and (with
+    --runtime) resume, each a POST checked for the page's origin, its session cookie and the
+    session's token.
+    """
+    if target is not None and not allow_actions:
+        raise CliError("--runtime is for the resume action: give --allow-actions too", EXIT_USAGE)
     url = store_url(ctx, command_store, looks=True)
+    from runfold.cli.operate import RuntimeLoadError  # here: it brings the engine
+
     try:
         from runfold import ui as inspector
     except ImportError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     try:
-        inspector.serve(url, host=host, port=port)
+        inspector.serve(url, host=host, port=port, allow_actions=allow_actions, runtime=target)
+    except RuntimeLoadError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     except ValueError as exc:
         raise CliError(f"bad store URL: {exc}", EXIT_USAGE) from None
     except StoreError as exc:

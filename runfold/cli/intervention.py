@@ -15,7 +15,7 @@ from datetime import datetime
 import click
 
 from runfold.cli import operate
-from runfold.cli.deploys import restart_ended
+from runfold.cli.completion import complete_run_id
 from runfold.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
 from runfold.cli.options import json_option, on_a_run, store_option
 from runfold.cli.output import Terminal, timestamp, to_json
@@ -55,7 +55,7 @@ def cancel(
     metavar="MODULE:FACTORY",
     help="a callable returning your WorkflowRuntime (imported with the current folder on the path)",
 )
-@click.argument("run_id", metavar="[RUN_ID]", required=False)
+@click.argument("run_id", metavar="[RUN_ID]", required=False, shell_complete=complete_run_id)
 @click.option("--due", is_flag=True, help="resume every run with a due timer or deadline")
 @store_option
 @click.pass_context
@@ -84,6 +84,8 @@ def resume(
             runtime = operate.make_runtime(target, factory, store)
         except operate.RuntimeLoadError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
+        from runfold.cli.deploys import restart_ended  # the flow's: with a runtime at hand
+
         if run_id is not None and await restart_ended(store, runtime, run_id, terminal):
             return EXIT_OK  # a failed or cancelled run of a Flow: restarted as a new run
         resumed = await operate.resume(store, runtime, run_id)
@@ -115,7 +117,7 @@ def resume(
     default=None,
     help="delete at most this many runs (default: all)",
 )
-@click.argument("run_id", metavar="[RUN_ID]", required=False)
+@click.argument("run_id", metavar="[RUN_ID]", required=False, shell_complete=complete_run_id)
 @store_option
 @click.pass_context
 def delete(

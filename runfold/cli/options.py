@@ -12,6 +12,8 @@ from typing import Any, TypeVar, cast
 
 import click
 
+from runfold.cli.completion import complete_run_id
+
 __all__ = ["json_option", "on_a_run", "store_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,5 +38,8 @@ def on_a_run(command: F) -> F:
     """A command about one run: `RUN_ID`, `--json`, `--store`, and the click context."""
     with_context = click.pass_context(command)
     return cast(
-        F, click.argument("run_id", metavar="RUN_ID")(json_option(store_option(with_context)))
+        F,
+        click.argument("run_id", metavar="RUN_ID", shell_complete=complete_run_id)(
+            json_option(store_option(with_context))
+        ),
     )

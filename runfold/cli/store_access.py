@@ -27,6 +27,7 @@ from runfold.cli.exit_codes import (
     CliError,
 )
 from runfold.cli.output import Terminal
+from runfold.cli.state import DEFAULT_STORE, State
 from runfold.kernel import (
     CorruptEvent,
     CorruptIndex,
@@ -41,17 +42,6 @@ from runfold.kernel import (
 from runfold.stores import EventStore, _conninfo, open_store
 
 __all__ = ["DEFAULT_STORE", "State", "label", "store_url", "work_on_store"]
-
-DEFAULT_STORE = "sqlite:///runfold.db"
-"""The store used without `--store` or `RUNFOLD_STORE`."""
-
-
-class State:
-    """What the group hands its commands: the terminal, and the store the group was given."""
-
-    def __init__(self, terminal: Terminal) -> None:
-        self.terminal = terminal
-        self.store: str | None = None
 
 
 def label(url: str) -> str:

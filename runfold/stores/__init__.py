@@ -43,6 +43,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _shown(url: str) -> str:
+    """`url` as an error quotes it: a mistyped URL may still hold a password. (Only when
+    raising: the scrubber loads libpq's parser, which a SQLite store does not need.)"""
+    return repr(_conninfo.scrub(url, url))
+
+
 async def open_store(url: str, *, read_only: bool = False) -> EventStore:
     """Open the store a URL names: `memory://`, `sqlite:///path.db`, `postgresql://…`.
 
@@ -56,12 +62,11 @@ async def open_store(url: str, *, read_only: bool = False) -> EventStore:
     without the `postgres` extra, and what the store's `open` raises.
     """
     scheme, sep, _ = url.partition("://")
-    shown = repr(_conninfo.scrub(url, url))  # a mistyped URL may still hold a password
     if not sep and "=" in url:
         scheme = "postgresql"
     elif not sep:
         raise ValueError(
-            f"not a store URL: {shown} (expected memory://, sqlite:///…, postgresql://…)"
+            f"not a store URL: {_shown(url)} (expected memory://, sqlite:///…, postgresql://…)"
         )
     if scheme == "memory":
         return MemoryStore()
@@ -70,10 +75,10 @@ async def open_store(url: str, *, read_only: bool = False) -> EventStore:
 
         path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
         if not path:
-            raise ValueError(f"SQLite store URLs look like sqlite:///path.db, not {shown}")
+            raise ValueError(f"SQLite store URLs look like sqlite:///path.db, not {_shown(url)}")
         return await SQLiteStore.open(path, read_only=read_only)
     if scheme in ("postgresql", "postgres"):
         from runfold.stores.postgres import PostgresStore
 
         return await PostgresStore.open(url, migrate=not read_only)
-    raise ValueError(f"unsupported store scheme {scheme!r} in {shown}")
+    raise ValueError(f"unsupported store scheme {scheme!r} in {_shown(url)}")

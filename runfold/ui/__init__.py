@@ -1,6 +1,8 @@
 """runfold's local web inspector: runs, a run's timeline, tables and history, in a browser.
 
-Read-only: it opens the store, lists and reads, and never writes. `serve(store_url)` runs it;
+Read-only unless asked: it opens the store, lists and reads, and never writes; with
+`allow_actions` its run pages also offer cancel, deliver and (given a runtime) resume, behind
+CSRF checks (`runfold.ui.actions`). `serve(store_url)` runs it;
 `python -m runfold.ui --store URL` does the same from a shell. It needs the optional `ui` extra
 (`pip install 'runfold[ui]'`: Starlette, uvicorn, Jinja2).
 """
@@ -49,15 +51,28 @@ def redact_url(text: str) -> str:
     return _PASSWORD_IN_URL.sub(r"\1***@", text)
 
 
-def serve(store_url: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+def serve(
+    store_url: str,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    allow_actions: bool = False,
+    runtime: str | None = None,
+) -> None:
     """Serve the inspector over the store at `store_url` on `http://host:port/` until stopped.
+
+    With `allow_actions`, run pages offer the operator actions (cancel, deliver, and resume
+    with `runtime`, a `MODULE:FACTORY`); see `runfold.ui.actions`.
 
     The store is opened once first and the address bound before the URL is printed, so a bad
     URL, a missing file or a port that is taken fails here, before the server starts. Ctrl-C
     stops the server and then raises `KeyboardInterrupt`, as it would anywhere else.
 
     Raises:
-        ValueError: `store_url` is not a store URL runfold knows, or `port` is not 0 to 65535.
+        ValueError: `store_url` is not a store URL runfold knows, or `port` is not 0 to 65535,
+            or `runtime` is given without `allow_actions`.
+        RuntimeLoadError: `runtime` does not name a callable that makes a runtime (a
+            `ValueError`).
         StoreOpenError: The store cannot be opened (a SQLite file that does not exist, …).
         StoreUnavailable: The store cannot be reached.
         OSError: The inspector cannot listen on `host` and `port` (taken, not an address of
@@ -65,14 +80,26 @@ def serve(store_url: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT)
     """
     if not 0 <= port <= 65535:
         raise ValueError(f"a port is a number from 0 to 65535, not {port}")
+    if runtime is not None and not allow_actions:
+        raise ValueError("a runtime is for the resume action: give allow_actions too")
     asyncio.run(_check(store_url))
+    if runtime is not None:
+        from runfold.cli.operate import resolve_factory
+
+        resolve_factory(runtime)  # a name that does not resolve fails here, not at start-up
     listening = _listen(host, port)
     loopback = host in LOOPBACK_HOSTS
-    app = create_app(store_url, allowed_hosts=LOOPBACK_HOSTS if loopback else ["*"])
+    app = create_app(
+        store_url,
+        allowed_hosts=LOOPBACK_HOSTS if loopback else ["*"],
+        allow_actions=allow_actions,
+        runtime=runtime,
+    )
+    server = _Server(uvicorn.Config(app, log_level="warning", access_log=False))
     shown = f"[{host}]" if ":" in host else host
     port = listening.getsockname()[1]  # the one the system chose, for port 0
-    server = _Server(uvicorn.Config(app, log_level="warning", access_log=False))
     server.url = f"http://{shown}:{port}/"
+    server.mode = "operator actions on" if allow_actions else "read-only"
     server.run(sockets=[listening])
     if server.interrupted:
         raise KeyboardInterrupt
@@ -88,12 +115,13 @@ class _Server(uvicorn.Server):
 
     interrupted = False
     url = ""
+    mode = "read-only"
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """Start serving, then say where: from then on, Ctrl-C is the server's to handle."""
         await super().startup(sockets)
         if not self.should_exit:  # uvicorn has logged why it could not start
-            print(f"runfold inspector (read-only) on {self.url}", flush=True)
+            print(f"runfold inspector ({self.mode}) on {self.url}", flush=True)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.interrupted = self.interrupted or sig == signal.SIGINT

@@ -22,13 +22,15 @@ from runfold.kernel import (
     Snapshot,
     correlation_id,
 )
-from runfold.ui.payloads import ShownPayload, show_payload
+from runfold.ui.payloads import LISTED_LIMIT, ShownPayload, show_payload
 
 __all__ = [
+    "HISTORY_TEXT",
     "EventField",
     "HistoryEntry",
     "history_entry",
     "hook_status",
+    "payload_limit_for",
     "short_text",
     "timestamp",
 ]
@@ -54,6 +56,18 @@ class HistoryEntry:
     elapsed: str
     subject: str
     fields: tuple[EventField, ...]
+
+
+HISTORY_TEXT = 100_000
+"""The characters of payload text a page of history shows at most, however many rows it has.
+
+Escaped (a quote becomes five characters), that stays under half a megabyte.
+"""
+
+
+def payload_limit_for(rows: int) -> int:
+    """The cut of each payload in a page of `rows` history rows (two payloads a row at most)."""
+    return max(64, min(LISTED_LIMIT, HISTORY_TEXT // (2 * rows)))
 
 
 def timestamp(value: datetime) -> str:
@@ -107,8 +121,13 @@ def short_text(value: object) -> str:
     return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
 
-def history_entry(envelope: Envelope, start: datetime) -> HistoryEntry:
-    """`envelope` as a history row; `start` is the run's first event's time."""
+def history_entry(
+    envelope: Envelope, start: datetime, *, payload_limit: int = LISTED_LIMIT
+) -> HistoryEntry:
+    """`envelope` as a history row; `start` is the run's first event's time.
+
+    Its payloads and texts are cut after `payload_limit` characters (see `payload_limit_for`).
+    """
     event = envelope.event
     subject = correlation_id(event) or ""
     fields = []
@@ -119,9 +138,14 @@ def history_entry(envelope: Envelope, start: datetime) -> HistoryEntry:
         if value is None or value == field.default or (subject and value == subject):
             continue
         if isinstance(value, bytes):
-            fields.append(EventField(name=field.name, text=None, payload=show_payload(value)))
+            fields.append(
+                EventField(name=field.name, text=None, payload=show_payload(value, payload_limit))
+            )
         else:
-            fields.append(EventField(name=field.name, text=short_text(value), payload=None))
+            text = short_text(value)
+            if len(text) > payload_limit:  # a progress message or a reason may be megabytes
+                text = text[:payload_limit] + "… (cut)"
+            fields.append(EventField(name=field.name, text=text, payload=None))
     return HistoryEntry(
         sequence=envelope.sequence,
         position=envelope.position,

@@ -24,6 +24,7 @@ from runfold.kernel import (
     RunCompleted,
     RunFailed,
     RunTimedOut,
+    Snapshot,
     StepCancelled,
     StepCompleted,
     StepCreated,
@@ -108,13 +109,17 @@ class _RowDraft:
     marks: list[Mark] = attrs.Factory(list)
 
 
-def build_timeline(history: Sequence[Envelope], *, now: datetime | None = None) -> Timeline:
+def build_timeline(
+    history: Sequence[Envelope], *, now: datetime | None = None, run: Snapshot | None = None
+) -> Timeline:
     """Lay out `history` (a run's events in order) as a chart.
 
     `now` extends the chart for a live run, so running attempts and open waits reach the present;
-    a wait's due time in the future widens it too.
+    a wait's due time in the future widens it too. With `run`, the run's snapshot, `history` may
+    be some of its events only (those of the steps, waits and hooks a page shows): the run's row
+    and the time axis then span the whole run, from its creation to its end (or `now`).
     """
-    if not history:
+    if not history and run is None:
         return Timeline(
             width=WIDTH,
             height=AXIS_HEIGHT,
@@ -123,8 +128,12 @@ def build_timeline(history: Sequence[Envelope], *, now: datetime | None = None) 
             rows=(),
             ticks=(),
         )
-    start = history[0].recorded_at
-    end = max(history[-1].recorded_at, now or start)
+    if run is not None:
+        start = run.created_at
+        end = max(run.updated_at, now or start)
+    else:
+        start = history[0].recorded_at
+        end = max(history[-1].recorded_at, now or start)
     for envelope in history:
         if isinstance(envelope.event, WaitCreated):
             end = max(end, envelope.event.resume_at)
@@ -143,11 +152,13 @@ def build_timeline(history: Sequence[Envelope], *, now: datetime | None = None) 
     def when(moment: datetime) -> str:
         return f"+{(moment - start).total_seconds():.3f}s"
 
-    run = _RowDraft(label="run", kind="run")
+    whole = _RowDraft(label="run", kind="run")
     rows: dict[str, _RowDraft] = {}
     started: dict[str, tuple[int, datetime]] = {}
     opened: dict[str, tuple[datetime, str]] = {}  # waits and hooks not yet over
     run_end: tuple[datetime, str] | None = None
+    if run is not None and run.is_terminal and run.completed_at is not None:
+        run_end = (run.completed_at, run.status)
 
     def row(key: str, label: str, kind: str) -> _RowDraft:
         return rows.setdefault(key, _RowDraft(label=label, kind=kind))
@@ -213,7 +224,7 @@ def build_timeline(history: Sequence[Envelope], *, now: datetime | None = None) 
                 _close(opened, rows, f"hook:{event.hook_id}", at, "hook", bar, when)
             case ProgressRecorded():
                 total = f"/{event.total}" if event.total is not None else ""
-                run.marks.append(
+                whole.marks.append(
                     Mark(
                         x=x_at(at),
                         kind="progress",
@@ -228,11 +239,11 @@ def build_timeline(history: Sequence[Envelope], *, now: datetime | None = None) 
     for key in list(opened):
         _close(opened, rows, key, end, "open", bar, when)
     if run_end is None:
-        run.bars.append(bar(start, end, "run-live", f"run: live ({when(start)} → now)"))
+        whole.bars.append(bar(start, end, "run-live", f"run: live ({when(start)} → now)"))
     else:
         at, outcome = run_end
-        run.bars.append(bar(start, at, f"run-{outcome}", f"run: {outcome} at {when(at)}"))
-    drafts = [run, *rows.values()]
+        whole.bars.append(bar(start, at, f"run-{outcome}", f"run: {outcome} at {when(at)}"))
+    drafts = [whole, *rows.values()]
     return Timeline(
         width=WIDTH,
         height=AXIS_HEIGHT + ROW_HEIGHT * len(drafts) + 6,
