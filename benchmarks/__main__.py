@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks.commands import bench_commands
+from benchmarks.deploys import bench_deploys
 from benchmarks.engine_cost import bench_engine_cost
 from benchmarks.fleet import bench_fleet
 from benchmarks.flow import bench_flow
@@ -42,6 +43,7 @@ BENCHMARKS: dict[str, Callable[[bool], Sequence[Result | Remark]]] = {
     "engine-cost": bench_engine_cost,
     "durable-functions": bench_flow,
     "fleet": bench_fleet,
+    "deploys": bench_deploys,
     "inspector": bench_inspector,
     "start-up": bench_start_up,
 }

@@ -109,6 +109,26 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "workers",
         "List the fleet's workers: their leases, and how many live runs each owns.",
     ),
+    "replay-check": (
+        "runfold.cli.deploys",
+        "replay_check",
+        "Replay recorded runs against MODULE's workflow code; exit 1 on any divergence.",
+    ),
+    "export": (
+        "runfold.cli.deploys",
+        "export",
+        "Write runs (RUN_ID..., or --all) as JSON lines, one run a line (read-only).",
+    ),
+    "import": (
+        "runfold.cli.deploys",
+        "import_",
+        "Add the runs of an export file (SOURCE) to the store, each as a new run.",
+    ),
+    "fork": (
+        "runfold.cli.deploys",
+        "fork",
+        "Make a new run of RUN_ID that reuses its outcomes before step N and runs the rest.",
+    ),
     "conformance": (
         "runfold.cli.certification",
         "conformance",

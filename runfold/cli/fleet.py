@@ -25,7 +25,7 @@ from runfold.kernel import InvalidArgument, RunStatus
 from runfold.stores import EventStore, WorkerLeases
 
 
-def _import_app(module: str) -> None:
+def import_app(module: str) -> None:
     """Import the application's module, with the current folder on the path."""
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
@@ -99,6 +99,11 @@ def _queues(module: str, names: tuple[str, ...]) -> list[Queue]:
     show_default=True,
     help="seconds running drives get to finish on SIGTERM",
 )
+@click.option(
+    "--version",
+    metavar="V",
+    help="this worker's code version: the runs it starts record V, and it claims only runs of V",
+)
 @store_option
 @click.pass_context
 def worker(
@@ -110,6 +115,7 @@ def worker(
     lease: float,
     poll: float,
     grace: float,
+    version: str | None,
     command_store: str | None,
 ) -> int:
     """Serve the workflows of MODULE as one worker of a fleet, until SIGTERM or Ctrl-C.
@@ -119,7 +125,7 @@ def worker(
     a queue are served within the limits of the `Queue` of that name MODULE declares (a queue
     it does not declare has none).
     """
-    _import_app(module)
+    import_app(module)
     queues = _queues(module, queue_names)
     served = registered_workflows()
     if not served:
@@ -127,8 +133,9 @@ def worker(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     async def work(store: EventStore, terminal: Terminal) -> int:
-        flow = Flow(store, served)
-        terminal.line(f"serving {', '.join(sorted(flow.workflows))} (Ctrl-C stops)")
+        flow = Flow(store, served, version=version)
+        only = "" if version is None else f", runs of version {version} only"
+        terminal.line(f"serving {', '.join(sorted(flow.workflows))}{only} (Ctrl-C stops)")
         await flow.serve(
             worker_id=worker_id,
             lease=timedelta(seconds=lease),
@@ -136,6 +143,7 @@ def worker(
             poll_interval=poll,
             grace=grace,
             queues=queues,
+            versions=None if version is None else {version},
         )
         return EXIT_OK
 

@@ -34,6 +34,7 @@ from runfold.stores import EventStore
 @click.command()
 @click.option("--status", type=click.Choice(get_args(RunStatus)), help="only runs in this status")
 @click.option("--workflow", help="only runs of this workflow", shell_complete=complete_workflow)
+@click.option("--version", metavar="V", help="only runs started on code version V")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="runs per page"
 )
@@ -45,6 +46,7 @@ def runs(
     ctx: click.Context,
     status: RunStatus | None,
     workflow: str | None,
+    version: str | None,
     limit: int,
     cursor: str | None,
     as_json: bool,
@@ -54,9 +56,16 @@ def runs(
 
     async def work(store: EventStore, terminal: Terminal) -> int:
         try:
-            page = await store.list_runs(
-                workflow_name=workflow, status=status, cursor=cursor, limit=limit
-            )
+            if version is not None:  # the listing has no version column (`version_page`)
+                from runfold.cli.deploys import version_page  # the flow, only when asked
+
+                page = await version_page(
+                    store, version, workflow=workflow, status=status, cursor=cursor, limit=limit
+                )
+            else:
+                page = await store.list_runs(
+                    workflow_name=workflow, status=status, cursor=cursor, limit=limit
+                )
         except ValueError as exc:  # a cursor that is not one of ours
             raise CliError(str(exc), EXIT_USAGE) from None
         if as_json:

@@ -68,7 +68,9 @@ def resume(
 ) -> int:
     """Drive an interrupted run (RUN_ID), or the runs that are due (--due), with your runtime.
 
-    Each run goes on to its next suspension: a timer, a hook, a delayed retry, or its end.
+    Each run goes on to its next suspension: a timer, a hook, a delayed retry, or its end. A
+    failed or cancelled RUN_ID, with a runtime that is a runfold.flow Flow, is restarted as a
+    new run that reuses its outcomes up to its first call that did not complete.
     """
     if (run_id is None) == (not due):
         raise click.UsageError("give a RUN_ID or --due (one of them)", ctx)
@@ -82,6 +84,10 @@ def resume(
             runtime = operate.make_runtime(target, factory, store)
         except operate.RuntimeLoadError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
+        from runfold.cli.deploys import restart_ended  # the flow's: with a runtime at hand
+
+        if run_id is not None and await restart_ended(store, runtime, run_id, terminal):
+            return EXIT_OK  # a failed or cancelled run of a Flow: restarted as a new run
         resumed = await operate.resume(store, runtime, run_id)
         failed = False
         for one in resumed:

@@ -224,7 +224,11 @@ class Drive:
                     metadata=decision.metadata,
                 )
             case UpdateAttributes():
-                command = SetAttributes(changes=decision.changes, write_id=decision.write_id)
+                command = SetAttributes(
+                    changes=decision.changes,
+                    write_id=decision.write_id,
+                    allow_reserved=decision.reserved,
+                )
             case CloseHook():
                 command = DisposeHook(hook_id=decision.hook_id)
             case _:

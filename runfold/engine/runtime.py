@@ -246,10 +246,14 @@ def _changes(value: Mapping[str, str | None]) -> Mapping[str, str | None]:
 
 @attrs.frozen(kw_only=True)
 class UpdateAttributes:
-    """Set attributes (a `None` value removes the key); `write_id` makes the write happen once."""
+    """Set attributes (a `None` value removes the key); `write_id` makes the write happen once.
+
+    `reserved` allows keys starting with `$`, runfold's own (a patch marker of `runfold.flow`).
+    """
 
     changes: Mapping[str, str | None] = attrs.field(converter=_changes)
     write_id: str | None = None
+    reserved: bool = False
 
 
 RuntimeDecision: TypeAlias = (

@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import signal
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 
 import attrs
@@ -41,6 +42,7 @@ from runfold.engine.engine import Engine
 from runfold.engine.errors import RunDefinitionConflict
 from runfold.engine.lease import DEFAULT_LEASE, Lease, new_worker_id
 from runfold.engine.schedule import Schedule
+from runfold.engine.versions import VersionFilter
 from runfold.kernel import (
     OwnershipLost,
     RunOwned,
@@ -55,6 +57,8 @@ from runfold.stores.signals import RunSignals
 __all__ = ["Worker", "WorkerCounts"]
 
 _log = logging.getLogger("runfold.worker")
+_BATCH = 100
+"""How many due wakeups, orphans and queued runs a look by listings asks for."""
 _WAKE_SPACING = 0.01
 """Seconds between two looks woken by signals (`RunSignals.wait_for_work`)."""
 
@@ -92,10 +96,16 @@ class Worker:
         schedules: Workflows to start at each tick of a cron expression, once across the fleet.
         queues: The queues it serves (`Queue`, with their limits): runs started on another
             queue are left to the workers that serve it; runs on no queue are served always.
+        versions: Claim only runs whose recorded `workflow_version` is one of these (a
+            blue/green deploy; `VersionFilter`); default: every run of the served workflows.
+            Such a worker looks for work with the store's listings (orphans, queued runs, due
+            wakeups) and filters them, since `claim_due` would hold other versions' runs for
+            it; it serves no queue.
 
     Raises:
         TypeError: The engine's store keeps no worker leases or hands out no due work.
-        ValueError: `concurrency` below 1, or a non-positive `poll_interval`.
+        ValueError: `concurrency` below 1, a non-positive `poll_interval`, empty `versions`,
+            or both `versions` and `queues`.
     """
 
     def __init__(
@@ -109,12 +119,15 @@ class Worker:
         grace: float = 30.0,
         schedules: Sequence[Schedule] = (),
         queues: Sequence[Queue] = (),
+        versions: Collection[str] | None = None,
     ) -> None:
         store = engine.handler.store
         if not isinstance(store, WorkerLeases):
             raise TypeError(f"{type(store).__name__} keeps no worker leases: a fleet needs one")
         if concurrency < 1 or not poll_interval > 0 or grace < 0:
             raise ValueError("concurrency must be >= 1, poll_interval > 0 and grace >= 0")
+        if versions is not None and queues:
+            raise ValueError("a worker serving only some versions serves no queue")
         self.engine = engine
         if not isinstance(store, DueWork):
             raise TypeError(f"{type(store).__name__} hands out no due work: a fleet needs it")
@@ -128,6 +141,7 @@ class Worker:
         self.grace = grace
         self.counts = WorkerCounts()
         self.schedules = tuple(schedules)
+        self.versions = None if versions is None else VersionFilter(engine.handler, versions)
         self._ticked: datetime | None = None  # when the ticks were last turned into runs
         self._drives: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
@@ -220,20 +234,11 @@ class Worker:
         now = self.engine.handler.clock()
         await self._tick(now)
         if room > 0:
-            # One store call hands out orphans, due wakeups and queued runs, each held for
-            # this worker alone until the hold's end: the claim appended next rarely races.
-            due = await self.due.claim_due(
-                self.worker_id,
-                now,
-                hold_until=now + self.lease.duration,
-                limit=room,
-                workflow_names=self.engine.workflow_names,
-                queues=self.queues,
-            )
-            for item in due:
-                if item.run_id not in self._drives:
-                    self._start(item.run_id, displacing=item.displacing)
-            if len(due) >= room > 0:
+            if self.versions is None:
+                more = await self._claim_due(now, room)
+            else:
+                more = await self._claim_listed(now, room, self.versions)
+            if more:
                 return 0.0  # more may be due than there was room for
         # Sleep until the next wakeup that is not due yet: what is due now was taken, is being
         # driven here, or waits for room (a drive that ends wakes the loop).
@@ -244,6 +249,67 @@ class Worker:
             if ahead > 0:
                 pause = min(pause, ahead)
         return pause
+
+    async def _claim_due(self, now: datetime, room: int) -> bool:
+        """Start what `claim_due` hands out; whether more may be due than there was room for.
+
+        One store call hands out orphans, due wakeups and queued runs, each held for this worker
+        alone until the hold's end: the claim appended next rarely races.
+        """
+        due = await self.due.claim_due(
+            self.worker_id,
+            now,
+            hold_until=now + self.lease.duration,
+            limit=room,
+            workflow_names=self.engine.workflow_names,
+            queues=self.queues,
+        )
+        for item in due:
+            if item.run_id not in self._drives:
+                self._start(item.run_id, displacing=item.displacing)
+        return len(due) >= room
+
+    async def _claim_listed(self, now: datetime, room: int, versions: VersionFilter) -> bool:
+        """Start the runs of `versions` the store's listings show due, in a random order (so
+        workers that see one list go for different runs); whether more may be due.
+
+        A worker serving only some versions looks this way: `claim_due` would hold other
+        versions' runs for it, and their own workers would wait for the holds to lapse. Racing
+        claims are settled by the kernel's fenced append, as always.
+        """
+        names = self.engine.workflow_names
+        store = self.engine.handler.store
+        orphans = await self.leases.orphaned_runs(now, limit=_BATCH, workflow_names=names)
+        kept = set(await versions.keep([s.run_id for s in orphans]))
+        for summary in random.sample(orphans, len(orphans)):
+            if room <= 0:
+                return True
+            run_id, owner = summary.run_id, summary.owner_id
+            if run_id in kept and owner is not None and run_id not in self._drives:
+                self._start(run_id, displacing=owner)
+                room -= 1
+        for workflow_name in sorted(names):
+            page = await store.list_runs(
+                workflow_name=workflow_name, status="pending", limit=_BATCH
+            )
+            queued = await versions.keep(
+                [s.run_id for s in page.items if s.owner_id is None and s.queue_name is None]
+            )
+            for run_id in random.sample(queued, len(queued)):
+                if room <= 0:
+                    return True
+                if run_id not in self._drives:
+                    self._start(run_id)
+                    room -= 1
+        due = await store.due_wakeups(now, limit=_BATCH, workflow_names=names)
+        runs = await versions.keep(list(dict.fromkeys(w.run_id for w in due)))
+        for run_id in random.sample(runs, len(runs)):
+            if room <= 0:
+                return True
+            if run_id not in self._drives:
+                self._start(run_id)
+                room -= 1
+        return bool(runs) and len(due) >= _BATCH and room > 0
 
     async def _tick(self, now: datetime) -> None:
         """Record a queued run for each tick of each schedule since the last look."""

@@ -29,6 +29,7 @@ from runfold.flow.errors import (
     DuplicateWorkflow,
     FlowError,
     FlowNonDeterminism,
+    ForkRefused,
     NotInWorkflow,
     PayloadError,
     StepError,
@@ -39,22 +40,29 @@ from runfold.flow.errors import (
 from runfold.flow.events import set_event
 from runfold.flow.flow import Flow, FlowRun, current_step
 from runfold.flow.info import WorkflowInfo, workflow_info
+from runfold.flow.patches import deprecated_patch, patched
+from runfold.flow.replay import Divergence, ReplayChecker, ReplayResult
+from runfold.flow.versions import code_version
 
 __all__ = [
     "ChildHandle",
     "ChildWorkflowError",
     "ContinueAsNewError",
+    "Divergence",
     "DuplicateWorkflow",
     "Flow",
     "FlowError",
     "FlowNonDeterminism",
     "FlowRun",
+    "ForkRefused",
     "JsonCodec",
     "NotInWorkflow",
     "PayloadCodec",
     "PayloadError",
     "Queue",
     "QueueDeduplicated",
+    "ReplayChecker",
+    "ReplayResult",
     "StepError",
     "TokenInUse",
     "UnknownWorkflow",
@@ -62,8 +70,11 @@ __all__ = [
     "Workflow",
     "WorkflowInfo",
     "child",
+    "code_version",
     "continue_as_new",
     "current_step",
+    "deprecated_patch",
+    "patched",
     "recv",
     "registered_workflows",
     "report_progress",

@@ -32,6 +32,7 @@ __all__ = [
     "ChildResultCall",
     "ContinueCall",
     "EventCall",
+    "PatchCall",
     "Pending",
     "ProgressCall",
     "RecvCall",
@@ -125,6 +126,18 @@ class ProgressCall:
 
 
 @attrs.frozen(kw_only=True)
+class PatchCall:
+    """`await patched(patch_id)` (or `deprecated_patch`): whether the run takes the new code.
+
+    Unlike the other calls it takes no call id: a run recorded before the patch has nothing
+    for it (see `runfold.flow.patches`).
+    """
+
+    patch_id: str
+    deprecated: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class RecvCall:
     """`await recv(topic, timeout=...)`: the next message sent to the run on `topic`."""
 
@@ -186,6 +199,7 @@ Call: TypeAlias = (
     | ChildResultCall
     | RecvCall
     | ContinueCall
+    | PatchCall
 )
 """Everything workflow code can await."""
 CALL_TYPES = (
@@ -198,6 +212,7 @@ CALL_TYPES = (
     ChildResultCall,
     RecvCall,
     ContinueCall,
+    PatchCall,
 )
 """The classes of `Call`, for `isinstance`."""
 

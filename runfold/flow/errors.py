@@ -14,6 +14,7 @@ __all__ = [
     "DuplicateWorkflow",
     "FlowError",
     "FlowNonDeterminism",
+    "ForkRefused",
     "NotInWorkflow",
     "PayloadError",
     "StepError",
@@ -162,3 +163,15 @@ class ContinueAsNewError(FlowError):
 
     code = "continue_as_new_failed"
     status = 422
+
+
+class ForkRefused(FlowError):
+    """`Flow.fork` or `Flow.restart` was refused; nothing was written.
+
+    The old run holds, before the fork's call, a call whose outcome a new run cannot reuse (a
+    `wait_for_event`, a child, a step that failed or is still running, a call never reached),
+    or a restart was asked of a run that neither failed nor was cancelled.
+    """
+
+    code = "fork_refused"
+    status = 409

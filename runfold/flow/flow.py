@@ -27,6 +27,7 @@ from runfold.engine import (
     LinkChildOperation,
     Queue,
     Resumption,
+    RunDefinitionConflict,
     RuntimeDecision,
     Schedule,
     StepInvocation,
@@ -39,9 +40,11 @@ from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import FlowError, UnknownWorkflow
 from runfold.flow.events import EventBoard
 from runfold.flow.family import Family
+from runfold.flow.fork import fork_run, restart_at
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.interpreter import Interpreter
 from runfold.flow.messages import mailbox_hook
+from runfold.flow.versions import code_version
 from runfold.handler import CommandHandler
 from runfold.kernel import (
     CreateHook,
@@ -110,7 +113,8 @@ class Flow:
             them on the loop too: no thread hop per step (tens of microseconds idle, more on
             a busy machine), for bodies that never block.
         version: Recorded as the workflow version of every run this Flow starts
-            (`workflow_info().workflow_version`; DBOS's application version).
+            (`workflow_info().workflow_version`; DBOS's application version); default
+            `code_version` of the served workflows, a digest of their code.
 
     Raises:
         ValueError: There is no workflow to serve, or `step_threads` is negative.
@@ -133,7 +137,9 @@ class Flow:
         if step_threads < 0:
             raise ValueError("step_threads must be 0 (on the loop) or more")
         self.step_threads = step_threads
-        self.version = version
+        self.version = version if version is not None else code_version(served)
+        self.hashed_version = version is None
+        """Whether `version` is the default, `code_version` of the served workflows."""
         self._threads: ThreadPoolExecutor | None = None  # made on the first `def` step
         self.codec: PayloadCodec = codec if codec is not None else JsonCodec()
         self.handler = (
@@ -180,7 +186,9 @@ class Flow:
             UnknownWorkflow: This Flow does not serve `workflow`.
             QueueDeduplicated: `dedup_id` is held by a live run of `queue`; nothing recorded.
             RunDefinitionConflict: `run_id` is a run with another workflow or input (or
-                a deadline where none was asked, or none where one was).
+                a deadline where none was asked, or none where one was, or another
+                `version` given to the Flow; a default version, a digest of the code, is
+                not compared).
             FlowNonDeterminism: The code asks for something other than the history holds.
             ValueError: `timeout` is not positive.
         """
@@ -196,17 +204,26 @@ class Flow:
                 deadline = existing.deadline
             else:
                 deadline = self.handler.clock() + timeout
-        snapshot = await self.engine.start(
+        encoded = self.codec.encode(input)
+        start = functools.partial(
+            self.engine.start,
             workflow.name,
-            self.codec.encode(input),
+            encoded,
             run_id=run_id,
-            workflow_version=self.version,
             deadline=deadline,
             queued=queued,
             queue=queue,
             priority=priority,
             dedup_id=dedup_id,
         )
+        try:
+            snapshot = await start(workflow_version=self.version)
+        except RunDefinitionConflict:
+            # A start retried by newer code, whose digest differs, is the same start.
+            existing = None if run_id is None else await self.handler.lookup(run_id)
+            if not self.hashed_version or existing is None:
+                raise
+            snapshot = await start(workflow_version=existing.workflow_version)
         queued = queued or queue is not None
         if queued and self.worker is not None:
             self.worker.wake()
@@ -275,6 +292,33 @@ class Flow:
         run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
         return await self.settled(await self.engine.request_cancel(run_id, reason))
 
+    async def fork(self, run_id: str, *, from_step: int, new_run_id: str | None = None) -> FlowRun:
+        """A new run of `run_id`'s workflow and input, reusing its outcomes before `from_step`.
+
+        Calls 1 to `from_step - 1` are not run again: their recorded outcomes are copied; the
+        rest runs on this Flow's code (see `runfold.flow.fork`). The new run (`new_run_id`, else
+        a new id) is linked to the old by its `$forked_from` and `$forked_at` attributes, and
+        driven until it ends or waits.
+
+        Raises:
+            RunNotFound: `run_id` has no history.
+            ForkRefused: A call before `from_step` has no outcome a new run can reuse.
+            UnknownWorkflow: This Flow does not serve the run's workflow.
+            EntityConflict: `new_run_id` is taken.
+        """
+        return await fork_run(self, run_id, from_step, new_run_id)
+
+    async def restart(self, run_id: str, *, new_run_id: str | None = None) -> FlowRun:
+        """Fork a failed or cancelled run from its first call that did not complete.
+
+        Raises:
+            RunNotFound: `run_id` has no history.
+            ForkRefused: The run did not fail and was not cancelled, or holds, before that
+                call, one whose outcome a new run cannot reuse.
+        """
+        old = await self.handler.snapshot(run_id)
+        return await fork_run(self, run_id, restart_at(old), new_run_id)
+
     async def settled(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` reported once the follow-ups of children and parents are done.
 
@@ -317,6 +361,7 @@ class Flow:
         grace: float = 30.0,
         handle_signals: bool = True,
         queues: Sequence[Queue] = (),
+        versions: Collection[str] | None = None,
     ) -> None:
         """Serve this Flow's workflows as one worker of a fleet, until SIGTERM, Ctrl-C or `stop`.
 
@@ -324,8 +369,11 @@ class Flow:
         (its owner), due sleeps and retries and the runs of dead workers go to exactly one of
         them. Runs this Flow `start`s while it serves are claimed by this worker; workflows
         with a `schedule` are started at each tick; runs on `queues` are started within their
-        limits, across the fleet (runs on no queue are served always). The arguments are `Worker`'s;
-        `handle_signals` makes SIGTERM and SIGINT stop gracefully.
+        limits, across the fleet (runs on no queue are served always). With `versions` (DBOS's
+        application version), it claims only runs started on one of those code versions, so a
+        blue/green deploy's old workers drain the old version's runs (such a worker serves no
+        queue). The arguments are `Worker`'s; `handle_signals` makes SIGTERM and SIGINT stop
+        gracefully.
 
         Raises:
             TypeError: The store keeps no worker leases (`WorkerLeases`).
@@ -348,6 +396,7 @@ class Flow:
             grace=grace,
             schedules=schedules,
             queues=queues,
+            versions=versions,
         )
         self.worker = worker
         if handle_signals:

@@ -14,6 +14,7 @@ from runfold.flow.calls import (
     ChildResultCall,
     ContinueCall,
     EventCall,
+    PatchCall,
     ProgressCall,
     RecvCall,
     SleepCall,
@@ -113,4 +114,6 @@ def describe_call(call: Call | Gathered | None) -> str:
             return f"recv({call.topic!r})"
         case ContinueCall():
             return "continue_as_new"
+        case PatchCall():
+            return f"patched({call.patch_id!r})"
     return "the end of the workflow"

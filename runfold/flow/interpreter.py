@@ -34,6 +34,7 @@ from runfold.flow.calls import (
     ChildResultCall,
     ContinueCall,
     EventCall,
+    PatchCall,
     ProgressCall,
     RecvCall,
     SleepCall,
@@ -55,6 +56,7 @@ from runfold.flow.history import agrees, describe_call, describe_recorded, is_re
 from runfold.flow.info import WorkflowInfo
 from runfold.flow.messages import on_recv
 from runfold.flow.parallel import Gathered, on_gathered
+from runfold.flow.patches import on_patch
 from runfold.flow.records import on_record
 from runfold.flow.session import Consumed, Expected, Session
 from runfold.flow.steps import on_step
@@ -307,6 +309,8 @@ class Interpreter:
                     decision = on_recv(self, session, snapshot, durable, call, call_id)
                 case ContinueCall():
                     decision = on_continue(self, session, snapshot, durable, call, call_id)
+                case PatchCall():
+                    decision = on_patch(self, session, snapshot, durable, call)
             if decision is not None:
                 return decision
 

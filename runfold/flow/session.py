@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeAlias
 
 from runfold.engine.raised import CODE_BASE_EXCEPTIONS, error_text
-from runfold.flow.calls import CALL_TYPES, IN_WORKFLOW, Call
+from runfold.flow.calls import CALL_TYPES, IN_WORKFLOW, Call, PatchCall
 from runfold.flow.errors import UnsupportedAwait
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.parallel import Gathered, gathered
@@ -134,7 +134,8 @@ class Session:
                 "must be durable (asyncio.sleep is runfold.flow.sleep)"
             )
             return
-        self.position += 1
+        if type(yielded) is not PatchCall:  # a patch check takes no call id
+            self.position += 1
         self.call = yielded
         self.call_input = self.produced = None
 

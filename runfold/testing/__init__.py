@@ -1,5 +1,6 @@
-"""`runfold.testing`: crash-test a durable runtime.
+"""`runfold.testing`: crash-test a durable runtime, replay-test workflow code.
 
+`replay` checks workflow code against recorded histories (an export file, say).
 `CrashingStore` wraps any store and fails or stops the process around chosen writes (a
 `DelegatingStore`, the pass-through base of such wrappers);
 `crash_and_resume` runs a `runfold.flow` workflow under such a schedule, resumes it in fresh
@@ -10,6 +11,7 @@ draws schedules for hypothesis (the `conformance` extra).
 
 from runfold.testing.crash import CrashingStore, Fault, FaultKind, FaultMoment, SimulatedCrash
 from runfold.testing.delegating import DelegatingStore
+from runfold.testing.replay import replay
 from runfold.testing.resume import (
     CrashOutcome,
     Message,
@@ -32,6 +34,7 @@ __all__ = [
     "SimulatedCrash",
     "crash_and_resume",
     "family",
+    "replay",
     "run_to_end",
     "shape",
 ]
