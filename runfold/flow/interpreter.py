@@ -159,6 +159,8 @@ class Interpreter:
         session = self.sessions.get(snapshot.run_id)
         if session is None:
             return True
+        if snapshot.last_sequence < session.confirmed:  # a view from before what it was told
+            return True
         unconfirmed = session.unconfirmed
         return bool(unconfirmed) and not all(agrees(snapshot, k, v) for k, v in unconfirmed.items())
 
@@ -250,6 +252,8 @@ class Interpreter:
         held = session.unconfirmed.pop(key, None)
         if held is not None and held != expected:
             self.forget(envelope.run_id)
+        elif held is not None:
+            session.confirmed = max(session.confirmed, envelope.sequence)
 
     # --- the interpreter proper ---------------------------------------------------------------
 

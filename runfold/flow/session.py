@@ -53,6 +53,7 @@ class Session:
     __slots__ = (
         "call",
         "call_input",
+        "confirmed",
         "coro",
         "failure",
         "family",
@@ -79,6 +80,7 @@ class Session:
         self.result: Any = None
         self.failure: BaseException | None = None
         self.unconfirmed: dict[Consumed, Expected] = {}
+        self.confirmed = 0  # the sequence of the last result the engine's appends confirmed
         # (step id, encoded, value): a result this process's body produced for the current
         # call, that decoding its recorded output gives back as itself (see `Interpreter.ran`).
         self.produced: tuple[str, bytes, Any] | None = None
