@@ -52,7 +52,7 @@ take the id."""
 class Queue:
     """A queue of runs, as the workers that serve it declare it.
 
-    Args:
+    Attributes:
         name: The queue's name, as runs are started on it (`Flow.start(..., queue=name)`).
         concurrency: The most runs of the queue started and not ended at once, across every
             worker (None: no limit).
