@@ -39,7 +39,8 @@ def test_chaos_loses_nothing_and_never_runs_a_step_twice_at_once(
     url = sqlite_url(tmp_path) if backend == "sqlite" else postgres_url()
     asyncio.run(_prepare(url))
     figures = asyncio.run(
-        run_chaos(url, workers=workers, runs=24, every=1.5, lease=1.5, work=0.2, limit=150.0)
+        # Enough work for several kills and stops (the fleet drains 24 runs in about 4 s).
+        run_chaos(url, workers=workers, runs=48, every=1.0, lease=1.5, work=0.2, limit=150.0)
     )
     print(figures)
     assert figures["unfinished"] == 0, figures
