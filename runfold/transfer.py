@@ -12,13 +12,15 @@ export as the store's own data. Decoding goes through the same codec, whose upca
 event written by an older kernel. `version` is this file format's; a reader refuses a version
 it does not know (`ExportFormatError`) rather than misread it.
 
-Import appends each run's events in one `append_if_sequence` from sequence 0, so a run is
-written whole or not at all, the runs oldest first (by their last event). A store appends a
-batch at one time: every imported event carries the time of the run's last event (the export
-keeps each event's own). Everything is
-checked before the first write: the lines decode, each history folds (`project_run`), no run
-is repeated, none exists in the target and no live hook token is held there
-(`RunsAlreadyExist`, `TokenConflict`), so an import refused is an import that wrote nothing.
+Import writes each run as it was first written, the runs oldest first (by their last event):
+one `append_if_sequence` per run of events that share a time (a store stamps an append with
+one time, so events of one time are what one append of the source wrote), so every event keeps
+its time, and the run passes through the states it passed through. Everything is checked
+before the first write: the lines decode, each history folds (`project_run`), no run is
+repeated, none exists in the target and no hook token the runs held at any point is held there
+by another run (`RunsAlreadyExist`, `TokenConflict`), so an import refused is an import that
+wrote nothing. A store failing in the middle (it went away) leaves the run cut after one of its
+appends: a state it was once in.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from runfold.kernel import (
     RunfoldError,
     Snapshot,
     TokenConflict,
+    apply,
     project_run,
     run_index,
 )
@@ -163,12 +166,16 @@ def _envelope(number: int, run_id: str, item: Any) -> Envelope:
 async def import_runs(store: EventStore, histories: Iterable[Sequence[Envelope]]) -> int:
     """Append each run's history to `store` as a new run; how many runs were imported.
 
+    Each run is written as it was first written: one append per run of events that share a
+    time (what one append of the source store wrote), so every event keeps its own time.
+
     Raises:
         RunsAlreadyExist: A run exists in `store`, or is given twice; nothing was written.
-        TokenConflict: A live run's hook token is held in `store`; nothing was written.
+        TokenConflict: A hook token a run's hooks hold at any point of its history is held in
+            `store` by another run; nothing was written.
         HistoryError: A history breaks a law of `project_run` (its run named); nothing written.
     """
-    folded: list[tuple[Sequence[Envelope], Snapshot]] = []
+    runs: list[list[tuple[Sequence[Envelope], Snapshot]]] = []
     seen: set[str] = set()
     repeated: list[str] = []
     for history in histories:
@@ -176,31 +183,49 @@ async def import_runs(store: EventStore, histories: Iterable[Sequence[Envelope]]
         if run_id in seen:
             repeated.append(run_id)
         seen.add(run_id)
-        # As the store will hold it: every event at the time of the run's last.
-        at = history[-1].recorded_at
-        retimed = [
-            Envelope(run_id=e.run_id, sequence=e.sequence, event=e.event, recorded_at=at)
-            for e in history
-        ]
-        folded.append((retimed, project_run(retimed)))
+        runs.append(_appends(history))
     existing = [s.run_id for s in await store.get_runs(sorted(seen)) if s is not None]
     if repeated or existing:
         raise RunsAlreadyExist(sorted({*repeated, *existing}))
-    # The tokens the runs' hooks hold (live, or retained past the run's end) must be free.
-    for _, snapshot in folded:
-        for claim in run_index(snapshot).claims_at(snapshot.updated_at):
-            holder = await store.find_hook(claim.token, now=snapshot.updated_at)
-            if holder is not None:
-                raise TokenConflict(claim.token, holder.run_id, holder.hook_id)
+    # The tokens the runs' hooks hold after any of their appends (live, or retained past the
+    # run's end) must be free of other runs.
+    for appends in runs:
+        for _, snapshot in appends:
+            for claim in run_index(snapshot).claims_at(snapshot.updated_at):
+                holder = await store.find_hook(claim.token, now=snapshot.updated_at)
+                if holder is not None and holder.run_id != snapshot.run_id:
+                    raise TokenConflict(claim.token, holder.run_id, holder.hook_id)
     # Oldest first, as they were written: a token one run freed and a later one took is
     # claimed again in that order.
-    folded.sort(key=lambda item: item[1].updated_at)
-    for history, snapshot in folded:
-        await store.append_if_sequence(
-            snapshot.run_id,
-            0,
-            [envelope.event for envelope in history],
-            index=run_index(snapshot),
-            recorded_at=history[-1].recorded_at,
-        )
-    return len(folded)
+    runs.sort(key=lambda appends: appends[-1][1].updated_at)
+    for appends in runs:
+        for events, snapshot in appends:
+            await store.append_if_sequence(
+                snapshot.run_id,
+                events[0].sequence - 1,
+                [envelope.event for envelope in events],
+                index=run_index(snapshot),
+                recorded_at=events[0].recorded_at,
+            )
+    return len(runs)
+
+
+def _appends(history: Sequence[Envelope]) -> list[tuple[Sequence[Envelope], Snapshot]]:
+    """`history` cut where the time changes (the source's appends), each part with the run
+    after it.
+
+    Raises:
+        HistoryError: The history breaks a law of `project_run`.
+    """
+    parts: list[Sequence[Envelope]] = []
+    start = 0
+    for end in range(1, len(history) + 1):
+        if end == len(history) or history[end].recorded_at != history[start].recorded_at:
+            parts.append(history[start:end])
+            start = end
+    appends: list[tuple[Sequence[Envelope], Snapshot]] = []
+    snapshot: Snapshot | None = None
+    for part in parts:
+        snapshot = project_run(part) if snapshot is None else apply(snapshot, part)
+        appends.append((part, snapshot))
+    return appends

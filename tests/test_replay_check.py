@@ -281,7 +281,9 @@ def test_an_export_reads_back_event_for_event_and_imports_whole(
         try:
             assert await import_runs(store, [back]) == 1
             stored = await store.read(history[0].run_id)
-            assert [e.event for e in stored] == [e.event for e in history]
+            assert [(e.sequence, e.event, e.recorded_at) for e in stored] == [
+                (e.sequence, e.event, e.recorded_at) for e in history
+            ]
             assert project_run(stored).status == project_run(history).status
         finally:
             await store.close()
