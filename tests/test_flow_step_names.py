@@ -109,6 +109,7 @@ def page(browser: Browser, base: str) -> Iterator[Page]:
 def test_the_inspector_names_a_flow_runs_steps(page: Page) -> None:
     page.goto(f"/runs/{RUN}")
     chart = page.locator("svg#timeline")
+    chart.locator("g.row-step").first.wait_for()  # the timeline comes with the details fragment
     labels = chart.locator("g.row-step").evaluate_all(
         "rows => rows.map(r => r.getAttribute('data-row'))"
     )
