@@ -21,8 +21,7 @@ writes to a run of another workflow, and asks the store only for their wakeups.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
 
@@ -42,6 +41,7 @@ from runfold.engine.suspensions import (
     suspension_order,
     suspensions_of,
 )
+from runfold.engine.turns import DriveTurns
 from runfold.handler import CommandHandler, Outcome, new_run_id
 from runfold.kernel import (
     LIVE_RUN_STATUSES,
@@ -76,19 +76,6 @@ _log = logging.getLogger("runfold.engine")
 
 _LIVE: tuple[RunStatus, ...] = ("pending", "running", "cancelling")
 _PAGE = 500
-
-
-_DRIVE_ENDS = 1_024
-"""How many live runs an engine remembers where its last drive left (`Engine._ended`)."""
-
-
-class _Held:
-    """A run a drive of this engine is driving; `again`: drive it once more when it is done."""
-
-    __slots__ = ("again",)
-
-    def __init__(self) -> None:
-        self.again = False
 
 
 class Engine:
@@ -148,8 +135,7 @@ class Engine:
         self.step_timeout = step_timeout
         self.workflow_names: frozenset[str] = frozenset(served)
         self._in_flight = StepsInFlight()
-        self._drives: dict[str, _Held] = {}  # the runs a drive of this engine is driving
-        self._drive_ends: OrderedDict[str, int] = OrderedDict()  # where drives left runs
+        self._turns = DriveTurns(handler.snapshot)
         self.lease = lease
 
     # --- run lifecycle ------------------------------------------------------------------------
@@ -270,47 +256,14 @@ class Engine:
         pending: tuple[Command, ...],
         displacing: str | None,
     ) -> Snapshot:
-        """Drive the run, unless another drive of this engine is driving it: that one then
-        drives it once more when it is done, and this returns the run as it stands.
+        """Drive the run in its turn (`DriveTurns`): one drive of it at a time here."""
 
-        Two drives of one run in one engine (a worker's, and one that a delivery or a child's
-        end started) would share the run's workflow state and race on it; waiting for the
-        other instead could wait for ever (a step body delivering to its own run).
-        """
-        holder = self._drives.get(run_id)
-        if holder is not None:
-            holder.again = True
-            return await self.handler.snapshot(run_id)
-        holder = _Held()
-        self._drives[run_id] = holder
-        try:
-            ended_at = self._drive_ends.get(run_id)
-            if snapshot is not None and ended_at is not None and snapshot.last_sequence < ended_at:
-                # Read before another drive of this engine appended: never drive from behind
-                # what this process already wrote (its workflow state is past it).
-                snapshot = await self.handler.snapshot(run_id)
-            while True:
-                holder.again = False
-                done = await Drive(
-                    self._setup(), run_id, snapshot, pending, displacing=displacing
-                ).run()
-                if not holder.again or done.is_terminal:
-                    self._ended(run_id, done)
-                    return done
-                snapshot, pending, displacing = await self.handler.snapshot(run_id), (), None
-        finally:
-            del self._drives[run_id]
+        def driver(
+            snapshot: Snapshot | None, pending: tuple[Command, ...], displacing: str | None
+        ) -> Awaitable[Snapshot]:
+            return Drive(self._setup(), run_id, snapshot, pending, displacing=displacing).run()
 
-    def _ended(self, run_id: str, done: Snapshot) -> None:
-        """Remember where a drive left a live run (the last `_DRIVE_ENDS` ones)."""
-        ends = self._drive_ends
-        if done.is_terminal:
-            ends.pop(run_id, None)
-            return
-        ends[run_id] = done.last_sequence
-        ends.move_to_end(run_id)
-        if len(ends) > _DRIVE_ENDS:
-            ends.popitem(last=False)
+        return await self._turns.drive(run_id, snapshot, pending, displacing, driver)
 
     def _setup(self) -> DriveSetup:
         """What a drive takes from this engine now (a `Worker` may change the lease)."""
