@@ -67,11 +67,19 @@ class Tidings:
         return self.work or bool(self.ended)
 
 
+_WORK = Tidings(work=True)
+_NOTHING = Tidings()
+"""The tidings of most appends, shared (read only): no allocation on the append path."""
+
+
 def tidings_of(index: RunIndex) -> Tidings:
-    """What an append that wrote `index` tells waiters: the kernel's projection says it all."""
+    """What an append that wrote `index` tells waiters: the kernel's projection says it all.
+
+    The result is read, never changed (it may be shared).
+    """
     summary = index.summary
     if summary.status in LIVE_RUN_STATUSES:
-        return Tidings(work=summary.owner_id is None)
+        return _WORK if summary.owner_id is None else _NOTHING
     return Tidings(ended=(summary.run_id,))
 
 
