@@ -35,9 +35,9 @@ from runfold.kernel import (
     project_run,
     run_index,
 )
-from runfold.kernel._fast import compile_event_call, compile_unpacker
+from runfold.kernel.fast import compile_event_call, compile_unpacker
 from runfold.kernel.limits import DEFAULT_LIMITS
-from runfold.kernel.replay import _fold_rows, project_rows
+from runfold.kernel.snapshot.replay import _fold_rows, project_rows
 from runfold.stores.protocol import time_key
 
 FIXTURE = Path(__file__).parent / "fixtures" / "histories_schema_v1.json"
