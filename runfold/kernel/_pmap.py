@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 from typing import Any, Generic, TypeVar
 
-__all__ = ["PView"]
+__all__ = ["PView", "stored"]
 
 R = TypeVar("R")
 V = TypeVar("V")
@@ -136,3 +136,12 @@ class PView(Mapping[str, V], Generic[R, V]):
 
 # Marks "absent in this older view" inside an undo dict (distinct from a lookup miss).
 _ABSENT_MARK: Any = object()
+
+
+def stored(view: Mapping[str, Any], key: str) -> Any:
+    """What `view` (a snapshot's mapping, a `PView`) stores under `key`, unfrozen; None if absent.
+
+    A snapshot's public fields are typed by the public states they hand out; the kernel's rules
+    read a field or two of the fold's record instead, which builds no frozen state.
+    """
+    return view.raw(key)  # type: ignore[attr-defined]  # (a cast would cost a call)

@@ -11,6 +11,7 @@ from typing import Generic, Literal, TypeAlias, TypeVar
 
 import attrs
 
+from runfold.kernel._pmap import stored
 from runfold.kernel.fast import fast_inits
 from runfold.kernel.snapshot import LIVE_RUN_STATUSES, RunStatus, Snapshot
 
@@ -164,7 +165,7 @@ def run_index(snapshot: Snapshot) -> RunIndex:
     live = snapshot.status in LIVE_RUN_STATUSES
     claims = []
     for hook_id in sorted(snapshot.active_hook_ids):
-        hook = snapshot.hooks.raw(hook_id)
+        hook = stored(snapshot.hooks, hook_id)
         if hook is None:
             continue
         if live:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from runfold.kernel._pmap import stored
 from runfold.kernel._rules.context import NOOP, NewEvents, Rule, RuleContext
 from runfold.kernel.commands import Command, CreateHook, DisposeHook, ReceiveHook
 from runfold.kernel.errors import (
@@ -36,7 +37,7 @@ def _create_hook(ctx: RuleContext, cmd: CreateHook) -> NewEvents:
         days = ctx.limits.max_token_retention / timedelta(days=1)
         raise InvalidCommand(f"hook token retention cannot exceed {days:g} days", run_id=ctx.run_id)
     snap = ctx.live_run("create new entities on")
-    if snap.hooks.raw(cmd.hook_id) is not None:
+    if stored(snap.hooks, cmd.hook_id) is not None:
         raise EntityConflict(
             f"hook {cmd.hook_id!r} already exists in run {snap.run_id!r}", run_id=snap.run_id
         )
@@ -45,7 +46,7 @@ def _create_hook(ctx: RuleContext, cmd: CreateHook) -> NewEvents:
         holder_run_id = ctx.token_holder.run_id
     else:
         for hook_id in snap.active_hook_ids:
-            if snap.hooks.raw(hook_id).token == cmd.token:  # type: ignore[union-attr]
+            if stored(snap.hooks, hook_id).token == cmd.token:
                 holder_run_id = snap.run_id
                 break
     if holder_run_id is not None:
@@ -71,7 +72,7 @@ def _hook_not_found(snap: Snapshot, hook_id: str) -> HookNotFound:
 
 def _receive_hook(ctx: RuleContext, cmd: ReceiveHook) -> NewEvents:
     snap = ctx.run()
-    record = snap.hooks.raw(cmd.hook_id)
+    record = stored(snap.hooks, cmd.hook_id)
     if record is None or record.status != "active":
         raise _hook_not_found(snap, cmd.hook_id)
     if snap.status not in LIVE_RUN_STATUSES:
@@ -97,7 +98,7 @@ def _receive_hook(ctx: RuleContext, cmd: ReceiveHook) -> NewEvents:
 
 def _dispose_hook(ctx: RuleContext, cmd: DisposeHook) -> NewEvents:
     snap = ctx.run()
-    record = snap.hooks.raw(cmd.hook_id)
+    record = stored(snap.hooks, cmd.hook_id)
     if record is None:
         raise _hook_not_found(snap, cmd.hook_id)
     if record.status == "disposed":

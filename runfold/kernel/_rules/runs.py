@@ -185,7 +185,7 @@ def _record_progress(ctx: RuleContext, cmd: RecordProgress) -> NewEvents:
         details=cmd.details,
     )
     return _once(
-        ctx, snap, snap.progress.raw(cmd.progress_id), event, f"progress {cmd.progress_id!r}"
+        ctx, snap, snap.progress.get(cmd.progress_id), event, f"progress {cmd.progress_id!r}"
     )
 
 
@@ -199,7 +199,7 @@ def _link_child(ctx: RuleContext, cmd: LinkChild) -> NewEvents:
         metadata=cmd.metadata,
     )
     return _once(
-        ctx, snap, snap.children.raw(cmd.reference_id), event, f"child {cmd.reference_id!r}"
+        ctx, snap, snap.children.get(cmd.reference_id), event, f"child {cmd.reference_id!r}"
     )
 
 

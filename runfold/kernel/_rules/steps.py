@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runfold.kernel._pmap import stored
 from runfold.kernel._rules.context import NewEvents, Rule, RuleContext
 from runfold.kernel.commands import (
     CancelStep,
@@ -47,7 +48,7 @@ __all__ = ["STEP_RULES"]
 
 def _step_record(ctx: RuleContext, step_id: str) -> Any:
     snap = ctx.run()
-    record = snap.steps.raw(step_id)
+    record = stored(snap.steps, step_id)
     if record is None:
         raise StepNotFound(f"step {step_id!r} not found in run {snap.run_id!r}", run_id=snap.run_id)
     return record
@@ -68,7 +69,7 @@ def _create_step(ctx: RuleContext, cmd: CreateStep) -> NewEvents:
     snap = ctx.run()
     if snap.status not in LIVE_RUN_STATUSES:
         raise ctx.terminal("create new entities on")
-    record = snap.steps.raw(cmd.step_id)
+    record = stored(snap.steps, cmd.step_id)
     if record is not None:
         if not _same_definition(record, cmd.step_name, cmd.input):
             raise NonDeterministic(
@@ -93,7 +94,7 @@ def _step_terminal(snap: Snapshot, step_id: str, status: str) -> TerminalState:
 
 def _start_step(ctx: RuleContext, cmd: StartStep) -> NewEvents:
     snap = ctx.run()
-    record = snap.steps.raw(cmd.step_id)
+    record = stored(snap.steps, cmd.step_id)
     run_ended = snap.status not in LIVE_RUN_STATUSES
     if record is None:
         if cmd.lazy is None:

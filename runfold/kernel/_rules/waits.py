@@ -6,6 +6,7 @@ A wait is created on a live run with its `resume_at` (again with another time is
 
 from __future__ import annotations
 
+from runfold.kernel._pmap import stored
 from runfold.kernel._rules.context import NewEvents, Rule, RuleContext
 from runfold.kernel.commands import Command, CompleteWait, CreateWait
 from runfold.kernel.errors import (
@@ -23,7 +24,7 @@ __all__ = ["WAIT_RULES"]
 
 def _create_wait(ctx: RuleContext, cmd: CreateWait) -> NewEvents:
     snap = ctx.live_run("create new entities on")
-    record = snap.waits.raw(cmd.wait_id)
+    record = stored(snap.waits, cmd.wait_id)
     if record is not None:
         if record.resume_at != cmd.resume_at:
             raise NonDeterministic(
@@ -39,7 +40,7 @@ def _create_wait(ctx: RuleContext, cmd: CreateWait) -> NewEvents:
 
 def _complete_wait(ctx: RuleContext, cmd: CompleteWait) -> NewEvents:
     snap = ctx.run()
-    record = snap.waits.raw(cmd.wait_id)
+    record = stored(snap.waits, cmd.wait_id)
     if record is None:
         raise WaitNotFound(
             f"wait {cmd.wait_id!r} not found in run {snap.run_id!r}", run_id=snap.run_id

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
+from typing import Any
 
 import attrs
 
@@ -379,11 +380,14 @@ def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
     b.attributes = snapshot.attributes
     b.attributes_owned = False
     b.log_count = snapshot.log_count
-    b.log_ids, b.log_ids_new = snapshot.log_ids, {}
-    b.steps, b.waits, b.hooks = snapshot.steps, snapshot.waits, snapshot.hooks
-    b.progress, b.children = snapshot.progress, snapshot.children
-    b.hook_conflicts = snapshot.hook_conflicts
-    b.write_ids = snapshot.attribute_write_ids
+    # The snapshot's mappings are the views a fold published (`PView`s of records), typed in
+    # `Snapshot` by the states they hand out.
+    views: Any = snapshot
+    b.log_ids, b.log_ids_new = views.log_ids, {}
+    b.steps, b.waits, b.hooks = views.steps, views.waits, views.hooks
+    b.progress, b.children = views.progress, views.children
+    b.hook_conflicts = views.hook_conflicts
+    b.write_ids = views.attribute_write_ids
     b.steps_new, b.waits_new, b.hooks_new = {}, {}, {}
     b.progress_new, b.children_new, b.write_ids_new = {}, {}, {}
     b.hook_conflicts_new = {}

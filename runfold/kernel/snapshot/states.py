@@ -2,23 +2,20 @@
 
 These are what `project_run` and `apply` publish and every reader sees: immutable classes, and
 the statuses a run and each of its steps, waits and hooks move through. The snapshot's entity
-mappings hold the reducer's private records and turn each into its frozen state when it is
-read; nothing here builds or changes a snapshot (the `reducer` does).
+mappings hand out frozen states (each built from the reducer's record when first read);
+nothing here builds or changes a snapshot (the `reducer` does).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 
-from runfold.kernel._pmap import PView
+from runfold.kernel._pmap import stored
 from runfold.kernel.events import ChildLinked, HookConflict, ProgressRecorded, RetryPolicy
-
-if TYPE_CHECKING:
-    from runfold.kernel.snapshot._records import HookRecord, StepRecord, WaitRecord
 
 __all__ = [
     "LIVE_RUN_STATUSES",
@@ -191,16 +188,16 @@ class Snapshot:
     """When input from outside (a delivery, a cancellation request) first reached the run
     while no worker owned it, after one had; None once a worker claimed it again, and for a run
     no worker ever claimed. A fleet's worker finds such a run by its `ready` wakeup."""
-    steps: PView[StepRecord, StepState]
-    waits: PView[WaitRecord, WaitState]
-    hooks: PView[HookRecord, HookState]
-    progress: PView[ProgressRecorded, ProgressRecorded]
-    children: PView[ChildLinked, ChildLinked]
-    hook_conflicts: PView[HookConflict, HookConflict]
+    steps: Mapping[str, StepState]
+    waits: Mapping[str, WaitState]
+    hooks: Mapping[str, HookState]
+    progress: Mapping[str, ProgressRecorded]
+    children: Mapping[str, ChildLinked]
+    hook_conflicts: Mapping[str, HookConflict]
     """The `hook_conflict` of each hook id that could not be created (its token was held)."""
-    attribute_write_ids: PView[int, int]
+    attribute_write_ids: Mapping[str, int]
     log_count: int
-    log_ids: PView[int, int]
+    log_ids: Mapping[str, int]
     # Derivable bookkeeping that keeps index upkeep O(open work) instead of O(run):
     live_step_ids: frozenset[str] = attrs.field(repr=False, eq=False)
     retrying_step_ids: frozenset[str] = attrs.field(repr=False, eq=False)
@@ -245,7 +242,7 @@ class Snapshot:
         """
         due = []
         for step_id in self.retrying_step_ids:
-            record = self.steps.raw(step_id)
+            record = stored(self.steps, step_id)
             if record is not None and record.retry_after is not None and record.retry_after <= now:
                 due.append(record.freeze())
         return tuple(sorted(due, key=lambda s: (s.retry_after, s.step_id)))
@@ -256,11 +253,11 @@ class Snapshot:
             return ()
         found: list[WakeupDue] = []
         for wait_id in self.waiting_wait_ids:
-            wait = self.waits.raw(wait_id)
+            wait = stored(self.waits, wait_id)
             if wait is not None:
                 found.append(WakeupDue(kind="wait", subject_id=wait_id, due_at=wait.resume_at))
         for step_id in self.retrying_step_ids:
-            step = self.steps.raw(step_id)
+            step = stored(self.steps, step_id)
             if step is not None and step.retry_after is not None:
                 found.append(WakeupDue(kind="retry", subject_id=step_id, due_at=step.retry_after))
         if self.deadline is not None:
