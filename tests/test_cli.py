@@ -24,7 +24,8 @@ import runfold
 import runfold.conformance
 from runfold import CommandHandler, EventStore, MemoryStore
 from runfold.cli import main
-from runfold.cli.output import Terminal, duration, hook_status, payload_json
+from runfold.cli.output import Terminal, payload_json
+from runfold.cli.values import duration, hook_status
 from runfold.cli.verify import VerifyReport, can_rebuild, verify_store
 from runfold.commands import CompleteRun, CreateHook, CreateRun, LazyStep, StartRun, StartStep
 from runfold.engine import (

@@ -19,18 +19,9 @@ import click
 
 from runfold.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from runfold.cli.options import store_option
-from runfold.cli.output import (
-    Part,
-    Terminal,
-    duration,
-    elapsed,
-    format_value,
-    preview,
-    render_snapshot,
-    render_timeline,
-    timestamp,
-)
+from runfold.cli.output import Part, Terminal, render_snapshot, render_timeline
 from runfold.cli.store_access import label, store_url, work_on_store
+from runfold.cli.values import duration, elapsed, format_value, preview, timestamp
 from runfold.engine import (
     AwaitHook,
     Cancel,

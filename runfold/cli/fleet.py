@@ -17,8 +17,9 @@ import click
 
 from runfold.cli.exit_codes import EXIT_OK, EXIT_USAGE, CliError
 from runfold.cli.options import json_option, store_option
-from runfold.cli.output import Terminal, timestamp
+from runfold.cli.output import Terminal
 from runfold.cli.store_access import work_on_store
+from runfold.cli.values import timestamp
 from runfold.engine import DEFAULT_LEASE, Queue
 from runfold.flow import Flow, registered_workflows
 from runfold.kernel import InvalidArgument, RunStatus

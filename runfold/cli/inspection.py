@@ -16,16 +16,9 @@ from click.core import ParameterSource
 from runfold.cli.completion import complete_workflow
 from runfold.cli.exit_codes import EXIT_NOT_FOUND, EXIT_OK, EXIT_STORE, EXIT_USAGE, CliError
 from runfold.cli.options import json_option, on_a_run, store_option
-from runfold.cli.output import (
-    Terminal,
-    envelope_json,
-    hook_status,
-    render_snapshot,
-    render_timeline,
-    timestamp,
-    to_json,
-)
+from runfold.cli.output import Terminal, envelope_json, render_snapshot, render_timeline, to_json
 from runfold.cli.store_access import label, store_url, work_on_store
+from runfold.cli.values import hook_status, timestamp
 from runfold.handler import CommandHandler
 from runfold.kernel import RunStatus, StoreError
 from runfold.stores import EventStore

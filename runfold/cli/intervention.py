@@ -18,8 +18,9 @@ from runfold.cli import operate
 from runfold.cli.completion import complete_run_id
 from runfold.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
 from runfold.cli.options import json_option, on_a_run, store_option
-from runfold.cli.output import Terminal, timestamp, to_json
+from runfold.cli.output import Terminal, to_json
 from runfold.cli.store_access import work_on_store
+from runfold.cli.values import timestamp
 from runfold.handler import CommandHandler
 from runfold.kernel import HookReceived
 from runfold.stores import EventStore

@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runfold.cli.values import hook_status, timestamp
 from runfold.kernel import (
     LIVE_RUN_STATUSES,
     CorruptEvent,
@@ -42,7 +43,7 @@ from runfold.kernel import (
 from runfold.kernel.naming import step_names
 from runfold.stores import EventStore, open_store
 from runfold.ui.details import DELIVERIES_SHOWN, TABLES, run_details
-from runfold.ui.history import history_entry, hook_status, payload_limit_for, short_text, timestamp
+from runfold.ui.history import history_entry, payload_limit_for
 from runfold.ui.payloads import LISTED_LIMIT, show_payload
 from runfold.ui.rendered import Pages, Recent
 from runfold.ui.snapshots import SnapshotCache
@@ -109,8 +110,7 @@ def _templates() -> Jinja2Templates:
         text if len(text) <= LISTED_LIMIT else text[:LISTED_LIMIT] + "…"
     )
     env.filters["when"] = timestamp
-    env.filters["short"] = short_text
-    env.filters["hook_status"] = hook_status
+    env.filters["hook_status"] = lambda hook, run: hook_status(run, hook)
     return Jinja2Templates(env=env)
 
 

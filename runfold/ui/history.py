@@ -2,24 +2,21 @@
 
 Fields an event class hides from its `repr` (hook tokens: bearer secrets) are left out here, so
 no page ever shows one. Byte fields become labelled payloads (`payloads.show_payload`); the rest
-become short text. Nothing here escapes: the templates do, for every value.
+become short text, as the command line writes them (`runfold.cli.values`: times in UTC with
+`Z`). Nothing here escapes: the templates do, for every value.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
 
 import attrs
 
+from runfold.cli.values import format_value, timestamp
 from runfold.kernel import (
-    AttributeChange,
     Envelope,
-    HookState,
-    RetryPolicy,
-    Snapshot,
     correlation_id,
 )
 from runfold.ui.payloads import LISTED_LIMIT, ShownPayload, show_payload
@@ -29,10 +26,7 @@ __all__ = [
     "EventField",
     "HistoryEntry",
     "history_entry",
-    "hook_status",
     "payload_limit_for",
-    "short_text",
-    "timestamp",
 ]
 
 
@@ -70,57 +64,6 @@ def payload_limit_for(rows: int) -> int:
     return max(64, min(LISTED_LIMIT, HISTORY_TEXT // (2 * rows)))
 
 
-def timestamp(value: datetime) -> str:
-    """A time as the pages show it: ISO 8601 to the millisecond, `Z` for UTC."""
-    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def hook_status(hook: HookState, run: Snapshot) -> str:
-    """A hook's status as `runfold show` words it: `released` or `retained until …` once ended.
-
-    An active hook of an ended run holds its token only while it is retained.
-
-    The command line has the same rule (`runfold.cli.output.hook_status`); the inspector does
-    not import the CLI, nor the CLI the inspector's extra, so each keeps its few lines.
-    """
-    if hook.status != "active" or not run.is_terminal:
-        return hook.status
-    if hook.retain_token_until is not None and (
-        run.completed_at is None or hook.retain_token_until > run.completed_at
-    ):
-        return f"retained until {timestamp(hook.retain_token_until)}"
-    return "released"
-
-
-def short_text(value: object) -> str:
-    """A one-line text form of a non-bytes field value (times ISO 8601, durations in seconds)."""
-    if isinstance(value, datetime):
-        return timestamp(value)
-    if isinstance(value, timedelta):
-        return f"{value.total_seconds():g}s"
-    if isinstance(value, RetryPolicy):
-        return (
-            f"{value.max_attempts} attempts from {short_text(value.initial_interval)} "
-            f"x{value.backoff_coefficient:g}"
-        )
-    if isinstance(value, AttributeChange):
-        return f"{value.key}={'(removed)' if value.value is None else value.value}"
-    if isinstance(value, Mapping):
-        return ", ".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, tuple):
-        return ", ".join(short_text(item) for item in value)
-    if attrs.has(type(value)):
-        inner = ", ".join(
-            f"{f.name}={short_text(getattr(value, f.name))}"
-            for f in attrs.fields(cast(Any, type(value)))
-            if f.repr is not False
-        )
-        return f"{type(value).__name__}({inner})"
-    if isinstance(value, str):
-        return value
-    return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
-
-
 def history_entry(
     envelope: Envelope,
     start: datetime,
@@ -151,7 +94,7 @@ def history_entry(
                 EventField(name=field.name, text=None, payload=show_payload(value, payload_limit))
             )
         else:
-            text = short_text(value)
+            text = format_value(value)
             if len(text) > payload_limit:  # a progress message or a reason may be megabytes
                 text = text[:payload_limit] + "… (cut)"
             fields.append(EventField(name=field.name, text=text, payload=None))
