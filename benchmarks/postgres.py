@@ -31,7 +31,7 @@ from runfold import EventStore
 from runfold.kernel import encode_event, run_index
 from runfold.stores import PostgresStore
 from runfold.stores.postgres.functions import plain_append
-from runfold.stores.postgres.request import Append
+from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.schema import quote
 
 __all__ = ["POSTGRES", "PostgresBackend", "dsn", "fresh_schema"]
@@ -150,7 +150,9 @@ class PostgresBackend:
                 def prepare() -> None:
                     run_id = f"statement-{next(rounds)}"
                     snapshot = loop.run_until_complete(seed_run(store, run_id, NEW_RUN_EVENTS))
-                    append = Append(run_id, NEW_RUN_EVENTS, [LOG_EVENT], run_index(snapshot), T0)
+                    append = AppendRequest(
+                        run_id, NEW_RUN_EVENTS, [LOG_EVENT], run_index(snapshot), T0
+                    )
                     parameters.clear()
                     parameters.update(append.plain_parameters())
 

@@ -60,7 +60,7 @@ from runfold.events import Envelope, Event, LogRecorded, RunCompleted, RunStarte
 from runfold.kernel import HookHolder, RunIndex, correlation_id, project_run, run_index
 from runfold.stores import PostgresStore
 from runfold.stores.postgres import POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
-from runfold.stores.postgres.request import Append
+from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.schema import MIGRATIONS as _MIGRATIONS
 from runfold.stores.postgres.wire import WireDumper
 from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
@@ -713,7 +713,7 @@ async def test_a_corrupt_row_fails_its_run_only(schema: str) -> None:
 # --- text, group commit -------------------------------------------------------------------------
 
 
-def request_fields(request: Append) -> tuple[Any, ...]:
+def request_fields(request: AppendRequest) -> tuple[Any, ...]:
     """The fields of `append_request` for `request`, as plain Python values."""
     summary, index = request.index.summary, request.index
 
@@ -774,10 +774,10 @@ async def test_the_hand_encoded_request_is_what_psycopg_makes_of_the_composite(
     plain = run_index(project_run(history[:2]))
     logged = [e.event for e in history] + [LogRecorded(level="info", message="x" * 300)]
     requests = [
-        Append("r", 3, [logged[-1]], rich, T0, 17),
-        Append("r", 0, logged, rich, T0),
-        Append("r", 2, [logged[-1]], plain, T0, None),
-        Append("r", 5, (), plain, T0 + timedelta(days=1), 2**40),
+        AppendRequest("r", 3, [logged[-1]], rich, T0, 17),
+        AppendRequest("r", 0, logged, rich, T0),
+        AppendRequest("r", 2, [logged[-1]], plain, T0, None),
+        AppendRequest("r", 5, (), plain, T0 + timedelta(days=1), 2**40),
     ]
     async with opened(schema) as store, await psycopg.AsyncConnection.connect(DSN) as conn:
         info = await CompositeInfo.fetch(conn, f'"{schema}".append_request')

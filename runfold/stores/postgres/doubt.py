@@ -28,7 +28,7 @@ import psycopg
 
 from runfold.kernel import CommitUnknown, SequenceConflict, StoreUnavailable
 from runfold.stores.postgres.connections import Connection, Connections, Deadline, Identity
-from runfold.stores.postgres.request import Append
+from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.schema import quote
 from runfold.stores.protocol import time_key
 
@@ -43,7 +43,7 @@ _POLL = 0.02
 async def settle(
     connections: Connections,
     schema: str,
-    requests: Sequence[Append],
+    requests: Sequence[AppendRequest],
     identity: Identity | None,
     deadline: float,
 ) -> list[int | Exception]:
@@ -104,7 +104,7 @@ async def _backend_ended(conn: Connection, identity: Identity | None, deadline: 
 async def _read_back(
     conn: Connection,
     s: str,
-    requests: Sequence[Append],
+    requests: Sequence[AppendRequest],
     ended: bool,
     outcomes: dict[int, int | Exception],
 ) -> None:

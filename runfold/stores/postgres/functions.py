@@ -371,11 +371,11 @@ def _statement_field(name: str) -> str:
 
 
 def plain_append(s: str) -> str:
-    """One plain append of one event (`Append.single`) in one statement, schema `s`.
+    """One plain append of one event (`AppendRequest.single`) in one statement, schema `s`.
 
-    Its parameters are named (`Append.plain_parameters`). It writes what `append_events` would,
-    with the same head and feed-order checks, on a run without hook claims or wakeups before and
-    after. It returns the base position (never negative) or, where it writes nothing,
+    Its parameters are named (`AppendRequest.plain_parameters`). It writes what `append_events`
+    would, with the same head and feed-order checks, on a run without hook claims or wakeups
+    before and after. It returns the base position (never negative) or, where it writes nothing,
     `-1 - head` for the head its snapshot saw: another head is a `SequenceConflict`; the
     expected one leaves `append_events` to say why (a commit since the snapshot, hook or wakeup
     rows to clear, a feed-order retry).

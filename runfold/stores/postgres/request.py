@@ -1,6 +1,6 @@
 """One append to PostgreSQL: its `append_request`, encoded before any SQL runs.
 
-A bad event fails here, without a round trip. An `Append` that goes in a group commit also
+A bad event fails here, without a round trip. An `AppendRequest` that goes in a group commit also
 carries the future its caller awaits.
 """
 
@@ -34,10 +34,10 @@ from runfold.stores.postgres.wire import (
 )
 from runfold.stores.protocol import time_key
 
-__all__ = ["Append"]
+__all__ = ["AppendRequest"]
 
 
-class Append:
+class AppendRequest:
     """One append as an `append_request`, encoded before any SQL runs.
 
     A bad event fails without a round trip. `future` is what its caller awaits when it goes in a

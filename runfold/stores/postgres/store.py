@@ -49,7 +49,7 @@ from runfold.stores.postgres.due_work import PostgresDueWork
 from runfold.stores.postgres.feed import EVENT_COLUMNS, Feed
 from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.leases import PostgresLeases
-from runfold.stores.postgres.request import Append
+from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.retention import DELETE_RUNS, DROP_UNBORN_RUN
 from runfold.stores.postgres.schema import (
     SCHEMA_VERSION,
@@ -57,7 +57,7 @@ from runfold.stores.postgres.schema import (
     quote,
     request_types,
 )
-from runfold.stores.postgres.writer import Writer
+from runfold.stores.postgres.writer import GroupCommitWriter
 from runfold.stores.protocol import ReplayedRun, time_key
 
 __all__ = ["PostgresStore"]
@@ -77,7 +77,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
         self._s = quote(schema)
         self._connections = Connections(pool, schema, owns_pool=owns_pool)
         self._fetch = self._connections.fetch
-        self._writer = Writer(self._connections, schema)
+        self._writer = GroupCommitWriter(self._connections, schema)
         self._feed = Feed(self._connections, schema, feed_wait=feed_wait)
         self.migrated_from: int | None = None
         """The schema version this store found and migrated from (0: it created the schema), or
@@ -276,7 +276,9 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
         if len(events) >= POSITIONS_PER_TRANSACTION:
             limit = f"{POSITIONS_PER_TRANSACTION - 1:,}"
             raise InvalidArgument("events", f"holds more than this store takes at once ({limit})")
-        request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
+        request = AppendRequest(
+            run_id, expected_sequence, events, index, recorded_at, expected_position
+        )
         self._check_open()
         request.deadline = self._connections.deadline()
         base = await self._writer.append(request)
@@ -447,7 +449,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
             return
         # An append of no events is exactly this: the head check, then the index rows.
         self._check_open()
-        request = Append(run_id, index.summary.last_sequence, (), index, now)
+        request = AppendRequest(run_id, index.summary.last_sequence, (), index, now)
         request.deadline = self._connections.deadline()
         await self._writer.append_one(request)
 

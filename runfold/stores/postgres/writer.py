@@ -7,7 +7,7 @@ flight, another starts only with enough appends (`OverlapChooser` says how many,
 each choice gives); fewer wait to join the next one. Plain appends go through
 `append_plain_batch`, the others through `append_batch`, each in a subtransaction of its own, so
 each keeps its own all-or-nothing outcome. A write that finds a run's head settles the appends
-queued for that run which expect another head (`Writer._prune`).
+queued for that run which expect another head (`GroupCommitWriter._prune`).
 
 Every write is bounded by its appends' deadline (`Deadline`). A write whose connection is lost
 after it was sent, or that passes its deadline, is settled (`doubt.settle`) before its callers
@@ -39,11 +39,11 @@ from runfold.stores.postgres.functions import (
     plain_append,
 )
 from runfold.stores.postgres.overlap import OverlapChooser
-from runfold.stores.postgres.request import Append
+from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.schema import quote
 from runfold.stores.postgres.wire import array
 
-__all__ = ["BATCH_LIMIT", "MAX_WRITES", "RETRIES", "Writer", "plain_outcome"]
+__all__ = ["BATCH_LIMIT", "MAX_WRITES", "RETRIES", "GroupCommitWriter", "plain_outcome"]
 
 MAX_WRITES = 2
 """The append transactions a store keeps in flight (fewer if its pool is smaller).
@@ -79,7 +79,7 @@ def plain_outcome(expected: int, outcome: int) -> tuple[str | None, int | None, 
     return _RETRY, None, None
 
 
-class Writer:
+class GroupCommitWriter:
     """A store's appends: written at once while a write slot is free, else in group commits."""
 
     def __init__(self, connections: Connections, schema: str) -> None:
@@ -92,7 +92,7 @@ class Writer:
         self._max_writes = min(MAX_WRITES, connections.pool.max_size)
         self._batches = 0  # the group commits among `_writing`
         self._chooser = OverlapChooser()
-        self._queue: list[Append] = []
+        self._queue: list[AppendRequest] = []
         self._tickets = 0  # appends queued so far: see `_prune`
         self._in_flight: set[str] = set()  # the runs being written: see `_drain`
         self._drain_scheduled = False
@@ -109,7 +109,7 @@ class Writer:
         self._plain_batch_sql = f"SELECT * FROM {s}.append_plain_batch(%b)"
         self._head_sql = f"SELECT head FROM {s}.runs WHERE run_id = %s"
 
-    async def append(self, request: Append) -> int:
+    async def append(self, request: AppendRequest) -> int:
         """Write `request`; its base position (its events follow at base + 1, …).
 
         At once while a write slot is free and no other append is about; else in the next
@@ -164,8 +164,8 @@ class Writer:
                 return
             parts = max(1, min(self._max_writes - self._writing, ready // overlap))
             share = min(-(-ready // parts), BATCH_LIMIT)
-            batch: list[Append] = []
-            rest: list[Append] = []
+            batch: list[AppendRequest] = []
+            rest: list[AppendRequest] = []
             events = 0
             for request in self._queue:
                 if (
@@ -183,13 +183,13 @@ class Writer:
             self._batches += 1
             self._connections.background(self._write_batch(batch))
 
-    def _start_write(self, batch: list[Append]) -> None:
+    def _start_write(self, batch: list[AppendRequest]) -> None:
         self._writing += 1
         self.idle.clear()
         self._chooser.busy()
         self._in_flight.update(request.run_id for request in batch)
 
-    async def _write_batch(self, batch: list[Append]) -> None:
+    async def _write_batch(self, batch: list[AppendRequest]) -> None:
         try:
             await self._append_many(batch)
         except Exception as exc:  # nobody may wait forever
@@ -203,7 +203,7 @@ class Writer:
             self._batches -= 1
             self._written(batch)
 
-    def _written(self, batch: list[Append]) -> None:
+    def _written(self, batch: list[AppendRequest]) -> None:
         """A write ended: start the next group commit, or note that the store is idle."""
         self._writing -= 1
         self._in_flight.difference_update(request.run_id for request in batch)
@@ -214,7 +214,7 @@ class Writer:
             self.idle.set()
             self._chooser.idle()
 
-    async def append_one(self, request: Append) -> int:
+    async def append_one(self, request: AppendRequest) -> int:
         """Write one append in a transaction of its own; its base position."""
         sent_before = self._tickets
         try:
@@ -225,7 +225,7 @@ class Writer:
         self._prune({request.run_id: request.expected + request.count}, sent_before)
         return base
 
-    async def _write_one(self, request: Append) -> int:
+    async def _write_one(self, request: AppendRequest) -> int:
         for attempt in range(1, RETRIES + 1):
             conn: Connection | None = None
             identity: Identity | None = None
@@ -275,7 +275,7 @@ class Writer:
         raise AssertionError("unreachable")
 
     async def _in_doubt(
-        self, requests: list[Append], identity: Identity | None, cause: Exception
+        self, requests: list[AppendRequest], identity: Identity | None, cause: Exception
     ) -> list[int | Exception]:
         """The outcomes of `requests`, whose connection was lost (or deadline passed) after
         they were sent: settled by reading their runs back (`doubt.settle`)."""
@@ -292,7 +292,7 @@ class Writer:
             outcome.__cause__ = cause
         return outcomes
 
-    async def _append_many(self, batch: list[Append]) -> None:
+    async def _append_many(self, batch: list[AppendRequest]) -> None:
         """Write `batch` in one transaction and settle each append's future."""
         if len(batch) == 1:
             await self._settle_alone(batch[0])
@@ -341,7 +341,7 @@ class Writer:
                 await self._settle_alone(request)
             return
         heads: dict[str, int] = {}
-        alone: list[Append] = []
+        alone: list[AppendRequest] = []
         for request, (state, base, detail) in zip(batch, rows, strict=True):
             if state is None:
                 request.settle(int(base))
@@ -375,14 +375,14 @@ class Writer:
                 request.settle(SequenceConflict(request.run_id, request.expected, head))
         self._queue = waiting
 
-    async def _settle_alone(self, request: Append) -> None:
+    async def _settle_alone(self, request: AppendRequest) -> None:
         try:
             request.settle(await self.append_one(request))
         except Exception as exc:
             request.settle(exc)
 
     async def _refusal(
-        self, request: Append, sqlstate: str | None, detail: str | None
+        self, request: AppendRequest, sqlstate: str | None, detail: str | None
     ) -> Exception | None:
         """The runfold error for an append refused with `sqlstate`, or None if not a refusal."""
         if sqlstate == SEQUENCE_CONFLICT:
