@@ -51,7 +51,7 @@ from runfold.kernel.errors import (
 
 if _TYPE_CHECKING:
     from runfold.cli.exit_codes import CliError as CliError
-    from runfold.cli.operate import RuntimeLoadError as RuntimeLoadError
+    from runfold.cli.runtimes import RuntimeLoadError as RuntimeLoadError
     from runfold.engine.errors import BaseExceptionRaised as BaseExceptionRaised
     from runfold.engine.errors import EngineError as EngineError
     from runfold.engine.errors import InvalidDecision as InvalidDecision
@@ -101,7 +101,7 @@ _BEYOND_THE_KERNEL = {
     "ExportFormatError": "runfold.transfer",
     "RunsAlreadyExist": "runfold.transfer",
     "CliError": "runfold.cli.exit_codes",
-    "RuntimeLoadError": "runfold.cli.operate",
+    "RuntimeLoadError": "runfold.cli.runtimes",
 }
 """The error classes defined outside the kernel, and the module each comes from."""
 

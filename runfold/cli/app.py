@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from runfold.cli.output import Terminal
 
 # The commands live by area: looking at runs (`inspection`), acting on them as an operator
-# (`intervention`, `messaging`), looking after the store (`maintenance`), the fleet (`fleet`),
+# (`operate_commands`, `messaging`), looking after the store (`maintenance`), the fleet (`fleet`),
 # the demo (`demo`) and the conformance kit (`certification`). What they share is in
 # `exit_codes`, `store_access` and `options`; the exit codes and the default store are
 # re-exported here, where they have always been public.
@@ -75,22 +75,22 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Serve a web inspector of the store's runs until stopped (the `ui` extra).",
     ),
     "cancel": (
-        "runfold.cli.intervention",
+        "runfold.cli.operate_commands",
         "cancel",
         "End a live run as cancelled now, without asking its workflow (no cleanup steps).",
     ),
     "resume": (
-        "runfold.cli.intervention",
+        "runfold.cli.operate_commands",
         "resume",
         "Drive an interrupted run (RUN_ID), or the runs that are due (--due), with your runtime.",
     ),
     "delete": (
-        "runfold.cli.intervention",
+        "runfold.cli.operate_commands",
         "delete",
         "Delete one ended run (RUN_ID), or the runs that ended before a time (--ended-before).",
     ),
     "deliver": (
-        "runfold.cli.intervention",
+        "runfold.cli.operate_commands",
         "deliver",
         "Deliver PAYLOAD (text, or - to read bytes from stdin) to the hook holding TOKEN.",
     ),

@@ -186,7 +186,7 @@ def ui(
     if target is not None and not allow_actions:
         raise CliError("--runtime is for the resume action: give --allow-actions too", EXIT_USAGE)
     url = store_url(ctx, command_store, looks=True)
-    from runfold.cli.operate import RuntimeLoadError  # here: it brings the engine
+    from runfold.cli.runtimes import RuntimeLoadError  # here: it brings the engine
 
     try:
         from runfold import ui as inspector

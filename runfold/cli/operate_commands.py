@@ -14,7 +14,7 @@ from datetime import datetime
 
 import click
 
-from runfold.cli import operate
+from runfold.cli import operate, runtimes
 from runfold.cli.completion import complete_run_id
 from runfold.cli.exit_codes import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
 from runfold.cli.options import json_option, on_a_run, store_option
@@ -76,14 +76,14 @@ def resume(
     if (run_id is None) == (not due):
         raise click.UsageError("give a RUN_ID or --due (one of them)", ctx)
     try:
-        factory = operate.resolve_factory(target)
-    except operate.RuntimeLoadError as exc:
+        factory = runtimes.resolve_factory(target)
+    except runtimes.RuntimeLoadError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
 
     async def work(store: EventStore, terminal: Terminal) -> int:
         try:  # made on the command's store: a factory that takes one gets it
-            runtime = operate.make_runtime(target, factory, store)
-        except operate.RuntimeLoadError as exc:
+            runtime = runtimes.make_runtime(target, factory, store)
+        except runtimes.RuntimeLoadError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
         from runfold.cli.deploys import restart_ended  # the flow's: with a runtime at hand
 

@@ -84,7 +84,7 @@ def serve(
         raise ValueError("a runtime is for the resume action: give allow_actions too")
     asyncio.run(_check(store_url))
     if runtime is not None:
-        from runfold.cli.operate import resolve_factory
+        from runfold.cli.runtimes import resolve_factory
 
         resolve_factory(runtime)  # a name that does not resolve fails here, not at start-up
     listening = _listen(host, port)

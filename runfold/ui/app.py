@@ -178,7 +178,7 @@ def create_app(
             if actions is not None:
                 writable = await open_store(store_url)
                 if runtime is not None:
-                    from runfold.cli.operate import load_runtime
+                    from runfold.cli.runtimes import load_runtime
 
                     actions.runtime = load_runtime(runtime, writable)
             yield
