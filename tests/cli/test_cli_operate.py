@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from runfold import CommandHandler, CreateHook, CreateRun, StartRun
+from runfold import CommandHandler
+from runfold.commands import CreateHook, CreateRun, StartRun
 from runfold.flow import Flow
 from runfold.stores import SQLiteStore
 from runfold.testing import CrashingStore, Fault, SimulatedCrash

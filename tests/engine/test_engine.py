@@ -19,34 +19,8 @@ from typing import cast
 
 import pytest
 
-from runfold import (
-    CommandHandler,
-    CreateRun,
-    Envelope,
-    Event,
-    EventStore,
-    HookConflict,
-    HookNotFound,
-    InvalidCommand,
-    NonDeterministic,
-    RetryPolicy,
-    RunCancelled,
-    RunCompleted,
-    RunFailed,
-    RunIndex,
-    RunNotFound,
-    RunTimedOut,
-    Snapshot,
-    StepCompleted,
-    StepCreated,
-    StepFailed,
-    StepRetrying,
-    StoreRetry,
-    StoreUnavailable,
-    TerminalState,
-    WaitNotFound,
-    Wakeup,
-)
+from runfold import CommandHandler, EventStore, Snapshot
+from runfold.commands import CreateRun
 from runfold.engine import (
     DEFAULT_JITTER,
     DEFAULT_RETRY,
@@ -73,6 +47,31 @@ from runfold.engine import (
     jitter_fraction,
     retry_delay,
 )
+from runfold.errors import (
+    HookNotFound,
+    InvalidCommand,
+    NonDeterministic,
+    RunNotFound,
+    StoreUnavailable,
+    TerminalState,
+    WaitNotFound,
+)
+from runfold.events import (
+    Envelope,
+    Event,
+    HookConflict,
+    RetryPolicy,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunTimedOut,
+    StepCompleted,
+    StepCreated,
+    StepFailed,
+    StepRetrying,
+)
+from runfold.kernel import RunIndex, Wakeup
+from runfold.store_retry import StoreRetry
 from tests.conftest import T0, Clock
 from tests.handler.test_handler import DelegatingStore
 

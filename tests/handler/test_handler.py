@@ -17,45 +17,43 @@ from typing import Any
 
 import pytest
 
-from runfold import (
+from runfold import CommandHandler, EventStore, Snapshot, testing
+from runfold.commands import (
     CancelRun,
     Command,
-    CommandHandler,
     CompleteRun,
     CompleteStep,
     CreateHook,
     CreateRun,
     CreateStep,
     DisposeHook,
-    EntityConflict,
-    Envelope,
-    Event,
-    EventStore,
-    HistoryError,
-    HookConflict,
-    HookCreated,
-    HookHolder,
-    HookNotFound,
-    HookReceived,
     LazyStep,
-    Limits,
     RecordLog,
     RetryStep,
-    RunExpired,
-    RunIndex,
-    RunNotFound,
-    SequenceConflict,
     SetAttributes,
-    Snapshot,
     StartRun,
     StartStep,
+)
+from runfold.errors import (
+    EntityConflict,
+    HistoryError,
+    HookNotFound,
+    RunExpired,
+    RunNotFound,
+    SequenceConflict,
+    TooEarly,
+)
+from runfold.events import (
+    Envelope,
+    Event,
+    HookConflict,
+    HookCreated,
+    HookReceived,
     StepCompleted,
     StepCreated,
-    TooEarly,
-    new_run_id,
-    project_run,
-    testing,
 )
+from runfold.handler import new_run_id
+from runfold.kernel import HookHolder, Limits, RunIndex, project_run
 from runfold.stores.protocol import ReplayedRun, Replayer
 from tests.conftest import T0, Clock
 
