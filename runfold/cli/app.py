@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 #
 # Each command's module is imported only when that command runs (or its own help is asked
 # for): `runfold --help` lists them from `COMMANDS` and imports no kernel, store or rich, so
-# it starts in the time Python and click take. tests/test_cli_start_up.py checks both.
+# it starts in the time Python and click take. tests/cli/test_cli_start_up.py checks both.
 
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": (
