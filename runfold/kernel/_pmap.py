@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 __all__ = ["PView", "stored"]
 
@@ -138,10 +138,15 @@ class PView(Mapping[str, V], Generic[R, V]):
 _ABSENT_MARK: Any = object()
 
 
-def stored(view: Mapping[str, Any], key: str) -> Any:
-    """What `view` (a snapshot's mapping, a `PView`) stores under `key`, unfrozen; None if absent.
+if TYPE_CHECKING:
 
-    A snapshot's public fields are typed by the public states they hand out; the kernel's rules
-    read a field or two of the fold's record instead, which builds no frozen state.
-    """
-    return view.raw(key)  # type: ignore[attr-defined]  # (a cast would cost a call)
+    def stored(view: Mapping[str, Any], key: str) -> Any:
+        """What `view` (a snapshot's mapping, a `PView`) stores under `key`, unfrozen; None if
+        absent.
+
+        A snapshot's public fields are typed by the public states they hand out; the kernel's
+        rules read a field or two of the fold's record instead, which builds no frozen state.
+        """
+
+else:
+    stored = PView.raw  # the unbound read itself: no call more than `view.raw(key)`
