@@ -50,6 +50,7 @@ from runfold.stores.protocol import (
 )
 
 __all__ = [
+    "EVENT_COLUMNS",
     "SUMMARY_COLUMNS",
     "IndexReads",
     "envelopes_from_rows",
@@ -59,6 +60,7 @@ __all__ = [
     "list_runs_query",
     "optional_time",
     "replay_rows",
+    "run_events_query",
     "summary_from_row",
     "summary_page",
     "token_holder_query",
@@ -68,6 +70,9 @@ __all__ = [
 
 _RUN_STATUSES = frozenset(typing.get_args(RunStatus))
 _WAKEUP_KINDS = frozenset(typing.get_args(WakeupKind))
+
+EVENT_COLUMNS = "sequence, type, schema_version, payload, recorded_at, position"
+"""An event row's columns, as `envelopes_from_rows` reads them."""
 
 SUMMARY_COLUMNS = (
     "run_id, workflow_name, status, parent_run_id, created_at, updated_at, completed_at, "
@@ -352,6 +357,39 @@ class IndexReads:
         arguments.check_next_wakeup(workflow_names=workflow_names)
         found = await self._wakeups(workflow_names, None, 1)
         return found[0] if found else None
+
+
+def run_events_query(
+    table: str,
+    mark: str,
+    run_id: str,
+    correlation: str | None,
+    after: int,
+    descending: bool,
+) -> tuple[str, list[Any]]:
+    """A run's event rows (`EVENT_COLUMNS`) after `after` as `EventStore.read` asks, and the
+    parameters before the last, the limit's, which the caller appends (its "no limit" differs).
+
+    `table` is the events table (schema-qualified on PostgreSQL), `mark` the driver's parameter
+    mark (`?` or `%s`); `correlation`, when given, keeps the rows of one correlation id.
+    """
+    clauses = [f"run_id = {mark}"]
+    params: list[Any] = [run_id]
+    if correlation is not None:
+        clauses.append(f"correlation_id = {mark}")
+        params.append(correlation)
+    if descending:
+        if after > 0:
+            clauses.append(f"sequence < {mark}")
+            params.append(after)
+    else:
+        clauses.append(f"sequence > {mark}")
+        params.append(after)
+    sql = (
+        f"SELECT {EVENT_COLUMNS} FROM {table} WHERE {' AND '.join(clauses)} "
+        f"ORDER BY sequence {'DESC' if descending else 'ASC'} LIMIT {mark}"
+    )
+    return sql, params
 
 
 def wakeups_query(schema: str, mark: str, *, served: str | None, due: bool) -> str:

@@ -23,12 +23,12 @@ from collections.abc import AsyncGenerator
 import psycopg
 
 from runfold.kernel import Envelope, RunIndex
-from runfold.stores._sql import envelopes_from_rows
+from runfold.stores._sql import EVENT_COLUMNS, envelopes_from_rows  # the feed's lead with run_id
 from runfold.stores.postgres.connections import Connection, Connections
 from runfold.stores.postgres.schema import quote
 from runfold.stores.signals import SignalBoard, Tidings, tidings_of
 
-__all__ = ["EVENT_COLUMNS", "NOTIFY_INTERVAL", "Feed", "channel"]
+__all__ = ["NOTIFY_INTERVAL", "Feed", "channel"]
 
 _LARGEST_LIMIT = 2**31 - 1
 """The largest limit `read_feed` takes (an `integer`); a larger one returns the same rows."""
@@ -38,8 +38,6 @@ NOTIFY_INTERVAL = 0.025
 _PAYLOAD_BYTES = 7000
 """Past this a notification names no ended run: it wakes every waiter for an end (the server
 takes payloads under 8,000 bytes)."""
-EVENT_COLUMNS = "sequence, type, schema_version, payload, recorded_at, position"
-"""An event row's columns (`envelopes_from_rows`); the feed's rows lead with the run id."""
 
 
 def channel(schema: str) -> str:

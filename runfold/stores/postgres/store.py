@@ -34,6 +34,7 @@ from runfold.stores._sql import (
     envelopes_from_rows,
     holder_from_row,
     replay_rows,
+    run_events_query,
     summary_from_row,
     token_holder_query,
     wakeup_from_row,
@@ -46,7 +47,7 @@ from runfold.stores.postgres.connections import (
     ReconnectingPool,
 )
 from runfold.stores.postgres.due_work import PostgresDueWork
-from runfold.stores.postgres.feed import EVENT_COLUMNS, Feed
+from runfold.stores.postgres.feed import Feed
 from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.leases import PostgresLeases
 from runfold.stores.postgres.request import AppendRequest
@@ -337,24 +338,11 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
         limit: int | None,
         descending: bool,
     ) -> list[tuple[Any, ...]]:
-        clauses = ["run_id = %s"]
-        params: list[Any] = [run_id]
-        if correlation is not None:
-            clauses.append("correlation_id = %s")
-            params.append(correlation)
-        if descending:
-            if after > 0:
-                clauses.append("sequence < %s")
-                params.append(after)
-        else:
-            clauses.append("sequence > %s")
-            params.append(after)
-        params.append(None if limit is None else max(limit, 0))
-        return await self._fetch(
-            f"SELECT {EVENT_COLUMNS} FROM {self._s}.events WHERE {' AND '.join(clauses)} "
-            f"ORDER BY sequence {'DESC' if descending else 'ASC'} LIMIT %s",
-            params,
+        sql, params = run_events_query(
+            f"{self._s}.events", "%s", run_id, correlation, after, descending
         )
+        params.append(None if limit is None else max(limit, 0))  # LIMIT NULL: every row
+        return await self._fetch(sql, params)
 
     async def head(self, run_id: str) -> int:
         """The run's last sequence; 0 for an unknown run."""

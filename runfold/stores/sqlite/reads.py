@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from runfold.kernel.bulk import BULK, in_bulk
-from runfold.stores._sql import SUMMARY_COLUMNS
+from runfold.stores._sql import SUMMARY_COLUMNS, run_events_query
 
 __all__ = ["CHUNK", "chunks", "fetch", "fetch_summaries", "read_head", "read_rows"]
 
@@ -57,25 +57,9 @@ def read_rows(
     descending: bool,
 ) -> list[Any]:
     """The rows of the run's events (of one correlation id) after `after`, as `read` asks."""
-    clauses = ["run_id = ?"]
-    params: list[Any] = [run_id]
-    if correlation is not None:
-        clauses.append("correlation_id = ?")
-        params.append(correlation)
-    if descending:
-        if after > 0:
-            clauses.append("sequence < ?")
-            params.append(after)
-    else:
-        clauses.append("sequence > ?")
-        params.append(after)
-    params.append(-1 if limit is None else max(limit, 0))
-    cursor = conn.execute(
-        "SELECT sequence, type, schema_version, payload, recorded_at, position "
-        f"FROM events WHERE {' AND '.join(clauses)} "
-        f"ORDER BY sequence {'DESC' if descending else 'ASC'} LIMIT ?",
-        params,
-    )
+    sql, params = run_events_query("events", "?", run_id, correlation, after, descending)
+    params.append(-1 if limit is None else max(limit, 0))  # LIMIT -1: every row
+    cursor = conn.execute(sql, params)
     # Without a limit the rows may be a whole long history: a tuple each, fetched with the
     # cycle collector paused (a read of a few rows pays a fraction of a microsecond for it).
     return in_bulk(BULK if limit is None else limit, cursor.fetchall)
