@@ -26,7 +26,7 @@ from benchmarks.workloads import PAYLOAD_BYTES, T0, step_events, step_heavy_hist
 from runfold import Envelope, Limits, Snapshot, apply, encode_event, project_run
 from runfold.kernel import make_envelope
 from runfold.stores._sql import envelopes_from_rows, replay_rows
-from runfold.stores.protocol import time_key
+from runfold.stores.time_keys import time_key
 
 __all__ = [
     "EncodedRow",

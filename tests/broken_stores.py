@@ -31,7 +31,9 @@ from runfold.kernel import (
     project_run,
 )
 from runfold.stores.memory import MemoryStore, _Row
-from runfold.stores.protocol import ReplayedRun, decode_cursor, encode_cursor, time_key
+from runfold.stores.paging import decode_cursor, encode_cursor
+from runfold.stores.protocol import ReplayedRun
+from runfold.stores.time_keys import time_key
 
 _LIMITS = Limits()
 ALL = 1_000_000

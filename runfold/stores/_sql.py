@@ -37,16 +37,9 @@ from runfold.kernel import (
 )
 from runfold.kernel._gc import in_bulk
 from runfold.stores.arguments import MAX_COUNT
-from runfold.stores.protocol import (
-    ReplayedRun,
-    from_key,
-    hook_cursor_key,
-    hooks_page,
-    run_cursor_key,
-    runs_page,
-    time_key,
-    times_from_keys,
-)
+from runfold.stores.paging import hook_cursor_key, hooks_page, run_cursor_key, runs_page
+from runfold.stores.protocol import ReplayedRun
+from runfold.stores.time_keys import from_key, time_key, times_from_keys
 
 __all__ = [
     "SUMMARY_COLUMNS",

@@ -42,15 +42,9 @@ from runfold.stores import arguments
 from runfold.stores.base import StoreBase
 from runfold.stores.memory_due_work import MemoryDueWork
 from runfold.stores.memory_leases import MemoryLeases
-from runfold.stores.protocol import (
-    hook_cursor_key,
-    hooks_page,
-    index_in_utc,
-    run_cursor_key,
-    runs_page,
-    time_key,
-)
+from runfold.stores.paging import hook_cursor_key, hooks_page, run_cursor_key, runs_page
 from runfold.stores.signals import BoardSignals, SignalBoard
+from runfold.stores.time_keys import index_in_utc, time_key
 
 __all__ = ["MemoryStore"]
 

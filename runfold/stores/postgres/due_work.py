@@ -24,7 +24,7 @@ from runfold.stores.due_work import (
     DueWorkBase,
     Queue,
 )
-from runfold.stores.protocol import time_key
+from runfold.stores.time_keys import time_key
 
 __all__ = ["PostgresDueWork", "claim_due_function"]
 

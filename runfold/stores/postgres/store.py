@@ -58,7 +58,8 @@ from runfold.stores.postgres.schema import (
     request_types,
 )
 from runfold.stores.postgres.writer import Writer
-from runfold.stores.protocol import ReplayedRun, time_key
+from runfold.stores.protocol import ReplayedRun
+from runfold.stores.time_keys import time_key
 
 __all__ = ["PostgresStore"]
 

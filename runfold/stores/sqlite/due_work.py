@@ -22,8 +22,8 @@ from runfold.stores.due_work import (
     Queue,
 )
 from runfold.stores.memory_due_work import queue_allowance
-from runfold.stores.protocol import time_key
 from runfold.stores.sqlite.leases import orphaned_runs_query
+from runfold.stores.time_keys import time_key
 
 __all__ = ["SQLiteDueWork"]
 

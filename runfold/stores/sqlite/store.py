@@ -38,7 +38,7 @@ from runfold.stores._sql import (
     wakeups_query,
 )
 from runfold.stores.base import StoreBase
-from runfold.stores.protocol import ReplayedRun, time_key
+from runfold.stores.protocol import ReplayedRun
 from runfold.stores.signals import BoardSignals, SignalBoard
 from runfold.stores.sqlite.deadline import Budget, call_on_thread, call_timeout
 from runfold.stores.sqlite.due_work import SQLiteDueWork
@@ -56,6 +56,7 @@ from runfold.stores.sqlite.schema import (
 )
 from runfold.stores.sqlite.thread import connect, ready, result_code
 from runfold.stores.sqlite.writer import Append, append_batch, settle
+from runfold.stores.time_keys import time_key
 
 __all__ = ["SQLiteStore", "Synchronous"]
 
