@@ -49,8 +49,9 @@ class EventStore(Protocol):
     `StoreUnavailable` (transient: safe to retry). Every method refuses an argument the contract
     does not allow (a type, a range, a naive time, text UTF-8 cannot encode) with
     `InvalidArgument`, a `ValueError`, before any I/O and before `StoreClosed`: the checks of
-    `runfold.stores.arguments`, one per method, called first thing. `runfold.conformance.
-    StoreConformance` checks a store against this contract.
+    `runfold.stores.arguments`, one per method, called first thing (`StoreBase` calls them for
+    a store built on it). `runfold.conformance.StoreConformance` checks a store against this
+    contract.
     """
 
     async def append_if_sequence(
