@@ -37,7 +37,7 @@ from runfold.kernel import (
     encode_event,
     make_envelopes,
 )
-from runfold.kernel._gc import in_bulk
+from runfold.kernel.bulk import in_bulk
 from runfold.stores import arguments
 from runfold.stores.base import StoreBase
 from runfold.stores.memory_due_work import MemoryDueWork
