@@ -17,12 +17,13 @@ whatever else runs on it) gives at that moment; no durable fleet scales better o
 Reported: workflows/s of each fleet and workload (`fleet_app`: 2 ms CPU steps, 20 ms I/O
 steps), with runfold's ratios to one runfold process and to DBOS with as many processes; the
 CPU time the worker processes spent per workflow, and the server's for their connections (from
-/proc: Linux only; each fleet's connections are told apart by their `application_name`).
+/proc: Linux only; a fleet's backends are those whose client ports are its processes' sockets).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -113,18 +114,15 @@ class Fleet(Protocol):
 
 
 class _Processes:
-    """A fleet's worker processes, each logging into a file of its own in `logs`; their
-    connections to the server carry the `application_name` `tag` (libpq's `PGAPPNAME`)."""
+    """A fleet's worker processes, each logging into a file of its own in `logs`."""
 
     def __init__(self, logs: Path, kind: str) -> None:
         self.logs = logs
         self.kind = kind
-        self.tag = f"bench-{kind.lower()}-{uuid.uuid4().hex[:8]}"
         self.running: list[subprocess.Popen[str]] = []
 
     def start(self, command: Sequence[str], *, stdin: int | None = None) -> subprocess.Popen[str]:
         log = self.logs / f"{self.kind}-{len(self.running)}.log"
-        environment = {**os.environ, "PGAPPNAME": self.tag}
         with log.open("w") as stderr:
             process = subprocess.Popen(
                 command,
@@ -133,7 +131,6 @@ class _Processes:
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
-                env=environment,
             )
         self.running.append(process)
         return process
@@ -327,8 +324,7 @@ def _drain(fleet: Fleet, workflow_name: str, count: int, size: int) -> _Drained:
     done = fleet.finished() + count
     fleet.enqueue(workflow_name, count)
     with psycopg.connect(dsn(), autocommit=True) as conn:
-        tag = fleet.processes.tag
-        cpu, server = fleet.processes.cpu_seconds(), _server_cpu_seconds(conn, tag)
+        cpu, server = fleet.processes.cpu_seconds(), _server_cpu(conn, fleet.processes)
         machine = _machine_times()
         fleet.processes.signal(signal.SIGCONT)
         start = time.perf_counter()
@@ -344,7 +340,10 @@ def _drain(fleet: Fleet, workflow_name: str, count: int, size: int) -> _Drained:
         return _Drained(
             seconds=seconds,
             worker_cpu=fleet.processes.cpu_seconds() - cpu,
-            server_cpu=_server_cpu_seconds(conn, tag) - server,
+            server_cpu=sum(
+                seconds - server.get(pid, 0.0)
+                for pid, seconds in _server_cpu(conn, fleet.processes).items()
+            ),
             busy_cores=(os.cpu_count() or 1) * (1 - idle / total) if total else 0.0,
         )
 
@@ -355,15 +354,38 @@ def _machine_times() -> tuple[int, int]:
     return sum(fields), fields[3] + fields[4]  # idle, iowait
 
 
-def _server_cpu_seconds(conn: psycopg.Connection[tuple[Any, ...]], tag: str) -> float:
-    """User and system CPU time, so far, of the local server's backends whose connections carry
-    the `application_name` `tag` (Linux /proc). A backend that ends meanwhile takes its time
-    with it; the server's shared processes (WAL writer, checkpointer) are not counted."""
-    pids = [int(str(pid)) for (pid,) in conn.execute(_TAGGED, (tag,)).fetchall()]
-    return sum(_cpu_seconds(pid) for pid in pids)
+def _server_cpu(conn: psycopg.Connection[tuple[Any, ...]], fleet: _Processes) -> dict[int, float]:
+    """User and system CPU time so far, by pid, of the local server's backends serving the
+    fleet's processes: those whose client port is the local port of one of their TCP sockets
+    (Linux /proc). A backend that ends meanwhile takes its time with it; the server's shared
+    processes (WAL writer, checkpointer) and other clients' backends are not counted."""
+    ports = sorted({port for process in fleet.running for port in _local_ports(process.pid)})
+    rows = conn.execute(_SERVING, (ports,)).fetchall()
+    return {int(pid): _cpu_seconds(int(pid)) for (pid,) in rows}
 
 
-_TAGGED = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+_SERVING = "SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s::integer[])"
+
+
+def _local_ports(pid: int) -> set[int]:
+    """The local ports of the process's TCP sockets (its /proc fds, matched by inode)."""
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    except OSError:  # the process ended
+        return set()
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:  # local_address is HEXIP:HEXPORT; inode is column 10
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def _cpu_seconds(pid: int) -> float:
