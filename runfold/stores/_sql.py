@@ -343,10 +343,10 @@ def run_events_query(
     after: int,
     descending: bool,
 ) -> tuple[str, list[Any]]:
-    """A run's event rows (`EVENT_COLUMNS`) after `after` as `EventStore.read` asks, and the
-    parameters before the last, the limit's, which the caller appends (its "no limit" differs).
+    """The SELECT of a run's event rows as `EventStore.read` asks, and its parameters but one.
 
-    `table` is the events table (schema-qualified on PostgreSQL), `mark` the driver's parameter
+    The last parameter, the limit's, is the caller's to append: "no limit" is NULL on
+    PostgreSQL, -1 on SQLite. The rows hold `EVENT_COLUMNS`. `table` is the events table (schema-qualified on PostgreSQL), `mark` the driver's parameter
     mark (`?` or `%s`); `correlation`, when given, keeps the rows of one correlation id.
     """
     clauses = [f"run_id = {mark}"]
