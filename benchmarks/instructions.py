@@ -1,10 +1,12 @@
 """Instructions per step: the CPU the engine and the kernel spend on one step of a 10-step
 workflow on `MemoryStore`, counted by callgrind (valgrind), so the same whatever the load.
 
-The probe (`benchmarks.instructions_probe`) runs under `valgrind --tool=callgrind` twice, with
-none and with `WORKFLOWS` workflows after the same warm-up; the difference of the two counts,
-divided by the steps, is what one step costs past start-up: the engine, the handler, the
-kernel's decide / apply, `MemoryStore` and the event loop's turns, all in the one process.
+The probe (`benchmarks.instructions_probe`) runs under `valgrind --tool=callgrind` with no
+workflow, and with `WORKFLOWS` workflows after the same warm-up; the difference of the two
+counts, divided by the steps, is what one step costs past start-up: the engine, the handler,
+the kernel's decide / apply, `MemoryStore` and the event loop's turns, all in the one process.
+The probe's smaller parts (the kernel's decisions alone; those and the handler's appends on
+`MemoryStore`) split the count: where a step's instructions go.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.harness import Measurement, Remark, Result, compare
+from benchmarks.instructions_probe import PARTS
 from benchmarks.targets import ENGINE_INSTRUCTIONS_PER_STEP, ENGINE_INSTRUCTIONS_PER_STEP_BEFORE
 from benchmarks.workloads import WORKFLOW_STEPS
 
@@ -29,9 +32,9 @@ WORKFLOWS = 20
 _TOTAL = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
 
 
-def _counted(workflows: int, folder: Path) -> int:
+def _counted(part: str, workflows: int, folder: Path) -> int:
     """The instructions callgrind counts for the probe running `workflows` workflows."""
-    out = folder / f"callgrind.{workflows}"
+    out = folder / f"callgrind.{part}.{workflows}"
     subprocess.run(
         [
             "valgrind",
@@ -40,6 +43,7 @@ def _counted(workflows: int, folder: Path) -> int:
             sys.executable,
             "-m",
             "benchmarks.instructions_probe",
+            part,
             str(workflows),
         ],
         check=True,
@@ -51,19 +55,25 @@ def _counted(workflows: int, folder: Path) -> int:
     return int(found.group(1))
 
 
-def instructions_per_step(workflows: int = WORKFLOWS) -> float:
-    """Instructions per step past start-up (see the module)."""
+def instructions_per_step(workflows: int = WORKFLOWS) -> dict[str, float]:
+    """Instructions per step past start-up of each part of the probe (see the module)."""
+    steps = workflows * WORKFLOW_STEPS
     with tempfile.TemporaryDirectory(prefix="runfold-callgrind-") as folder:
-        none = _counted(0, Path(folder))
-        some = _counted(workflows, Path(folder))
-    return (some - none) / (workflows * WORKFLOW_STEPS)
+        none = _counted("engine", 0, Path(folder))  # every part imports the same modules
+        return {part: (_counted(part, workflows, Path(folder)) - none) / steps for part in PARTS}
 
 
 def bench_instructions(quick: bool) -> list[Result | Remark]:
     if shutil.which("valgrind") is None:
         return [Remark(group=GROUP, text="No valgrind: instructions per step not counted.")]
-    count = Measurement.of([instructions_per_step(5 if quick else WORKFLOWS)])
+    parts = instructions_per_step(5 if quick else WORKFLOWS)
+    count = Measurement.of([parts["engine"]])
     before = Measurement.of([ENGINE_INSTRUCTIONS_PER_STEP_BEFORE])
+    engine, handler, kernel = parts["engine"], parts["handler"], parts["kernel"]
+
+    def share(value: float) -> str:
+        return f"{value:,.0f} ({100 * value / engine:.0f} %)"
+
     return [
         Result(
             group=GROUP,
@@ -81,8 +91,23 @@ def bench_instructions(quick: bool) -> list[Result | Remark]:
             lower_is_better=True,
             note="counted once: the count does not depend on the load",
         ),
+        Remark(
+            group=GROUP,
+            text=f"Where a step's {engine:,.0f} instructions go (callgrind, the probe's parts "
+            "subtracted from one another): the kernel's decisions and folds (`decide_many` of "
+            "the step's outcome, `decide_after` of the next start, each folded into a new "
+            f"snapshot) {share(kernel)}; the handler's append of them on `MemoryStore` "
+            "(the decision reused, checked to be the kernel's own on the cached snapshot; the "
+            "run's index rows; the store's argument checks, the events' encoding, its rows) "
+            f"{share(handler - kernel)}; the engine around them (asking the workflow, "
+            f"the step's body and its invocation, the drive's bookkeeping, the event loop's "
+            f"turns) {share(engine - handler)}. On a disk store the commit adds its own wait "
+            "and the driver's CPU: see the Workflows rows against the raw-commit ceiling, and "
+            "the pages each append writes in Pages per append.",
+        ),
     ]
 
 
 if __name__ == "__main__":
-    print(f"{instructions_per_step():,.0f} instructions per step")
+    for name, count in instructions_per_step().items():
+        print(f"{name}: {count:,.0f} instructions per step")

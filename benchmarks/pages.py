@@ -102,9 +102,7 @@ def postgres_wal_per_append(workflows: int = WORKFLOWS) -> tuple[float, float]:
                 }
                 start = admin.execute("SELECT pg_current_wal_lsn()").fetchone()
                 for _ in range(workflows):
-                    run = loop.run_until_complete(
-                        engine.start("sequential", b"i" * PAYLOAD_BYTES)
-                    )
+                    run = loop.run_until_complete(engine.start("sequential", b"i" * PAYLOAD_BYTES))
                     assert run.status == "completed"
                 end = admin.execute("SELECT pg_current_wal_lsn()").fetchone()
             assert start is not None and end is not None
@@ -155,7 +153,10 @@ def bench_pages(quick: bool) -> list[Result | Remark]:
     with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
         wal, pages = postgres_wal_per_append(workflows)
         on = f"PostgreSQL {POSTGRES.version()}, synchronous_commit=on"
-        found += [_row("WAL bytes", on, "B", wal), _row("pages (WAL block references)", on, "pages", pages)]
+        found += [
+            _row("WAL bytes", on, "B", wal),
+            _row("pages (WAL block references)", on, "pages", pages),
+        ]
         return found
     found.append(Remark(group=GROUP, text="PostgreSQL: pg_walinspect not allowed, not measured."))
     return found
