@@ -55,26 +55,25 @@ def _counted(part: str, workflows: int, folder: Path) -> int:
     return int(found.group(1))
 
 
-def instructions_per_step(workflows: int = WORKFLOWS) -> dict[str, float]:
-    """Instructions per step past start-up of each part of the probe (see the module)."""
+def instructions_per_step(
+    workflows: int = WORKFLOWS, parts: tuple[str, ...] = PARTS
+) -> dict[str, float]:
+    """Instructions per step past start-up of each of the probe's `parts` (see the module)."""
     steps = workflows * WORKFLOW_STEPS
     with tempfile.TemporaryDirectory(prefix="runfold-callgrind-") as folder:
         none = _counted("engine", 0, Path(folder))  # every part imports the same modules
-        return {part: (_counted(part, workflows, Path(folder)) - none) / steps for part in PARTS}
+        return {part: (_counted(part, workflows, Path(folder)) - none) / steps for part in parts}
 
 
 def bench_instructions(quick: bool) -> list[Result | Remark]:
     if shutil.which("valgrind") is None:
         return [Remark(group=GROUP, text="No valgrind: instructions per step not counted.")]
-    parts = instructions_per_step(5 if quick else WORKFLOWS)
+    # Quick: the whole engine only, on few workflows (each count is a process under valgrind).
+    parts = instructions_per_step(*((3, ("engine",)) if quick else (WORKFLOWS, PARTS)))
     count = Measurement.of([parts["engine"]])
     before = Measurement.of([ENGINE_INSTRUCTIONS_PER_STEP_BEFORE])
-    engine, handler, kernel = parts["engine"], parts["handler"], parts["kernel"]
 
-    def share(value: float) -> str:
-        return f"{value:,.0f} ({100 * value / engine:.0f} %)"
-
-    return [
+    found: list[Result | Remark] = [
         Result(
             group=GROUP,
             case=f"Engine on MemoryStore: instructions per step, {WORKFLOW_STEPS}-step workflow "
@@ -91,21 +90,32 @@ def bench_instructions(quick: bool) -> list[Result | Remark]:
             lower_is_better=True,
             note="counted once: the count does not depend on the load",
         ),
-        Remark(
-            group=GROUP,
-            text=f"Where a step's {engine:,.0f} instructions go (callgrind, the probe's parts "
-            "subtracted from one another): the kernel's decisions and folds (`decide_many` of "
-            "the step's outcome, `decide_after` of the next start, each folded into a new "
-            f"snapshot) {share(kernel)}; the handler's append of them on `MemoryStore` "
-            "(the decision reused, checked to be the kernel's own on the cached snapshot; the "
-            "run's index rows; the store's argument checks, the events' encoding, its rows) "
-            f"{share(handler - kernel)}; the engine around them (asking the workflow, "
-            f"the step's body and its invocation, the drive's bookkeeping, the event loop's "
-            f"turns) {share(engine - handler)}. On a disk store the commit adds its own wait "
-            "and the driver's CPU: see the Workflows rows against the raw-commit ceiling, and "
-            "the pages each append writes in Pages per append.",
-        ),
     ]
+    if "kernel" in parts:
+        found.append(_split(parts["engine"], parts["handler"], parts["kernel"]))
+    return found
+
+
+def _split(engine: float, handler: float, kernel: float) -> Remark:
+    """Where a step's instructions go, from the counts of the probe's parts."""
+
+    def share(value: float) -> str:
+        return f"{value:,.0f} ({100 * value / engine:.0f} %)"
+
+    return Remark(
+        group=GROUP,
+        text=f"Where a step's {engine:,.0f} instructions go (callgrind, the probe's parts "
+        "subtracted from one another): the kernel's decisions and folds (`decide_many` of "
+        "the step's outcome, `decide_after` of the next start, each folded into a new "
+        f"snapshot) {share(kernel)}; the handler's append of them on `MemoryStore` "
+        "(the decision reused, checked to be the kernel's own on the cached snapshot; the "
+        "run's index rows; the store's argument checks, the events' encoding, its rows) "
+        f"{share(handler - kernel)}; the engine around them (asking the workflow, "
+        f"the step's body and its invocation, the drive's bookkeeping, the event loop's "
+        f"turns) {share(engine - handler)}. On a disk store the commit adds its own wait "
+        "and the driver's CPU: see the Workflows rows against the raw-commit ceiling, and "
+        "the pages each append writes in Pages per append.",
+    )
 
 
 if __name__ == "__main__":

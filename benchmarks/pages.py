@@ -5,7 +5,8 @@
   to restart it), per commit, and the log's bytes per commit.
 - PostgreSQL: the write-ahead log the appends' transactions write (`pg_walinspect`, the
   records touching the store's schema and their commits, so other databases' writers on the
-  server do not count), in bytes and in distinct pages (blocks) per append.
+  server do not count), in bytes and in distinct pages (blocks) per append. The extension is
+  created in the store's schema, dropped with it, unless the database has it already.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import struct
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -26,6 +28,7 @@ from benchmarks.workloads import PAYLOAD_BYTES, WORKFLOW_STEPS
 from runfold import CommandHandler
 from runfold.engine import Engine
 from runfold.stores import PostgresStore, SQLiteStore
+from runfold.stores.postgres.schema import quote
 
 __all__ = ["bench_pages", "postgres_wal_per_append", "sqlite_wal_per_append"]
 
@@ -81,36 +84,52 @@ def sqlite_wal_per_append(workflows: int = WORKFLOWS) -> tuple[float, float, int
     return frames / commits, frames * (_FRAME_HEADER + page_size) / commits, page_size
 
 
+def _walinspect(admin: psycopg.Connection[Any], schema: str) -> str:
+    """The schema of `pg_walinspect` in the database: created in `schema` (so it goes with it)
+    unless the database has it already."""
+    found = admin.execute(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'pg_walinspect'"
+    ).fetchone()
+    if found is not None:
+        return quote(str(found[0]))
+    admin.execute(f"CREATE EXTENSION pg_walinspect SCHEMA {quote(schema)}")
+    return quote(schema)
+
+
 def postgres_wal_per_append(workflows: int = WORKFLOWS) -> tuple[float, float]:
     """WAL bytes and distinct pages per append of the store's transactions on PostgreSQL."""
-    with psycopg.connect(dsn(), autocommit=True) as admin:
-        admin.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-        with fresh_schema() as schema, event_loop() as loop:
-            opening = PostgresStore.open(dsn(), schema=schema, pool_min=1, pool_max=1)
-            with opened(loop, opening) as store:
-                engine = Engine(CommandHandler(store), SequentialWorkflow())
-                run = loop.run_until_complete(engine.start("sequential", b"warm-up"))
+    with (
+        psycopg.connect(dsn(), autocommit=True) as admin,
+        fresh_schema() as schema,
+        event_loop() as loop,
+    ):
+        inspect = _walinspect(admin, schema)
+        opening = PostgresStore.open(dsn(), schema=schema, pool_min=1, pool_max=1)
+        with opened(loop, opening) as store:
+            engine = Engine(CommandHandler(store), SequentialWorkflow())
+            run = loop.run_until_complete(engine.start("sequential", b"warm-up"))
+            assert run.status == "completed"
+            nodes = {
+                str(row[0])
+                for row in admin.execute(
+                    "SELECT pg_relation_filenode(c.oid) FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE n.nspname = %s "
+                    "AND pg_relation_filenode(c.oid) IS NOT NULL",
+                    (schema,),
+                )
+            }
+            start = admin.execute("SELECT pg_current_wal_lsn()").fetchone()
+            for _ in range(workflows):
+                run = loop.run_until_complete(engine.start("sequential", b"i" * PAYLOAD_BYTES))
                 assert run.status == "completed"
-                nodes = {
-                    str(row[0])
-                    for row in admin.execute(
-                        "SELECT pg_relation_filenode(c.oid) FROM pg_class c JOIN pg_namespace n "
-                        "ON n.oid = c.relnamespace WHERE n.nspname = %s "
-                        "AND pg_relation_filenode(c.oid) IS NOT NULL",
-                        (schema,),
-                    )
-                }
-                start = admin.execute("SELECT pg_current_wal_lsn()").fetchone()
-                for _ in range(workflows):
-                    run = loop.run_until_complete(engine.start("sequential", b"i" * PAYLOAD_BYTES))
-                    assert run.status == "completed"
-                end = admin.execute("SELECT pg_current_wal_lsn()").fetchone()
-            assert start is not None and end is not None
-            records = admin.execute(
-                "SELECT xid, resource_manager, record_type, record_length, block_ref "
-                "FROM pg_get_wal_records_info(%s, %s)",
-                (start[0], end[0]),
-            ).fetchall()
+            end = admin.execute("SELECT pg_current_wal_lsn()").fetchone()
+        assert start is not None and end is not None
+        records = admin.execute(
+            "SELECT xid, resource_manager, record_type, record_length, block_ref "
+            f"FROM {inspect}.pg_get_wal_records_info(%s, %s)",
+            (start[0], end[0]),
+        ).fetchall()
     ours: dict[int, int] = defaultdict(int)
     pages: dict[int, set[tuple[str, str]]] = defaultdict(set)
     for xid, _, _, length, blocks in records:
