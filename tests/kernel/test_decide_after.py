@@ -22,7 +22,7 @@ from runfold.kernel import (
     recheck_decision,
 )
 from tests.conftest import T0
-from tests.test_handler import CREATE, START, lazy, log
+from tests.handler.test_handler import CREATE, START, lazy, log
 
 
 def test_decide_after_is_the_join_of_the_command_decided_alone() -> None:
