@@ -182,8 +182,11 @@ def _compiled_copies(record: type[_Record], fields: tuple[str, ...]) -> None:
     freeze = f"def freeze(self):\n    return make({', '.join(frozen(n) for n in fields)})\n"
     namespace: dict[str, Any] = {"new": object.__new__, "cls": record, "make": record._make}
     exec(compile(clone + "\n" + freeze, f"<runfold record {record.__name__}>", "exec"), namespace)
-    record.clone = namespace["clone"]  # type: ignore[method-assign]
-    record.freeze = namespace["freeze"]  # type: ignore[method-assign]
+    for name in ("clone", "freeze"):
+        made = namespace[name]
+        made.__doc__ = getattr(_Record, name).__doc__
+        made.__qualname__ = f"{record.__name__}.{name}"
+        setattr(record, name, made)
 
 
 for _record in (StepRecord, WaitRecord, HookRecord):
