@@ -42,7 +42,7 @@ from runfold.flow.events import EventBoard
 from runfold.flow.family import Family
 from runfold.flow.fork import fork_run, restart_at
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
-from runfold.flow.interpreter import Interpreter
+from runfold.flow.interpreter import OBSERVED, Interpreter
 from runfold.flow.messages import mailbox_hook
 from runfold.flow.versions import code_version
 from runfold.handler import CommandHandler
@@ -67,6 +67,9 @@ _FAMILY_DECISIONS = frozenset({LinkChildOperation, AwaitHook})
 
 # What a step body commonly returns, and can never be awaited: `inspect.isawaitable` is skipped.
 _NEVER_AWAITABLE = frozenset({str, bytes, int, float, bool, type(None), list, dict, tuple})
+
+_REMEMBERED_BODIES = 1024
+"""How many step functions a Flow remembers the kind of (`async def` or not)."""
 
 _CURRENT_STEP: ContextVar[StepInvocation | None] = ContextVar("runfold_flow_step", default=None)
 
@@ -141,6 +144,7 @@ class Flow:
         self.hashed_version = version is None
         """Whether `version` is the default, `code_version` of the served workflows."""
         self._threads: ThreadPoolExecutor | None = None  # made on the first `def` step
+        self._async_bodies: dict[Callable[..., Any], bool] = {}  # step bodies: `async def`?
         self.codec: PayloadCodec = codec if codec is not None else JsonCodec()
         self.handler = (
             CommandHandler(store) if clock is None else CommandHandler(store, clock=clock)
@@ -503,7 +507,11 @@ class Flow:
         token = _CURRENT_STEP.set(invocation)
         info_token = CURRENT_INFO.set(info)
         try:
-            if inspect.iscoroutinefunction(fn):
+            try:
+                is_async = self._async_bodies[fn]
+            except (KeyError, TypeError):  # not seen yet, or a callable that is not hashable
+                is_async = self._remember_kind(fn)
+            if is_async:
                 result = await fn(*args)
             elif not self.step_threads:  # bodies that never block: no thread hop
                 result = fn(*args)
@@ -527,6 +535,15 @@ class Flow:
             interpreter.ran(held, invocation.step_id, output, result)
         return output
 
+    def _remember_kind(self, fn: Callable[..., Any]) -> bool:
+        """Whether `fn` is an `async def`, remembered (for a bounded number of functions)."""
+        found = inspect.iscoroutinefunction(fn)
+        if len(self._async_bodies) >= _REMEMBERED_BODIES:
+            self._async_bodies.clear()
+        with contextlib.suppress(TypeError):
+            self._async_bodies[fn] = found
+        return found
+
     @property
     def threads(self) -> ThreadPoolExecutor:
         """The pool that runs plain `def` step bodies (`step_threads` threads at most)."""
@@ -538,7 +555,10 @@ class Flow:
 
     async def on_event(self, envelope: Envelope) -> None:
         """Confirm what the engine appended to the live sessions; note runs that ended."""
-        if type(envelope.event) in _RUN_ENDS:
+        kind = type(envelope.event)
+        if kind not in OBSERVED:  # a step's creation or start, most often: nothing to do
+            return
+        if kind in _RUN_ENDS:
             self.family.ended(envelope.run_id)
         self.interpreter.observe(envelope)
         self.events.saw(envelope)
