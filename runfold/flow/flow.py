@@ -34,6 +34,7 @@ from runfold.engine import (
     Worker,
     WorkflowInvocation,
 )
+from runfold.flow.calls import cancel_child
 from runfold.flow.continuation import continued_as, follow, last_run
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
@@ -56,6 +57,7 @@ from runfold.kernel import (
     RunFailed,
     RunTimedOut,
     Snapshot,
+    TerminalState,
 )
 from runfold.stores.protocol import EventStore
 
@@ -296,6 +298,17 @@ class Flow:
         run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
         return await self.settled(await self.engine.request_cancel(run_id, reason))
 
+    async def cancel_child(self, run_id: str, reason: str) -> None:
+        """Ask a child run to cancel from its parent's step (`ChildHandle.cancel`).
+
+        As `cancel`, without driving anything but the child: the parent's drive is running.
+        A child that continued as new stands for the last run of its chain; one that ended or
+        is already cancelling is left as it is.
+        """
+        run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
+        with contextlib.suppress(TerminalState, EntityConflict):
+            await self.engine.request_cancel(run_id, reason)
+
     async def fork(self, run_id: str, *, from_step: int, new_run_id: str | None = None) -> FlowRun:
         """A new run of `run_id`'s workflow and input, reusing its outcomes before `from_step`.
 
@@ -504,6 +517,8 @@ class Flow:
                 raise FlowError(f"no function is known for step {invocation.step_name!r}")
             fn, args = found, self.codec.decode(invocation.input)
             info = WorkflowInfo.of(await self.handler.snapshot(invocation.run_id))
+        if fn is cancel_child:  # `handle.cancel()`: the body acts through this Flow
+            args = (self, *args)
         token = _CURRENT_STEP.set(invocation)
         info_token = CURRENT_INFO.set(info)
         try:
