@@ -230,12 +230,14 @@ def test_the_web_app_answers_what_is_not_there_yet_with_a_404(web: tuple[str, st
 
 async def test_a_message_to_a_line_no_worker_took_up_yet_is_kept(store: EventStore) -> None:
     # The web app's path: a Flow that does not serve sends to a queued child run before any
-    # worker claimed it; the send returns, and the line takes the message once it runs.
+    # worker claimed it; the send returns with the message kept, and leaves the line to the
+    # fleet (the web process ran the line's steps itself), which takes the message.
     web = Flow(store, [service.checkout, service.fulfil_line])
     line = await web.start(service.fulfil_line, LINES[0], run_id="q1/9", queued=True)
     assert line.status == "pending"
     sent = await asyncio.wait_for(web.send("q1/9", "b", topic="packed", idempotency_key="p"), 30)
     assert sent.snapshot.hooks["mailbox:packed"].deliveries[0].payload == b'"b"'
+    assert sent.status == "pending"  # queued for the fleet: the sender runs none of its steps
     worker = Flow(store, [service.checkout, service.fulfil_line])
     serving = asyncio.create_task(worker.serve(handle_signals=False, poll_interval=0.05))
     try:
