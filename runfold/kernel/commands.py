@@ -53,7 +53,6 @@ __all__ = [
     "StartRun",
     "StartStep",
     "TimeOutRun",
-    "new_log_id",
 ]
 
 
@@ -251,9 +250,9 @@ class RecordLog(Command):
     `log_id` names the line: a `RecordLog` whose `log_id` the run has recorded already is a
     no-op (the line first recorded stands), even once the run has ended, so a caller that lost
     the reply can send the command again, through any handler, and the line is recorded once.
-    Unless the caller names it, each `RecordLog` made gets an identity of its own (`new_log_id`):
-    two commands are two lines, the same command sent twice one. An explicit None records a line
-    each time it is sent.
+    Unless the caller names it, each `RecordLog` made gets an identity of its own (`log-` and 16
+    random hex digits): two commands are two lines, the same command sent twice one. An explicit
+    None records a line each time it is sent.
 
     `decide` rejects it with `InvalidCommand` for a level other than info, warning or error, and
     with `TerminalState` once the run has ended (unless its `log_id` was recorded).
@@ -263,7 +262,7 @@ class RecordLog(Command):
     message: str
     step_id: str | None = None
     data: bytes | None = None
-    log_id: str | None = attrs.field(factory=lambda: new_log_id())
+    log_id: str | None = attrs.field(factory=new_log_id)
 
 
 @attrs.frozen(kw_only=True)
