@@ -5,9 +5,9 @@
                                   [--body-seconds 0.2]
 
 For each cut rate, `--workflows` concurrent `runfold.flow` workflows of `--steps` steps run
-through `tests/fault_proxy.py` (in front of `RUNFOLD_TEST_POSTGRES_DSN`, else the local server),
-which cuts that share of the append statements it sees (before they are sent, right after, or
-after the reply), and `--holes` times stops relaying for `--hole-seconds` (a black hole). Each
+through `tests/support/fault_proxy.py` (in front of `RUNFOLD_TEST_POSTGRES_DSN`, else the local
+server), which cuts that share of the append statements it sees (before they are sent, right after,
+or after the reply), and `--holes` times stops relaying for `--hole-seconds` (a black hole). Each
 store call has `--call-timeout` seconds. It prints, per rate, what the issue's targets name and
 exits non-zero if one is missed: runs failed that no body failed, step attempts spent on store
 faults, bodies run more than once, records of a run or a step held more than once, runs not
@@ -25,8 +25,8 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -34,11 +34,11 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
-from runfold import Envelope, Event, RunIndex  # noqa: E402
+from runfold import Envelope  # noqa: E402
 from runfold.flow import Flow, step, workflow  # noqa: E402
 from runfold.stores import PostgresStore  # noqa: E402
 from runfold.testing import DelegatingStore  # noqa: E402
-from tests.fault_proxy import FaultProxy, random_plan  # noqa: E402
+from tests.support.fault_proxy import FaultProxy, random_plan  # noqa: E402
 
 DSN = os.environ.get("RUNFOLD_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 BODY_RUNS: Counter[tuple[str, int]] = Counter()
@@ -59,35 +59,17 @@ class Timed(DelegatingStore):
 
     longest = 0.0
 
-    async def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        *,
-        index: RunIndex,
-        recorded_at: datetime,
-        expected_position: int | None = None,
-    ) -> list[Envelope]:
+    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
         started = time.monotonic()
         try:
-            return await super().append_if_sequence(
-                run_id,
-                expected_sequence,
-                events,
-                index=index,
-                recorded_at=recorded_at,
-                expected_position=expected_position,
-            )
+            return await super()._append_if_sequence(*call)
         finally:
             self.longest = max(self.longest, time.monotonic() - started)
 
-    async def read(
-        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
-    ) -> list[Envelope]:
+    async def _read(self, *call: Any) -> list[Envelope]:
         started = time.monotonic()
         try:
-            return await super().read(run_id, after=after, limit=limit, descending=descending)
+            return await super()._read(*call)
         finally:
             self.longest = max(self.longest, time.monotonic() - started)
 

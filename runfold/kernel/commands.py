@@ -14,7 +14,6 @@ from typing import ClassVar
 
 import attrs
 
-from runfold.kernel._fast import fast_inits
 from runfold.kernel.events import (
     AttributeChange,
     Event,
@@ -24,6 +23,7 @@ from runfold.kernel.events import (
     Writer,
     _frozen_mapping,
 )
+from runfold.kernel.fast import fast_inits
 
 __all__ = [
     "CancelRun",
