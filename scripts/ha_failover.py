@@ -40,8 +40,9 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from runfold import Envelope, StoreRetry  # noqa: E402
 from runfold.flow import Flow, step, workflow  # noqa: E402
+from runfold.kernel import Envelope  # noqa: E402
+from runfold.store_retry import StoreRetry  # noqa: E402
 from runfold.stores import PostgresStore  # noqa: E402
 from runfold.testing import DelegatingStore  # noqa: E402
 
