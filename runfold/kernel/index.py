@@ -118,6 +118,8 @@ class RunIndex:
         An expired claim (a late append to an ended run) holds nothing and displaces no one; of
         two claims of one token the last one counts, as a row keyed by token would.
         """
+        if not self.hooks:  # most runs: no dict to build on every append
+            return ()
         return tuple({c.token: c for c in self.hooks if c.holds_at(moment)}.values())
 
 
@@ -164,7 +166,7 @@ def run_index(snapshot: Snapshot) -> RunIndex:
     )
     live = snapshot.status in LIVE_RUN_STATUSES
     claims = []
-    for hook_id in sorted(snapshot.active_hook_ids):
+    for hook_id in sorted(snapshot.active_hook_ids) if snapshot.active_hook_ids else ():
         hook = stored(snapshot.hooks, hook_id)
         if hook is None:
             continue

@@ -346,8 +346,9 @@ def run_events_query(
     """The SELECT of a run's event rows as `EventStore.read` asks, and its parameters but one.
 
     The last parameter, the limit's, is the caller's to append: "no limit" is NULL on
-    PostgreSQL, -1 on SQLite. The rows hold `EVENT_COLUMNS`. `table` is the events table (schema-qualified on PostgreSQL), `mark` the driver's parameter
-    mark (`?` or `%s`); `correlation`, when given, keeps the rows of one correlation id.
+    PostgreSQL, -1 on SQLite. The rows hold `EVENT_COLUMNS`. `table` is the events table
+    (schema-qualified on PostgreSQL), `mark` the driver's parameter mark (`?` or `%s`);
+    `correlation`, when given, keeps the rows of one correlation id.
     """
     clauses = [f"run_id = {mark}"]
     params: list[Any] = [run_id]
