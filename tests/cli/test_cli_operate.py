@@ -181,6 +181,8 @@ def test_delete_run_id_removes_that_ended_run_only(url: str) -> None:
 RELAY_RUNTIME = """
 from runfold.flow import Flow, step, wait_for_event, workflow
 
+pytestmark = pytest.mark.slow
+
 FLOW = None
 
 

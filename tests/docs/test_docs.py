@@ -259,6 +259,7 @@ def test_cli_page_documents_every_command_and_exit_code(capsys: pytest.CaptureFi
 SCRIPTS = sorted((DOCS / "examples").glob("*.py"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
 def test_example_script_runs_twice_on_one_file(script: Path, tmp_path: Path) -> None:
     database = tmp_path / "example.db"

@@ -52,6 +52,7 @@ class TestMemoryStore(StoreConformance):
         store._feed[store._feed.index(row)] = damaged
 
 
+@pytest.mark.postgres
 class TestPostgresStore(StoreConformance):
     capabilities = Capabilities(
         reopen=True, corruption=True, sharing=True, rewrite_index=True, replay=True

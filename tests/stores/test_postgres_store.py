@@ -75,6 +75,8 @@ from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_curso
 from tests.conftest import T0, Clock
 from tests.support.postgres_support import DSN, admin, schema_name
 
+pytestmark = pytest.mark.postgres
+
 APPLIED = [(n,) for n in range(1, SCHEMA_VERSION + 1)]
 """The `schema_version` rows of a schema migrated once: each migration applied once."""
 ANYWHERE = 10.0

@@ -171,6 +171,7 @@ async def test_version_1_rows_read_through_sqlite(tmp_path: Path) -> None:
         await reads_as_recorded(store)
 
 
+@pytest.mark.postgres
 async def test_version_1_rows_read_through_postgres() -> None:
     store = await suite_store()
     try:
