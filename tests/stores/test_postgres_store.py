@@ -1,4 +1,4 @@
-"""`PostgresStore` specifics (`STORES.md`, PostgresStore): what the conformance kit misses.
+"""`PostgresStore` specifics (docs/reference/stores.md): what the conformance kit misses.
 
 Always against the real server (`tests/support/postgres_support.py`; under `CI=true` a missing
 server fails these tests): opening and migrating (concurrently, and the refusals), races across

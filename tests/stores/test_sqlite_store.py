@@ -1,4 +1,4 @@
-"""`SQLiteStore` specifics (`STORES.md`, SQLite backend): what the conformance kit misses.
+"""`SQLiteStore` specifics (docs/reference/stores.md): what the conformance kit misses.
 
 Opening (schema, migrations, PRAGMAs, clear refusals), group commit, locking, corruption, SQL
 parameters, durability across close and reopen, and several processes sharing one file: racing
