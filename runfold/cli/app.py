@@ -215,11 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _scrub(message: str, arguments: Sequence[str]) -> str:
     """`message` without any password that an argument, `$RUNFOLD_STORE` or
     `$RUNFOLD_READ_STORE` holds."""
-    from runfold.stores import _conninfo
+    from runfold.stores import conninfo
 
     environment = (os.environ.get(name, "") for name in ("RUNFOLD_STORE", "RUNFOLD_READ_STORE"))
     for given in (*arguments, *environment):
-        message = _conninfo.scrub(message, given)
+        message = conninfo.scrub(message, given)
     return message
 
 

@@ -1,4 +1,4 @@
-"""Stores: the `EventStore` protocol and its backends, and `open_store(url)`.
+"""Stores: the `EventStore` protocol, `StoreBase`, the backends, and `open_store(url)`.
 
 The backends are imported on first use, so that `import runfold` loads no database driver:
 `SQLiteStore` needs aiosqlite, `PostgresStore` psycopg (the optional `postgres` extra).
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runfold.stores import _conninfo
+from runfold.stores import conninfo
+from runfold.stores.base import StoreBase
 from runfold.stores.due_work import DueWork
 from runfold.stores.leases import WorkerLeases
 from runfold.stores.memory import MemoryStore
@@ -27,6 +28,7 @@ __all__ = [
     "PostgresStore",
     "SQLiteStore",
     "SchemaMigrator",
+    "StoreBase",
     "WorkerLeases",
     "open_store",
 ]
@@ -48,7 +50,7 @@ def __getattr__(name: str) -> Any:
 def _shown(url: str) -> str:
     """`url` as an error quotes it: a mistyped URL may still hold a password. (Only when
     raising: the scrubber loads libpq's parser, which a SQLite store does not need.)"""
-    return repr(_conninfo.scrub(url, url))
+    return repr(conninfo.scrub(url, url))
 
 
 async def open_store(url: str, *, read_only: bool = False) -> EventStore:

@@ -22,26 +22,11 @@ import pytest
 
 import runfold
 import runfold.conformance
-from runfold import (
-    CommandHandler,
-    CompleteRun,
-    CreateHook,
-    CreateRun,
-    EventStore,
-    HookClaim,
-    LazyStep,
-    MemoryStore,
-    SequenceConflict,
-    StartRun,
-    StartStep,
-    TokenConflict,
-    Wakeup,
-    project_run,
-    run_index,
-)
+from runfold import CommandHandler, EventStore, MemoryStore
 from runfold.cli import main
 from runfold.cli.output import Terminal, duration, hook_status, payload_json
 from runfold.cli.verify import VerifyReport, can_rebuild, verify_store
+from runfold.commands import CompleteRun, CreateHook, CreateRun, LazyStep, StartRun, StartStep
 from runfold.engine import (
     AwaitHook,
     Complete,
@@ -51,6 +36,8 @@ from runfold.engine import (
     WaitUntil,
     WorkflowInvocation,
 )
+from runfold.errors import SequenceConflict, TokenConflict
+from runfold.kernel import HookClaim, Wakeup, project_run, run_index
 from runfold.stores import SQLiteStore
 from runfold.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
 from tests.conftest import T0, Clock

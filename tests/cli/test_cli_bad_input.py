@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runfold import CommandHandler, CompleteRun, CreateRun, StartRun
+from runfold import CommandHandler
+from runfold.commands import CompleteRun, CreateRun, StartRun
 from runfold.stores import SQLiteStore
 from tests.support.cli_support import ROOT, runfold_cli
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runfold import CommandHandler, CreateRun, StartRun
+from runfold import CommandHandler
+from runfold.commands import CreateRun, StartRun
 from runfold.stores import SQLiteStore
 from tests.support.cli_support import runfold_cli
 

@@ -15,7 +15,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from runfold.kernel import StoreError
-from runfold.stores import _conninfo
+from runfold.stores import conninfo
 from runfold.stores.postgres import PostgresStore
 from tests.support.cli_support import one_line_error, runfold_cli
 from tests.support.postgres_support import DSN, admin, schema_name
@@ -164,17 +164,17 @@ async def test_open_raises_nothing_that_names_the_password(schema: str) -> None:
 
 def test_describe_and_scrub(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (
-        _conninfo.describe("postgresql://u:pw@h:5432/db?schema=s&sslmode=disable")
+        conninfo.describe("postgresql://u:pw@h:5432/db?schema=s&sslmode=disable")
         == "postgresql://u:***@h:5432/db?sslmode=disable&schema=s"
     )
-    assert _conninfo.describe("host=h user=u password=pw dbname=d") == "postgresql://u:***@h/d"
-    assert "pw" not in _conninfo.describe("postgresql://u@h/d?password=pw")
-    assert _conninfo.describe("host=h password=p w") == (
+    assert conninfo.describe("host=h user=u password=pw dbname=d") == "postgresql://u:***@h/d"
+    assert "pw" not in conninfo.describe("postgresql://u@h/d?password=pw")
+    assert conninfo.describe("host=h password=p w") == (
         "postgresql://(a connection string libpq cannot parse)"
     )
     monkeypatch.setenv("PGPASSWORD", "from-env")
     dsn = "postgresql://u:a%40b@h/d"
-    assert _conninfo.scrub("a@b a%40b from-env", dsn) == "*** *** ***"
+    assert conninfo.scrub("a@b a%40b from-env", dsn) == "*** *** ***"
 
 
 @pytest.mark.parametrize(
@@ -191,7 +191,7 @@ def test_describe_and_scrub(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_several_hosts_are_shown_each_with_its_port(dsn: str, shown_as: str) -> None:
-    described = _conninfo.describe(dsn)
+    described = conninfo.describe(dsn)
     assert described == shown_as
     # What is shown names the same servers: libpq reads it back to the same hosts and ports.
     if "%2C" not in described:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from runfold import (
+from runfold import CommandHandler
+from runfold.commands import (
     CancelRun,
-    CommandHandler,
     CompleteStep,
     CreateHook,
     CreateRun,

@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from runfold import Envelope, TokenConflict, project_run
 from runfold.cli.inert import inert_json
 from runfold.conformance.strategies import valid_histories
+from runfold.errors import TokenConflict
+from runfold.events import Envelope
 from runfold.flow import Flow, Workflow, wait_for_event
 from runfold.flow.replay import Divergence, ReplayChecker
+from runfold.kernel import project_run
 from runfold.stores import EventStore, SQLiteStore, open_store
 from runfold.testing import replay
 from runfold.transfer import (

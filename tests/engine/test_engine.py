@@ -15,38 +15,12 @@ import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
-from runfold import (
-    CommandHandler,
-    CreateRun,
-    Envelope,
-    Event,
-    EventStore,
-    HookConflict,
-    HookNotFound,
-    InvalidCommand,
-    NonDeterministic,
-    RetryPolicy,
-    RunCancelled,
-    RunCompleted,
-    RunFailed,
-    RunIndex,
-    RunNotFound,
-    RunTimedOut,
-    Snapshot,
-    StepCompleted,
-    StepCreated,
-    StepFailed,
-    StepRetrying,
-    StoreRetry,
-    StoreUnavailable,
-    TerminalState,
-    WaitNotFound,
-    Wakeup,
-)
+from runfold import CommandHandler, EventStore, Snapshot
+from runfold.commands import CreateRun
 from runfold.engine import (
     DEFAULT_JITTER,
     DEFAULT_RETRY,
@@ -73,6 +47,30 @@ from runfold.engine import (
     jitter_fraction,
     retry_delay,
 )
+from runfold.errors import (
+    HookNotFound,
+    InvalidCommand,
+    NonDeterministic,
+    RunNotFound,
+    StoreUnavailable,
+    TerminalState,
+    WaitNotFound,
+)
+from runfold.events import (
+    Envelope,
+    HookConflict,
+    RetryPolicy,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunTimedOut,
+    StepCompleted,
+    StepCreated,
+    StepFailed,
+    StepRetrying,
+)
+from runfold.kernel import Wakeup
+from runfold.store_retry import StoreRetry
 from tests.conftest import T0, Clock
 from tests.handler.test_handler import DelegatingStore
 
@@ -233,28 +231,12 @@ class CrashingStore(DelegatingStore):
         self.after_write = after_write
         self.appends = 0
 
-    async def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        *,
-        index: RunIndex,
-        recorded_at: datetime,
-        expected_position: int | None = None,
-    ) -> list[Envelope]:
+    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
         self.appends += 1
         crash = self.appends == self.crash_at
         if crash and not self.after_write:
             raise StoreUnavailable("injected crash before the append")
-        envelopes = await super().append_if_sequence(
-            run_id,
-            expected_sequence,
-            events,
-            index=index,
-            recorded_at=recorded_at,
-            expected_position=expected_position,
-        )
+        envelopes = await super()._append_if_sequence(*call)
         if crash:
             raise StoreUnavailable("injected crash after the append")
         return envelopes

@@ -15,18 +15,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from runfold import (
-    CommandHandler,
-    EventStore,
-    Limits,
-    MemoryStore,
-    RetryPolicy,
-    Snapshot,
-    StepCompleted,
-    StepCreated,
-    StepStarted,
-    StoreUnavailable,
-)
+from runfold import CommandHandler, EventStore, MemoryStore, Snapshot
 from runfold.engine import (
     DEFAULT_RETRY,
     Complete,
@@ -39,6 +28,9 @@ from runfold.engine import (
     WorkflowInvocation,
     WorkflowNotServed,
 )
+from runfold.errors import StoreUnavailable
+from runfold.events import RetryPolicy, StepCompleted, StepCreated, StepStarted
+from runfold.kernel import Limits
 from runfold.testing import SimulatedCrash
 from tests.conftest import T0, Clock
 from tests.engine.test_engine import HOUR, CrashingStore, Scripted, assert_one_outcome_each

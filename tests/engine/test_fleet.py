@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from runfold import ClaimRun, HookReceived, MemoryStore, RunClaimed
+from runfold import MemoryStore
+from runfold.commands import ClaimRun
 from runfold.engine import Worker
+from runfold.events import HookReceived, RunClaimed
 from runfold.flow import Flow, sleep, step, wait_for_event, workflow
 from runfold.stores import EventStore, WorkerLeases
 from tests.support.fleet_workflows import (

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from runfold import CommandHandler, EventStore, RetryPolicy, StoreFault, StoreUnavailable
+from runfold import CommandHandler, EventStore
 from runfold.engine import (
     AwaitHook,
     Complete,
@@ -29,7 +29,10 @@ from runfold.engine import (
     WaitUntil,
     WorkflowInvocation,
 )
+from runfold.errors import StoreUnavailable
+from runfold.events import RetryPolicy
 from runfold.otel import MAX_MESSAGE_CHARS, TracingObserver, record_store_retry
+from runfold.store_retry import StoreFault
 from runfold.testing import SimulatedCrash
 from tests.conftest import T0, Clock
 from tests.engine.test_engine import Scripted

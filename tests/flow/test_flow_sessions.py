@@ -7,8 +7,9 @@ feed the session, which is past that point, a view that lacks what it already co
 
 from __future__ import annotations
 
-from runfold import MemoryStore, project_run
+from runfold import MemoryStore
 from runfold.flow import Flow, step, wait_for_event, workflow
+from runfold.kernel import project_run
 
 
 async def double(n: int) -> int:

@@ -13,9 +13,12 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from runfold import Envelope, InvalidCommand, MemoryStore, RetryPolicy, Snapshot, project_run
+from runfold import MemoryStore, Snapshot
 from runfold.conformance.strategies import snapshots, valid_histories
+from runfold.errors import InvalidCommand
+from runfold.events import Envelope, RetryPolicy
 from runfold.flow import Flow, JsonCodec, StepError, sleep, step, wait_for_event, workflow
+from runfold.kernel import project_run
 from runfold.testing.strategies import workflow_histories
 
 TWICE = RetryPolicy(max_attempts=2)

@@ -8,24 +8,11 @@ from datetime import timedelta
 import attrs
 import pytest
 
-from runfold import (
-    CommandHandler,
-    CompleteRun,
-    CompleteStep,
-    CreateRun,
-    EntityConflict,
-    EventStore,
-    InvalidCommand,
-    RecordLog,
-    StartRun,
-    StepCompleted,
-    StepNotFound,
-    decide_many,
-    join_decisions,
-    project_run,
-    recheck_decision,
-    run_index,
-)
+from runfold import CommandHandler, EventStore
+from runfold.commands import CompleteRun, CompleteStep, CreateRun, RecordLog, StartRun
+from runfold.errors import EntityConflict, InvalidCommand, StepNotFound
+from runfold.events import StepCompleted
+from runfold.kernel import decide_many, join_decisions, project_run, recheck_decision, run_index
 from tests.conftest import T0, Clock
 from tests.handler.test_handler import (
     CREATE,

@@ -20,21 +20,12 @@ from typing import Any
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from runfold import (
-    CommandHandler,
-    CommitUnknown,
-    CreateRun,
-    Envelope,
-    LazyStep,
-    LogRecorded,
-    RecordLog,
-    StartRun,
-    StartStep,
-    StoreFault,
-    StoreRetry,
-    StoreUnavailable,
-)
+from runfold import CommandHandler
+from runfold.commands import CreateRun, LazyStep, RecordLog, StartRun, StartStep
+from runfold.errors import CommitUnknown, StoreUnavailable
+from runfold.events import Envelope, LogRecorded
 from runfold.flow import Flow, step, workflow
+from runfold.store_retry import StoreFault, StoreRetry
 from runfold.stores import PostgresStore
 from runfold.testing import DelegatingStore
 from tests.support.fault_proxy import FaultProxy, random_plan

@@ -19,10 +19,9 @@ from typing import Any, cast
 
 import pytest
 
-from runfold import (
+from runfold import CommandHandler
+from runfold.commands import (
     ClaimRun,
-    CommandHandler,
-    CommitUnknown,
     CompleteRun,
     CompleteStep,
     CompleteWait,
@@ -31,10 +30,8 @@ from runfold import (
     CreateStep,
     CreateWait,
     DisposeHook,
-    EntityConflict,
     FailRun,
     FailStep,
-    InvalidCommand,
     LazyStep,
     LinkChild,
     ReceiveHook,
@@ -46,12 +43,17 @@ from runfold import (
     SetAttributes,
     StartRun,
     StartStep,
-    StoreRetry,
-    StoreUnavailable,
-    TerminalState,
     TimeOutRun,
 )
+from runfold.errors import (
+    CommitUnknown,
+    EntityConflict,
+    InvalidCommand,
+    StoreUnavailable,
+    TerminalState,
+)
 from runfold.kernel import CancelRun, CancelStep, Command, Event
+from runfold.store_retry import StoreRetry
 from runfold.stores import MemoryStore, SQLiteStore
 from runfold.stores.protocol import EventStore
 

@@ -1,4 +1,5 @@
-from runfold import CommandHandler, CreateRun, StartRun
+from runfold import CommandHandler
+from runfold.commands import CreateRun, StartRun
 from tests.conftest import Clock
 
 

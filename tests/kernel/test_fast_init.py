@@ -1,4 +1,4 @@
-"""The kernel and engine classes whose `__init__` `_fast.fast_init` wrote: same signature and
+"""The kernel and engine classes whose `__init__` `fast.fast_init` wrote: same signature and
 same result as attrs' own, and still frozen."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from runfold.engine import runtime as runtime_module
 from runfold.kernel import EVENT_TYPES, Envelope, Event
 from runfold.kernel import commands as commands_module
 from runfold.kernel import index as index_module
-from runfold.kernel._fast import fast_init
 from runfold.kernel.batch import BatchDecision
+from runfold.kernel.fast import fast_init
 
 
 def _fast(cls: type[Any]) -> bool:

@@ -9,23 +9,11 @@ from datetime import timedelta
 
 import pytest
 
-from runfold import (
-    MAX_BACKOFF_COEFFICIENT,
-    MAX_RETRY_INTERVAL,
-    AttemptsExhausted,
-    CommandHandler,
-    CreateRun,
-    EventStore,
-    InvalidAttributes,
-    InvalidCommand,
-    LazyStep,
-    RecordProgress,
-    RetryPolicy,
-    StartRun,
-    StartStep,
-    StoreClosed,
-    project_run,
-)
+from runfold import CommandHandler, EventStore
+from runfold.commands import CreateRun, LazyStep, RecordProgress, StartRun, StartStep
+from runfold.errors import AttemptsExhausted, InvalidAttributes, InvalidCommand, StoreClosed
+from runfold.events import RetryPolicy
+from runfold.kernel import MAX_BACKOFF_COEFFICIENT, MAX_RETRY_INTERVAL, project_run
 from tests.handler.test_handler import START
 
 

@@ -17,34 +17,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runfold import (
-    Envelope,
-    RunClaimed,
-    RunCreated,
-    RunReleased,
-    RunStarted,
-    Snapshot,
-    encode_event,
-    project_run,
-    run_index,
-)
+from runfold import Snapshot
 from runfold.conformance.strategies import (
     INVALID_HISTORY_KINDS,
     InvalidHistory,
     invalid_histories,
     valid_histories,
 )
+from runfold.events import Envelope, RunClaimed, RunCreated, RunReleased, RunStarted
 from runfold.kernel import (
     EVENT_TYPES,
     Event,
     HistoryError,
     decode_events,
+    encode_event,
     make_envelopes,
+    project_run,
+    run_index,
 )
-from runfold.kernel._fast import compile_event_call, compile_unpacker
+from runfold.kernel.fast import compile_event_call, compile_unpacker
 from runfold.kernel.limits import DEFAULT_LIMITS
-from runfold.kernel.replay import _fold_rows, project_rows
-from runfold.stores.protocol import time_key
+from runfold.kernel.snapshot.replay import _fold_rows, project_rows
+from runfold.stores.time_keys import time_key
 
 FIXTURE = Path(__file__).parents[1] / "support" / "fixtures" / "histories_schema_v1.json"
 RUN_ID = "run-rows"

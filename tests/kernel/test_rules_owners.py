@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import pytest
 
-from runfold import (
+from runfold import CommandHandler
+from runfold.commands import (
     ClaimRun,
-    CommandHandler,
     CompleteRun,
     CompleteStep,
     CreateHook,
     LazyStep,
-    Ownership,
-    OwnershipLost,
     ReleaseRun,
     RequestCancel,
-    RunClaimed,
-    RunOwned,
     StartStep,
-    TerminalState,
-    project_run,
 )
+from runfold.errors import OwnershipLost, RunOwned, TerminalState
+from runfold.events import RunClaimed
+from runfold.kernel import Ownership, project_run
 from tests.conftest import Clock
 from tests.support.rules_helpers import RUN, assert_rejected, kinds, run_in_status
 

@@ -10,42 +10,44 @@ from typing import Any
 import attrs
 import pytest
 
-from runfold import (
-    DEFAULT_RETRY,
-    AttemptsExhausted,
+from runfold import CommandHandler, Snapshot
+from runfold.commands import (
     CancelRun,
     CancelStep,
     Command,
-    CommandHandler,
     CompleteStep,
     CreateStep,
-    EntityConflict,
-    Envelope,
     FailStep,
+    LazyStep,
+    RequestCancel,
+    RetryStep,
+    StartStep,
+)
+from runfold.errors import (
+    AttemptsExhausted,
+    EntityConflict,
     HistoryError,
     InvalidCommand,
-    LazyStep,
     NonDeterministic,
-    RequestCancel,
-    RetryPolicy,
-    RetryStep,
-    RunCreated,
     RunExpired,
+    StepNotFound,
+    TerminalState,
+    TooEarly,
+)
+from runfold.events import (
+    DEFAULT_RETRY,
+    Envelope,
+    RetryPolicy,
+    RunCreated,
     RunStarted,
-    Snapshot,
-    StartStep,
     StepCancelled,
     StepCompleted,
     StepCreated,
     StepFailed,
-    StepNotFound,
     StepRetrying,
     StepStarted,
-    TerminalState,
-    TooEarly,
-    WakeupDue,
-    project_run,
 )
+from runfold.kernel import WakeupDue, project_run
 from tests.conftest import T0, Clock
 from tests.support.rules_helpers import (
     ALL_STATUSES,

@@ -8,36 +8,36 @@ from datetime import timedelta
 
 import pytest
 
-from runfold import (
+from runfold import CommandHandler
+from runfold.commands import (
     CancelRun,
-    CommandHandler,
     CompleteWait,
     CreateHook,
     CreateWait,
-    Delivery,
     DisposeHook,
+    ReceiveHook,
+    RequestCancel,
+)
+from runfold.errors import (
     EntityConflict,
-    HookConflict,
-    HookCreated,
-    HookDisposed,
-    HookHolder,
     HookNotFound,
-    HookReceived,
     InvalidCommand,
     NonDeterministic,
-    ReceiveHook,
     Rejection,
-    RequestCancel,
     RunExpired,
     TerminalState,
     TokenConflict,
+    WaitNotFound,
+)
+from runfold.events import (
+    HookConflict,
+    HookCreated,
+    HookDisposed,
+    HookReceived,
     WaitCompleted,
     WaitCreated,
-    WaitNotFound,
-    WaitState,
-    WakeupDue,
-    run_index,
 )
+from runfold.kernel import Delivery, HookHolder, WaitState, WakeupDue, run_index
 from tests.conftest import T0, Clock
 from tests.support.rules_helpers import (
     ENDINGS,

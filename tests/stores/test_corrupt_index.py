@@ -14,20 +14,11 @@ from typing import Any
 import attrs
 import pytest
 
-from runfold import (
-    CommandHandler,
-    CorruptEvent,
-    CorruptIndex,
-    CreateHook,
-    CreateRun,
-    CreateWait,
-    EventStore,
-    StartRun,
-    StoreError,
-    project_run,
-    run_index,
-)
+from runfold import CommandHandler, EventStore
 from runfold.cli.verify import verify_store
+from runfold.commands import CreateHook, CreateRun, CreateWait, StartRun
+from runfold.errors import CorruptEvent, CorruptIndex, StoreError
+from runfold.kernel import project_run, run_index
 from runfold.stores import PostgresStore, SQLiteStore
 from runfold.stores.sqlite.schema import SCHEMA_VERSION
 from tests.conftest import T0, Clock

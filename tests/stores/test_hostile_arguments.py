@@ -8,16 +8,9 @@ from datetime import datetime
 
 import pytest
 
-from runfold import (
-    CommandHandler,
-    EventStore,
-    HookNotFound,
-    InvalidArgument,
-    InvalidCommand,
-    RunfoldError,
-    StoreClosed,
-)
+from runfold import CommandHandler, EventStore, RunfoldError
 from runfold.engine import AwaitHook, Engine, RuntimeDecision, StepInvocation, WorkflowInvocation
+from runfold.errors import HookNotFound, InvalidArgument, InvalidCommand, StoreClosed
 from runfold.stores import arguments
 from tests.conftest import Clock
 

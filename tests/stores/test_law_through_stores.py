@@ -19,23 +19,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runfold import (
-    AttributeChange,
+from runfold import CommandHandler, EventStore
+from runfold.commands import (
     Command,
-    CommandHandler,
     CreateRun,
-    EventStore,
     LazyStep,
     RecordProgress,
-    Rejection,
-    RetryPolicy,
     SetAttributes,
     StartRun,
     StartStep,
-    project_run,
-    run_index,
 )
 from runfold.conformance.strategies import commands
+from runfold.errors import Rejection
+from runfold.events import AttributeChange, RetryPolicy
+from runfold.kernel import project_run, run_index
 from tests.conftest import BACKENDS, T0, _open
 
 RUN = "law"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from runfold import ClaimRun, CommandHandler, CompleteRun, ReleaseRun, RunSummary, StartRun
-from runfold.kernel import InvalidArgument
+from runfold import CommandHandler
+from runfold.commands import ClaimRun, CompleteRun, ReleaseRun, StartRun
+from runfold.kernel import InvalidArgument, RunSummary
 from runfold.stores import EventStore, WorkerLeases
 from runfold.testing import DelegatingStore
 from tests.conftest import T0

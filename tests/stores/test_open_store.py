@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from runfold import (
-    CommandHandler,
-    EventStore,
-    RunStarted,
-    StartRun,
-    StoreClosed,
-    open_store,
-)
+from runfold import CommandHandler, EventStore, open_store
+from runfold.commands import StartRun
+from runfold.errors import StoreClosed
+from runfold.events import RunStarted
 from runfold.kernel import CreateRun
 from runfold.stores import FeedSubscriber, IndexRewriter, SchemaMigrator
 from tests.conftest import Clock

@@ -12,9 +12,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from runfold import CommandHandler, EventStore, Page, RunSummary, StoreOpenError
+from runfold import CommandHandler, EventStore
 from runfold.cli.verify import VerifyReport, verify_store
 from runfold.engine import Engine
+from runfold.errors import StoreOpenError
+from runfold.kernel import Page, RunSummary
 from runfold.stores import SQLiteStore
 from runfold.testing import DelegatingStore
 from tests.cli.test_cli import Parked

@@ -28,34 +28,15 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.composite import CompositeInfo, register_composite
 
-from runfold import (
+from runfold import CommandHandler, MemoryStore, open_store
+from runfold.commands import (
     ClaimRun,
-    CommandHandler,
-    CorruptEvent,
     CreateHook,
     CreateRun,
     CreateStep,
-    Envelope,
-    Event,
-    HookHolder,
-    LogRecorded,
-    MemoryStore,
     RecordLog,
-    RunCompleted,
-    RunIndex,
-    RunStarted,
-    SequenceConflict,
     SetAttributes,
     StartRun,
-    StoreClosed,
-    StoreError,
-    StoreOpenError,
-    StoreUnavailable,
-    TokenConflict,
-    correlation_id,
-    open_store,
-    project_run,
-    run_index,
 )
 from runfold.conformance._support import (
     created,
@@ -66,12 +47,25 @@ from runfold.conformance._support import (
     log,
     write,
 )
+from runfold.errors import (
+    CorruptEvent,
+    SequenceConflict,
+    StoreClosed,
+    StoreError,
+    StoreOpenError,
+    StoreUnavailable,
+    TokenConflict,
+)
+from runfold.events import Envelope, Event, LogRecorded, RunCompleted, RunStarted
+from runfold.kernel import HookHolder, RunIndex, correlation_id, project_run, run_index
 from runfold.stores import PostgresStore
+from runfold.stores.paging import encode_cursor
 from runfold.stores.postgres import POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.schema import MIGRATIONS as _MIGRATIONS
 from runfold.stores.postgres.wire import WireDumper
-from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
+from runfold.stores.protocol import FeedSubscriber, SchemaMigrator
+from runfold.stores.time_keys import time_key
 from tests.conftest import T0, Clock
 from tests.support.postgres_support import DSN, admin, schema_name
 

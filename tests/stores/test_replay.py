@@ -26,24 +26,25 @@ import cbor2
 import pytest
 from hypothesis import given, settings
 
-from runfold import (
-    EVENT_TYPES,
-    Envelope,
-    EventStore,
-    Snapshot,
+from runfold import EventStore, Snapshot
+from runfold.conformance.strategies import valid_histories
+from runfold.events import EVENT_TYPES, Envelope
+from runfold.kernel import (
+    Event,
+    RunCreated,
     correlation_id,
     decode_event,
     encode_event,
+    make_envelope,
     project_rows,
     project_run,
     run_index,
 )
-from runfold.conformance.strategies import valid_histories
-from runfold.kernel import Event, RunCreated, make_envelope
 from runfold.kernel.codec import _make_converter
 from runfold.stores import SQLiteStore
 from runfold.stores._sql import envelopes_from_rows
-from runfold.stores.protocol import Replayer, replay_run, time_key
+from runfold.stores.protocol import Replayer, replay_run
+from runfold.stores.time_keys import time_key
 from tests.support.postgres_support import SUITE_SCHEMA, admin, suite_store
 
 FIXTURE = Path(__file__).parents[1] / "support" / "fixtures" / "histories_schema_v1.json"

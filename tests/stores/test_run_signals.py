@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from runfold import ClaimRun, CommandHandler, CompleteRun, StartRun
+from runfold import CommandHandler
+from runfold.commands import ClaimRun, CompleteRun, StartRun
 from runfold.stores import EventStore
 from runfold.stores.postgres import PostgresStore
 from runfold.stores.signals import RunSignals

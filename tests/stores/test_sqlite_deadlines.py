@@ -17,17 +17,11 @@ from typing import Any
 
 import pytest
 
-from runfold import (
-    CommandHandler,
-    CommitUnknown,
-    CreateRun,
-    RecordLog,
-    StartRun,
-    StoreRetry,
-    StoreTimeout,
-    StoreUnavailable,
-)
+from runfold import CommandHandler
+from runfold.commands import CreateRun, RecordLog, StartRun
 from runfold.conformance._support import created, envelopes_for, index_after, log
+from runfold.errors import CommitUnknown, StoreTimeout, StoreUnavailable
+from runfold.store_retry import StoreRetry
 from runfold.stores import SQLiteStore
 from tests.conftest import T0
 

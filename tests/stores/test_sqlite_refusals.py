@@ -9,14 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from runfold import (
-    CommandHandler,
-    CreateHook,
-    HookNotFound,
-    RecordLog,
-    SequenceConflict,
-    StoreError,
-)
+from runfold import CommandHandler
+from runfold.commands import CreateHook, RecordLog
+from runfold.errors import HookNotFound, SequenceConflict, StoreError
 from runfold.stores import SQLiteStore
 from tests.handler.test_handler import START
 

@@ -22,14 +22,9 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from runfold import (
-    CommitUnknown,
-    Envelope,
-    SequenceConflict,
-    StoreTimeout,
-    StoreUnavailable,
-)
 from runfold.conformance._support import created, envelopes_for, index_after, log
+from runfold.errors import CommitUnknown, SequenceConflict, StoreTimeout, StoreUnavailable
+from runfold.events import Envelope
 from runfold.stores import PostgresStore, SQLiteStore
 from runfold.stores.postgres.connections import ReconnectingPool, _Backoff
 from runfold.stores.sqlite.writer import Append, append_batch, settle_commit

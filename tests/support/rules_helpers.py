@@ -11,36 +11,37 @@ from typing import Any, TypeVar
 import attrs
 import pytest
 
-from runfold import (
-    AttemptsExhausted,
+from runfold import CommandHandler, Snapshot
+from runfold.commands import (
     CancelRun,
     Command,
-    CommandHandler,
     CompleteRun,
     CreateRun,
-    EntityConflict,
     FailRun,
+    RequestCancel,
+    StartRun,
+    TimeOutRun,
+)
+from runfold.errors import (
+    AttemptsExhausted,
+    EntityConflict,
     HistoryLimitExceeded,
     HookNotFound,
     InvalidAttributes,
     InvalidCommand,
     NonDeterministic,
-    Outcome,
     OwnershipLost,
     Rejection,
-    RequestCancel,
     RunExpired,
     RunNotFound,
     RunNotSupported,
     RunOwned,
-    Snapshot,
-    StartRun,
     StepNotFound,
     TerminalState,
-    TimeOutRun,
     TooEarly,
     WaitNotFound,
 )
+from runfold.handler import Outcome
 from tests.conftest import T0
 
 RUN = "r1"

@@ -21,7 +21,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from runfold import (
+from runfold import Snapshot
+from runfold.errors import SequenceConflict, StoreUnavailable
+from runfold.events import (
     AttributeChange,
     AttributesSet,
     Envelope,
@@ -34,18 +36,13 @@ from runfold import (
     RunCreated,
     RunFailed,
     RunStarted,
-    SequenceConflict,
-    Snapshot,
     StepCompleted,
     StepCreated,
     StepStarted,
-    StoreUnavailable,
     WaitCompleted,
     WaitCreated,
-    apply,
-    project_run,
-    run_index,
 )
+from runfold.kernel import apply, project_run, run_index
 from runfold.stores import SQLiteStore
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

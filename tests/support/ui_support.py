@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from playwright.sync_api import Browser, sync_playwright
 
-from runfold import CommandHandler, RetryPolicy
+from runfold import CommandHandler
 from runfold.engine import (
     AwaitHook,
     Complete,
@@ -38,6 +38,7 @@ from runfold.engine import (
     WaitUntil,
     WorkflowInvocation,
 )
+from runfold.events import RetryPolicy
 from runfold.stores import SQLiteStore
 
 CHROMIUM = os.environ.get("RUNFOLD_TEST_CHROMIUM", "/usr/bin/chromium")

@@ -14,8 +14,9 @@ import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 from psycopg.conninfo import conninfo_to_dict
 
-from runfold import (
-    CommandHandler,
+from runfold import CommandHandler
+from runfold.engine import Engine
+from runfold.events import (
     Envelope,
     RunCreated,
     RunStarted,
@@ -24,7 +25,6 @@ from runfold import (
     StepRetrying,
     StepStarted,
 )
-from runfold.engine import Engine
 from runfold.stores.postgres import PostgresStore
 from runfold.ui.payloads import HEX_LIMIT, show_payload
 from runfold.ui.timeline import build_timeline

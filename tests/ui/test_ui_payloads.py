@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runfold import (
-    CommandHandler,
+from runfold import CommandHandler
+from runfold.commands import (
     CompleteStep,
     CreateHook,
     CreateRun,

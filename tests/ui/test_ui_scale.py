@@ -20,7 +20,8 @@ from benchmarks.inspector_load import (
     serving,
     writing,
 )
-from runfold import CommandHandler, RecordLog
+from runfold import CommandHandler
+from runfold.commands import RecordLog
 from runfold.stores import SQLiteStore
 from runfold.ui.details import TABLE_PAGE
 from tests.support.ui_support import chromium, run_async

@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from runfold import CommandHandler, CompleteRun, CreateRun, RecordLog, StartRun, project_run
+from runfold import CommandHandler
+from runfold.commands import CompleteRun, CreateRun, RecordLog, StartRun
+from runfold.kernel import project_run
 from runfold.stores import SQLiteStore
 from runfold.ui.snapshots import SnapshotCache
 

@@ -38,28 +38,30 @@ from typing import Any, BinaryIO, Self
 
 import attrs
 
-from runfold import (
+from runfold import EventStore
+from runfold.conformance import Capabilities, StoreConformance
+from runfold.errors import (
     CorruptEvent,
-    Envelope,
-    Event,
     EventDecodeError,
-    EventStore,
-    HookClaim,
-    HookHolder,
     InvalidArgument,
-    Page,
-    RunIndex,
-    RunSummary,
     SequenceConflict,
     StoreClosed,
     TokenConflict,
+)
+from runfold.events import Envelope, Event
+from runfold.kernel import (
+    TERMINAL_RUN_STATUSES,
+    HookClaim,
+    HookHolder,
+    Page,
+    RunIndex,
+    RunStatus,
+    RunSummary,
     Wakeup,
     correlation_id,
     decode_event,
     encode_event,
 )
-from runfold.conformance import Capabilities, StoreConformance
-from runfold.kernel import TERMINAL_RUN_STATUSES, RunStatus
 from runfold.stores import arguments
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

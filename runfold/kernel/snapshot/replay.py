@@ -3,9 +3,9 @@
 A cold load reads a run's whole history and folds it. Decoded the usual way, every stored row
 becomes an event and an envelope that the fold reads once and drops. Here the payloads are read
 in one call of the CBOR decoder (`codec.load_payloads`), and the events a run repeats (those of
-steps, waits, deliveries and log lines: `snapshot._handlers.FIELD_HANDLERS`) are folded
+steps, waits, deliveries and log lines: `_handlers.FIELD_HANDLERS`) are folded
 straight from their positional payloads by an unpacker generated once per type
-(`_fast.compile_unpacker`), which checks every field as the type's decoder does. Any other row
+(`fast.compile_unpacker`), which checks every field as the type's decoder does. Any other row
 is decoded into its event and folded as usual. A time is converted once for each run of equal
 consecutive values (the rows of one append share their time).
 
@@ -22,14 +22,15 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice, repeat
 from typing import Any
 
-from runfold.kernel._fast import compile_unpacker
-from runfold.kernel._gc import in_bulk
+from runfold.kernel.bulk import in_bulk
 from runfold.kernel.codec import decode_events, default_codec, load_payloads
 from runfold.kernel.events import Event, make_envelope, make_envelopes
+from runfold.kernel.fast import compile_unpacker
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
-from runfold.kernel.snapshot import Snapshot, project_run
 from runfold.kernel.snapshot._builder import Builder, start_builder
 from runfold.kernel.snapshot._handlers import FIELD_HANDLERS, HANDLERS
+from runfold.kernel.snapshot.reducer import project_run
+from runfold.kernel.snapshot.states import Snapshot
 
 __all__ = ["project_rows"]
 
