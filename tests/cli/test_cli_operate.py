@@ -25,6 +25,8 @@ from runfold.stores import SQLiteStore
 from runfold.testing import CrashingStore, Fault, SimulatedCrash
 from tests.support.cli_support import ROOT, ok, one_line_error, run_ids, runfold_cli
 
+pytestmark = pytest.mark.slow
+
 DEMO_RUNTIME = "runfold.cli.demo:OrderFulfilment"
 
 
@@ -181,8 +183,6 @@ def test_delete_run_id_removes_that_ended_run_only(url: str) -> None:
 
 RELAY_RUNTIME = """
 from runfold.flow import Flow, step, wait_for_event, workflow
-
-pytestmark = pytest.mark.slow
 
 FLOW = None
 
