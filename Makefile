@@ -35,10 +35,11 @@ lint: install
 	$(VENV)/bin/mypy
 
 # Lint, types and the fast tests: everything not marked slow, postgres or browser (pytest
-# markers, pyproject.toml), property tests at a fifth of their examples. About a minute; needs
-# no PostgreSQL server and no browser.
+# markers, pyproject.toml), property tests at a fifth of their examples and the conformance
+# kit's at 10 (25 by default). About a minute; needs no PostgreSQL server and no browser.
 check: lint
-	HYPOTHESIS_PROFILE=quick $(VENV)/bin/pytest -m "not slow and not postgres and not browser"
+	HYPOTHESIS_PROFILE=quick RUNFOLD_CONFORMANCE_EXAMPLES=10 \
+		$(VENV)/bin/pytest -m "not slow and not postgres and not browser"
 
 test: lint
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(or $(TMPDIR),/tmp)/runfold-site
