@@ -75,6 +75,8 @@ class StepState:
     started_at: datetime | None
     completed_at: datetime | None
     updated_at: datetime
+    start_id: str | None = None
+    """The `StartStep.start_id` of the command that began the latest attempt, if it had one."""
 
 
 @attrs.frozen(kw_only=True)
@@ -254,6 +256,13 @@ class Snapshot:
         """What becomes due while the run is live: waits, delayed retries, the deadline."""
         if self.status not in LIVE_RUN_STATUSES:
             return ()
+        if not (
+            self.waiting_wait_ids
+            or self.retrying_step_ids
+            or self.deadline is not None
+            or self.ready_at is not None
+        ):
+            return ()  # most appends: nothing to wake, no list to build and sort
         found: list[WakeupDue] = []
         for wait_id in self.waiting_wait_ids:
             wait = self.waits.raw(wait_id)
