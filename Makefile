@@ -1,12 +1,12 @@
 # runfold's one entry point for people and CI. `make test` installs what it needs, then lints,
-# type-checks and runs the whole suite.
+# type-checks and runs the whole suite; `make check` is the quick loop while working.
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-package
 
-.PHONY: install demo lint test test-deep bench mutation kit-under-load faults-soak test-ha docs clean
+.PHONY: install demo lint check test test-deep bench mutation kit-under-load faults-soak test-ha docs clean
 
 # Everything: the package with its extras, and the development tools of the `dev` dependency
 # group (PEP 735, not published with the package; `--group` needs pip >= 25.1).
@@ -33,6 +33,13 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# Lint, types and the fast tests: everything not marked slow, postgres or browser (pytest
+# markers, pyproject.toml), property tests at a fifth of their examples and the conformance
+# kit's at 10 (25 by default). About a minute; needs no PostgreSQL server and no browser.
+check: lint
+	HYPOTHESIS_PROFILE=quick RUNFOLD_CONFORMANCE_EXAMPLES=10 \
+		$(VENV)/bin/pytest -m "not slow and not postgres and not browser"
 
 test: lint
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(or $(TMPDIR),/tmp)/runfold-site

@@ -1,4 +1,13 @@
-"""Shared fixtures: every store-facing test runs against every backend through `store`."""
+"""Shared fixtures: every store-facing test runs against every backend through `store`.
+
+Markers (registered in pyproject.toml, `--strict-markers`): `postgres` for a test that needs the
+PostgreSQL server, `browser` for one that drives Chromium, `slow` for one that takes seconds
+(real processes killed and restarted, long chains, property runs over many examples).
+`make check` runs the rest; `make test` runs everything. `pytest_collection_modifyitems` below
+adds `postgres` to every test that gets the PostgreSQL store or URL through a fixture parameter
+(`store`, `backend`, `url`), and `browser` to every test that uses a `browser` fixture; the rest
+are marked where they are written.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +24,18 @@ from runfold.stores import SQLiteStore
 from tests.support.cli_support import Demo, ok, runfold_cli
 from tests.support.postgres_support import drop_session_schemas, suite_store
 
-# "ci" (the default) is quick and derandomized so CI is repeatable; "deep" is for `make test-deep`.
+# "ci" (the default) is derandomized so CI is repeatable; "quick" (a fifth of its examples) is for
+# `make check`; "deep" is for `make test-deep`.
 settings.register_profile(
     "ci",
     max_examples=100,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "quick",
+    max_examples=20,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
@@ -66,6 +83,22 @@ async def _open(backend: str, tmp_path: object) -> EventStore:
     if backend == "postgres":
         return await suite_store()
     raise AssertionError(f"unknown backend {backend}")
+
+
+_STORE_PARAMETERS = ("store", "backend", "url")
+"""Fixture and parametrize names whose value "postgres" means the test opens PostgreSQL."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what a test's fixtures imply: `postgres` for the PostgreSQL backend of a store-like
+    parameter, `browser` for the Chromium fixture."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        if any(params.get(name) == "postgres" for name in _STORE_PARAMETERS):
+            item.add_marker(pytest.mark.postgres)
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
 
 
 @pytest.fixture(params=BACKENDS)

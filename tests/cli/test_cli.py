@@ -44,6 +44,8 @@ from runfold.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
 from tests.conftest import T0, Clock
 from tests.support.cli_support import Demo, cells, ok, one_line_error, run_ids, runfold_cli
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def scratch(demo: Demo, tmp_path: Path) -> str:

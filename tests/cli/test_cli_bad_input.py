@@ -20,6 +20,8 @@ from runfold.commands import CompleteRun, CreateRun, StartRun
 from runfold.stores import SQLiteStore
 from tests.support.cli_support import ROOT, runfold_cli
 
+pytestmark = pytest.mark.slow
+
 SECRET = "s3cret-Pa55"
 DEMO_RUNTIME = "runfold.cli.demo:OrderFulfilment"
 KIT_TARGET = "runfold.stores:MemoryStore"

@@ -14,6 +14,8 @@ from runfold.commands import CreateRun, StartRun
 from runfold.stores import SQLiteStore
 from tests.support.cli_support import runfold_cli
 
+pytestmark = pytest.mark.slow
+
 
 async def _populate(path: Path) -> None:
     async with await SQLiteStore.open(path) as store:

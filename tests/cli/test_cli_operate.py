@@ -25,6 +25,8 @@ from runfold.stores import SQLiteStore
 from runfold.testing import CrashingStore, Fault, SimulatedCrash
 from tests.support.cli_support import ROOT, ok, one_line_error, run_ids, runfold_cli
 
+pytestmark = pytest.mark.slow
+
 DEMO_RUNTIME = "runfold.cli.demo:OrderFulfilment"
 
 

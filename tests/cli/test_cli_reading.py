@@ -19,6 +19,8 @@ import pytest
 
 from tests.support.cli_support import Demo, ok, one_line_error, run_ids, runfold_cli
 
+pytestmark = pytest.mark.slow
+
 READING = (["runs"], ["runs", "--json"], ["verify"])
 
 

@@ -68,6 +68,7 @@ def shown(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout + done.stderr
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("name", FORM_NAMES)
 def test_a_refused_login_is_one_line_without_the_password(schema: str, name: str) -> None:
     given = form(name, f"nobody_{uuid.uuid4().hex[:6]}", PORT, schema)
@@ -78,6 +79,7 @@ def test_a_refused_login_is_one_line_without_the_password(schema: str, name: str
         assert given.secret not in shown(done), (command, shown(done))
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("name", FORM_NAMES)
 def test_a_server_that_does_not_answer_is_one_line_without_the_password(
     schema: str, name: str
@@ -89,6 +91,7 @@ def test_a_server_that_does_not_answer_is_one_line_without_the_password(
     assert given.secret not in shown(done)
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("name", ["userinfo", "query", "PGPASSWORD"])
 def test_a_working_store_is_shown_without_its_password(schema: str, name: str) -> None:
     given = form(name, USER, PORT, schema)
@@ -131,6 +134,7 @@ def test_a_string_libpq_cannot_parse_is_a_usage_error_that_quotes_none_of_it(
     assert secret not in shown(done) and "secret" not in shown(done)
 
 
+@pytest.mark.postgres
 async def test_a_keyword_string_opens_a_store(schema: str) -> None:
     keywords = make_conninfo(host=HOST, port=PORT, user=USER, dbname=DATABASE, password="pw-k1")
     async with await PostgresStore.open(keywords, schema=schema) as store:
@@ -139,6 +143,7 @@ async def test_a_keyword_string_opens_a_store(schema: str) -> None:
         assert store.migrated_from is None
 
 
+@pytest.mark.postgres
 async def test_open_raises_nothing_that_names_the_password(schema: str) -> None:
     secret = f"pw-api-{uuid.uuid4().hex[:6]}"
     attempts = [

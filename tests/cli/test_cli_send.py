@@ -7,9 +7,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runfold.flow import Flow, recv, workflow
 from runfold.stores import SQLiteStore
 from tests.support.cli_support import ok, one_line_error, runfold_cli
+
+pytestmark = pytest.mark.slow
 
 
 @workflow(name="test-cli-inbox")

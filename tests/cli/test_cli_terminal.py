@@ -45,6 +45,8 @@ from runfold.commands import (
 from runfold.stores import SQLiteStore
 from tests.support.cli_support import ROOT, ok, runfold_cli
 
+pytestmark = pytest.mark.slow
+
 CONTROLS = "".join(chr(c) for c in [*range(1, 32), 127, *range(0x80, 0xA0)])
 """Every C0 and C1 control character (NUL aside: SQLite text cannot hold it)."""
 SEQUENCES = "\x1b]0;PWNED-TITLE\x07\x1b]52;c;cHduZWQ=\x07\x1b[2J\x1b[31m\x9b2J\u202e"

@@ -35,6 +35,8 @@ from tests.support.cli_support import ok, one_line_error, runfold_cli
 from tests.support.deploy_versions import V1, V2, V2_UNPATCHED
 from tests.support.postgres_support import DSN, admin, schema_name
 
+pytestmark = pytest.mark.slow
+
 PARKED = 3  # v1 runs parked on their timer
 DONE = 2  # v1 runs completed
 
@@ -134,6 +136,7 @@ def test_replay_check_filters_by_workflow_and_time(recorded: str) -> None:
     assert "cannot import --app 'tests.no_such_module'" in one_line_error(missing, 2)
 
 
+@pytest.mark.postgres
 async def test_an_export_replays_in_a_test_and_imports_elsewhere(
     recorded: str, other_postgres: str, tmp_path: Path
 ) -> None:

@@ -259,6 +259,7 @@ def test_cli_page_documents_every_command_and_exit_code(capsys: pytest.CaptureFi
 SCRIPTS = sorted((DOCS / "examples").glob("*.py"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
 def test_example_script_runs_twice_on_one_file(script: Path, tmp_path: Path) -> None:
     database = tmp_path / "example.db"
@@ -276,12 +277,17 @@ def test_example_script_runs_twice_on_one_file(script: Path, tmp_path: Path) -> 
 
 # --- nothing outside the repository --------------------------------------------------------------
 
-OUTSIDE = re.compile(r"\b(?:EVENTS|RULES|STORES|ARCHITECTURE)\.md\b|\.\./shared|shared/design")
+# Design notes kept outside the repository (written so this line does not match itself).
+OUTSIDE = re.compile(
+    r"\b(?:EVENTS|RULES|STORES|ARCHITECTURE)\.md\b|\bARCHITECTURE key\b|\.\./shared|shared[/]design"
+)
 
 
-def test_no_page_or_docstring_cites_a_file_outside_the_repository() -> None:
+def test_no_page_docstring_or_test_cites_a_file_outside_the_repository() -> None:
     sources = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "mkdocs.yml"]
-    sources += sorted(DOCS.rglob("*.md")) + sorted((ROOT / "runfold").rglob("*.py"))
+    sources += sorted(DOCS.rglob("*.md"))
+    for folder in ("runfold", "tests", "benchmarks", "scripts", "docs"):
+        sources += sorted((ROOT / folder).rglob("*.py"))
     cited = [
         f"{path.relative_to(ROOT)}:{number}"
         for path in sources

@@ -20,6 +20,8 @@ import pytest
 from runfold.flow import Flow, Workflow, definition
 from runfold.stores import SQLiteStore
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "how-to" / "deploy-new-workflow-code.md").read_text()
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.DOTALL | re.MULTILINE)

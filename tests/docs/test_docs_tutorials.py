@@ -20,6 +20,8 @@ import pytest
 
 from runfold.conformance import CHECK_NAMES, CHECKS
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = ROOT / "docs" / "tutorials"
 PAGES = (

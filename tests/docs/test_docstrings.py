@@ -21,6 +21,8 @@ from functools import cache, cached_property
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 import runfold
 
 SUMMARY_LENGTH = 100
@@ -203,6 +205,7 @@ def test_the_walk_sees_the_public_surface() -> None:
     assert _assignment("runfold", "Snapshot") is None  # a class statement: its __doc__ counts
 
 
+@pytest.mark.slow
 def test_every_public_name_has_a_docstring_with_a_one_sentence_summary() -> None:
     problems = _problems()
     assert not problems, f"{len(problems)} public names need docstring work:\n" + "\n".join(

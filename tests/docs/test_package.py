@@ -105,6 +105,7 @@ def test_the_metadata_a_package_index_shows() -> None:
     assert "event-sourcing" in (installed["Keywords"] or "")
 
 
+@pytest.mark.slow
 def test_the_sdist_ships_the_package_and_no_tests(tmp_path: Path) -> None:
     """Tests need the whole repository (conftest.py, helpers, docs/, a PostgreSQL server): an
     sdist that shipped some of them would ship tests that cannot run."""

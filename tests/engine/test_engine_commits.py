@@ -261,6 +261,7 @@ async def test_an_output_over_the_payload_limit_fails_the_step_for_good(
     assert calls == [1]
 
 
+@pytest.mark.slow
 def test_a_long_running_engine_keeps_its_memory_bounded() -> None:
     """Thousands of short workflows through one engine, with retention deleting the completed
     runs as a service would: what the engine, the handler and the store hold stops growing once

@@ -93,6 +93,7 @@ async def every_second(tick: str) -> str:
     return tick
 
 
+@pytest.mark.slow
 async def test_a_schedule_starts_one_run_per_tick_across_the_fleet() -> None:
     store = MemoryStore()
     flows = [Flow(store, [every_second]) for _ in range(3)]

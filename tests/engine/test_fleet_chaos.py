@@ -15,6 +15,8 @@ from runfold.stores import open_store
 from tests.support.fleet_chaos import run_chaos
 from tests.support.postgres_support import DSN, admin, schema_name
 
+pytestmark = pytest.mark.slow
+
 
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'fleet.db'}"

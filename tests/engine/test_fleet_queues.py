@@ -30,6 +30,8 @@ from tests.support.queue_workflows import (
     sleepy_run,
 )
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["sqlite", "postgres"]
 

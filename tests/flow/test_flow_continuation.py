@@ -51,6 +51,7 @@ async def chain_of(store: EventStore, first: str) -> list[Any]:
     return runs
 
 
+@pytest.mark.slow
 async def test_ten_thousand_steps_finish_as_a_hundred_runs(store: EventStore) -> None:
     if type(store) is MemoryStore:
         pytest.skip("the long chain is for the durable stores")
@@ -267,6 +268,7 @@ def test_successor_ids_are_derived_and_bounded() -> None:
     assert long == successor_run_id("x" * 256, 1) != successor_run_id("x" * 256, 2)
 
 
+@pytest.mark.slow
 async def test_a_fleet_worker_process_claims_each_successor(tmp_path: Path) -> None:
     path = tmp_path / "fleet.db"
     async with await SQLiteStore.open(path) as store:
@@ -338,6 +340,7 @@ async def killed_then_recovered(args: dict[str, Any], store: EventStore) -> None
         assert len(links) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_at", ["created", "linked"])
 async def test_a_sigkill_inside_a_continuation_continues_once_on_sqlite(
     tmp_path: Path, kill_at: str
@@ -348,6 +351,7 @@ async def test_a_sigkill_inside_a_continuation_continues_once_on_sqlite(
         await killed_then_recovered(args, store)
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("kill_at", ["created", "linked"])
 async def test_a_sigkill_inside_a_continuation_continues_once_on_postgres(kill_at: str) -> None:
     admin()  # skips (or fails under CI) without a server

@@ -15,9 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runfold.stores import PostgresStore, SQLiteStore
 from runfold.stores.protocol import EventStore
 from tests.support.postgres_support import DSN, admin, schema_name
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,6 +68,7 @@ async def test_a_sigkilled_step_presents_the_same_key_on_sqlite(tmp_path: Path) 
         await check(args, store)
 
 
+@pytest.mark.postgres
 async def test_a_sigkilled_step_presents_the_same_key_on_postgres(tmp_path: Path) -> None:
     admin()  # skips (or fails under CI) without a server
     schema = schema_name("flowkey")

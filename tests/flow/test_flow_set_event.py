@@ -109,6 +109,7 @@ async def test_bad_keys_and_values_are_typed_errors_at_the_call() -> None:
         assert output.startswith("key: "), (key, output)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_get_event_sees_a_value_set_in_another_process(tmp_path: Path, backend: str) -> None:
     store: EventStore

@@ -29,6 +29,8 @@ from tests.support.flow_worker import approvals, order_input
 from tests.support.flow_workflows import order
 from tests.support.postgres_support import DSN, admin, schema_name
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 40
 KILLS = 4
@@ -115,6 +117,7 @@ async def test_sigkilled_orders_finish_on_sqlite(tmp_path: Path, seed: int) -> N
         await check(args, store, seed)
 
 
+@pytest.mark.postgres
 async def test_sigkilled_orders_finish_on_postgres() -> None:
     admin()  # skips (or fails under CI) without a server
     schema = schema_name("flowkill")

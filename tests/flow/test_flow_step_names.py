@@ -56,6 +56,7 @@ def test_a_step_label_is_its_name_and_id_unless_they_are_one() -> None:
     assert step_label("7", None) == "7"
 
 
+@pytest.mark.slow
 def test_show_names_a_flow_runs_steps(store_url: str) -> None:
     text = ok(runfold_cli("--store", store_url, "show", RUN))
     rows = {cells(line)[0]: cells(line) for line in text.splitlines() if line.startswith("  ")}
@@ -68,6 +69,7 @@ def test_show_names_a_flow_runs_steps(store_url: str) -> None:
     assert shown["steps"]["2"]["step_name"] == NASTY  # JSON keeps ids and names apart
 
 
+@pytest.mark.slow
 def test_history_names_a_flow_runs_steps(store_url: str) -> None:
     lines = ok(runfold_cli("--store", store_url, "history", RUN)).splitlines()
     rows = [cells(line) for line in lines[1:]]

@@ -135,6 +135,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     admin().execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
+@pytest.mark.slow
 async def test_runs_lists_one_version(url: str) -> None:
     store = await open_store(url)
     try:

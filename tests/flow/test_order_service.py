@@ -32,6 +32,8 @@ EXAMPLE = ROOT / "docs" / "examples" / "orders" / "order_service.py"
 sys.path.insert(0, str(EXAMPLE.parent))
 import order_service as service  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 LINES = [
     {"sku": "lamp", "quantity": 1, "price": 3000},
     {"sku": "desk", "quantity": 2, "price": 12000},

@@ -31,6 +31,8 @@ from runfold.testing import DelegatingStore
 from tests.support.fault_proxy import FaultProxy, random_plan
 from tests.support.postgres_support import DSN, admin, schema_name
 
+pytestmark = pytest.mark.postgres
+
 BODY_RUNS: Counter[tuple[str, int]] = Counter()
 """How often each step body ran: (input key, step number)."""
 STEPS = 10

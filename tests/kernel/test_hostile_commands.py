@@ -1,5 +1,7 @@
 """Commands that used to be accepted and then broke a run: refused by `decide` with a typed
-error naming the field, through the handler on every store, and nothing is written."""
+error naming the field, through the handler, and nothing is written (on `MemoryStore`:
+`tests/kernel/conftest.py`; `tests/stores/test_law_through_stores.py` draws the same hostile
+values on every store)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Property tests for the kernel's laws (`EVENTS.md`, `RULES.md`, ARCHITECTURE key decision 7).
+"""Property tests for the kernel's laws (docs/concepts.md, "The laws"; the events and rules of
+docs/reference/events-and-commands.md).
 
 Determinism, the split law of `apply`, persistence of snapshots across branches, the closure law
 `decide ∘ apply`, "decide raises only rejections", the history laws `project_run` enforces, and
@@ -375,7 +376,7 @@ COMMAND_CLASSES: list[type[Command]] = sorted(
     ),
     key=lambda cls: cls.__name__,
 )
-"""Every command class of `RULES.md`."""
+"""Every command class (docs/reference/events-and-commands.md, "Commands")."""
 
 per_class = settings(max_examples=max(settings().max_examples // 3, 10))
 """Properties run once per command class get a share of the profile's examples each."""
@@ -672,7 +673,8 @@ def test_claims_at_keeps_the_last_claim_of_a_token_and_drops_expired_ones() -> N
 
 
 def model(history: Sequence[Envelope]) -> dict[str, Any]:
-    """A second, naive reducer written from `EVENTS.md`, to compare `project_run` with."""
+    """A second, naive reducer written from the events' reference (docs/reference/
+    events-and-commands.md), to compare `project_run` with."""
     created = history[0].event
     assert isinstance(created, RunCreated)
     run: dict[str, Any] = {

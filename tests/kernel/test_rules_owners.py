@@ -1,7 +1,8 @@
 """The ownership rules: one worker drives a run at a time, fenced by its claim's epoch.
 
-Every test goes through `CommandHandler` over the `store` fixture, so the claims and releases
-are encoded, appended, read back and replayed on every backend.
+Every test goes through `CommandHandler` over the `store` fixture (`MemoryStore`: see
+`tests/kernel/conftest.py`); claims and releases read back equal from every backend by the
+conformance kit and the law through the stores.
 """
 
 from __future__ import annotations

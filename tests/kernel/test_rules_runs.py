@@ -1,4 +1,5 @@
-"""Examples of the run-command rules of `RULES.md` and of the rules that hold for every command.
+"""Examples of the run-command rules and of the rules for every command, as
+docs/reference/events-and-commands.md states them.
 
 Every test goes through `CommandHandler` over the `store` fixture, except the few that call the
 pure `decide` directly on a hand-built snapshot.
@@ -482,7 +483,7 @@ def _many(count: int, prefix: str = "k") -> dict[str, str | None]:
     return {f"{prefix}{i}": "v" for i in range(count)}
 
 
-# Attribute batches RULES.md refuses, with the fragments their messages must name.
+# Attribute batches the rules (`SetAttributes`) refuse, with the fragments their messages must name.
 INVALID_ATTRIBUTES: dict[str, tuple[tuple[AttributeChange, ...], tuple[str, ...]]] = {
     "empty key": ((AttributeChange(key="", value="v"),), ("attribute key",)),
     "key too long": (

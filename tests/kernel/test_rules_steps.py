@@ -1,4 +1,5 @@
-"""Examples of the step-command rules of `RULES.md`, through `CommandHandler` and the store."""
+"""Examples of the step-command rules (docs/reference/events-and-commands.md, "Step commands"),
+through `CommandHandler` and `MemoryStore` (`tests/kernel/conftest.py` says why one store)."""
 
 from __future__ import annotations
 
@@ -783,7 +784,7 @@ async def test_cancelling_an_unknown_step_is_step_not_found(handler: CommandHand
 async def test_cancelling_a_step_of_an_ended_run_is_run_expired(
     handler: CommandHandler, status: str, step_status: str
 ) -> None:
-    # RULES.md does not name this case; the history laws allow no step_cancelled after the run
+    # The reference does not name this case; the history laws allow no step_cancelled after the run
     # ended, so the kernel refuses it like the other step commands do.
     await run_with_step(handler, status, step_status)
     await assert_rejected(

@@ -1,4 +1,6 @@
-"""Examples of the wait and hook rules of `RULES.md`, through `CommandHandler` and the store."""
+"""Examples of the wait and hook rules (docs/reference/events-and-commands.md, "Wait commands",
+"Hook commands"), through `CommandHandler` and `MemoryStore` (`tests/kernel/conftest.py` says
+why one store)."""
 
 from __future__ import annotations
 
@@ -638,7 +640,7 @@ async def test_disposing_a_retaining_hook_of_an_ended_run_releases_its_token_ear
 
 
 async def test_disposing_a_cancelled_hook_is_terminal_state(handler: CommandHandler) -> None:
-    # RULES.md does not name this case; a cancelled hook left its live states, so the kernel
+    # The reference does not name this case; a cancelled hook left its live states, so the kernel
     # refuses it as it refuses commands on other ended entities.
     await run_with(handler, "running", DEFINE_HOOK)
     await handler.execute(RUN, RequestCancel())

@@ -52,6 +52,7 @@ class TestMemoryStore(StoreConformance):
         store._feed[store._feed.index(row)] = damaged
 
 
+@pytest.mark.postgres
 class TestPostgresStore(StoreConformance):
     capabilities = Capabilities(
         reopen=True, corruption=True, sharing=True, rewrite_index=True, replay=True
@@ -103,6 +104,7 @@ class TestSQLiteFile(StoreConformance):
         db.close()
 
 
+@pytest.mark.slow
 class TestSQLiteInMemory(StoreConformance):
     capabilities = Capabilities(rewrite_index=True, replay=True)
 
@@ -123,6 +125,7 @@ TestJsonlExample = _example()
 # --- teeth ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("broken", "check"), list(CAUGHT_BY.items()), ids=[s.__name__ for s in CAUGHT_BY]
 )
@@ -135,6 +138,7 @@ def test_the_kit_fails_a_broken_store_by_name(broken: type[MemoryStore], check: 
     assert not report.ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", [ReplaysAllButTheLast, ReplaysWithoutLimits])
 def test_the_kit_fails_a_wrong_replay(broken: type[MemoryStore]) -> None:
     check = "test_replay_is_the_fold_of_read"
@@ -272,6 +276,7 @@ def test_importing_the_kit_installs_no_pytest_plugin() -> None:
     assert finished.stdout.strip() == "[] False"
 
 
+@pytest.mark.slow
 def test_pytest_runs_the_kit_without_any_async_plugin(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
     (tmp_path / "test_mine.py").write_text(
@@ -313,6 +318,7 @@ def _cli(*args: str, cwd: Path = ROOT, path: str = "") -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.slow
 def test_the_command_line_runs_a_store_module_outside_the_package() -> None:
     finished = _cli(EXAMPLE, "--examples", "5", "--seed", "3")
     assert finished.returncode == 0, finished.stdout + finished.stderr
@@ -328,6 +334,7 @@ def test_the_command_line_runs_a_store_module_outside_the_package() -> None:
     assert total.split()[1:5] == [str(len(CHECK_NAMES)), str(offered), "0", str(missing)]
 
 
+@pytest.mark.slow
 def test_the_command_line_fails_a_broken_store(tmp_path: Path) -> None:
     module = tmp_path / "my_store.py"
     module.write_text(
@@ -350,6 +357,7 @@ def test_the_command_line_fails_a_broken_store(tmp_path: Path) -> None:
     assert "FAILED test_read_descending_ranges (reads)" in finished.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("target", "message"),
     [

@@ -19,6 +19,8 @@ from runfold.conformance import run_conformance
 from tests.stores import test_conformance
 from tests.support.postgres_support import DSN, admin
 
+pytestmark = pytest.mark.postgres
+
 HELD = 0.3
 """Seconds each transaction of the other session stays open: three times `feed_wait`."""
 

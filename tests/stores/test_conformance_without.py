@@ -15,6 +15,8 @@ from runfold.conformance import CHECKS, Capabilities, StoreConformance, run_conf
 from runfold.stores import MemoryStore
 from tests.docs.test_docs_tutorials import STORE_MODULE, _store_source
 
+pytestmark = pytest.mark.slow
+
 
 def _tutorial_module(folder: Path) -> ModuleType:
     path = folder / f"{STORE_MODULE}.py"

@@ -121,6 +121,7 @@ def _reads(store: EventStore) -> dict[str, Callable[[], Awaitable[Any]]]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [*DAMAGE, *SQLITE_DAMAGE])
 async def test_a_row_that_does_not_decode_is_corrupt_index_and_verify_rebuilds_it(
     backend: Backend, damage: str
@@ -160,6 +161,7 @@ async def test_a_row_that_does_not_decode_is_corrupt_index_and_verify_rebuilds_i
         assert (await store.get_runs(["b"]))[0] == expected
 
 
+@pytest.mark.slow
 async def test_verify_without_rebuild_stops_at_corrupt_rows_and_says_so(
     backend: Backend,
 ) -> None:

@@ -19,6 +19,8 @@ import pytest
 
 from tests.support.postgres_support import DSN, admin, schema_name
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 HANG = 120
 """Seconds after which a child that has not exited is taken to hang (they exit in about one)."""

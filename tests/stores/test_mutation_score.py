@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from benchmarks.mutation import TARGET, equivalent_keys, mutants, run_one
+
+pytestmark = pytest.mark.slow
 
 
 def test_at_least_a_hundred_distinct_mutants_that_each_compile() -> None:

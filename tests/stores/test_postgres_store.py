@@ -1,4 +1,4 @@
-"""`PostgresStore` specifics (`STORES.md`, PostgresStore): what the conformance kit misses.
+"""`PostgresStore` specifics (docs/reference/stores.md): what the conformance kit misses.
 
 Always against the real server (`tests/support/postgres_support.py`; under `CI=true` a missing
 server fails these tests): opening and migrating (concurrently, and the refusals), races across
@@ -68,6 +68,8 @@ from runfold.stores.protocol import FeedSubscriber, SchemaMigrator
 from runfold.stores.time_keys import time_key
 from tests.conftest import T0, Clock
 from tests.support.postgres_support import DSN, admin, schema_name
+
+pytestmark = pytest.mark.postgres
 
 APPLIED = [(n,) for n in range(1, SCHEMA_VERSION + 1)]
 """The `schema_version` rows of a schema migrated once: each migration applied once."""

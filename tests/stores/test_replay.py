@@ -172,6 +172,7 @@ async def test_version_1_rows_read_through_sqlite(tmp_path: Path) -> None:
         await reads_as_recorded(store)
 
 
+@pytest.mark.postgres
 async def test_version_1_rows_read_through_postgres() -> None:
     store = await suite_store()
     try:
@@ -284,6 +285,7 @@ async def _through_stores(history: list[Envelope]) -> list[Snapshot]:
     return folded
 
 
+@pytest.mark.postgres
 @settings(max_examples=25)
 @given(valid_histories(max_commands=25))
 def test_project_run_is_the_same_on_the_old_and_new_paths(history: list[Envelope]) -> None:
@@ -304,6 +306,7 @@ def test_project_run_is_the_same_on_the_old_and_new_paths(history: list[Envelope
         assert repr(run_index(new)) == repr(run_index(old))
 
 
+@pytest.mark.postgres
 def test_a_long_history_is_the_same_on_the_old_and_new_paths() -> None:
     run = max(RUNS, key=lambda r: len(r["rows"]))
     history = envelopes_from_rows([(*row, None) for row in fixture_rows(run)], run["run_id"])

@@ -83,6 +83,7 @@ async def two_postgres_stores() -> AsyncIterator[tuple[PostgresStore, PostgresSt
         await first.close()
 
 
+@pytest.mark.postgres
 async def test_postgres_signals_cross_store_instances(
     two_postgres_stores: tuple[PostgresStore, PostgresStore],
 ) -> None:

@@ -1,4 +1,4 @@
-"""`SQLiteStore` specifics (`STORES.md`, SQLite backend): what the conformance kit misses.
+"""`SQLiteStore` specifics (docs/reference/stores.md): what the conformance kit misses.
 
 Opening (schema, migrations, PRAGMAs, clear refusals), group commit, locking, corruption, SQL
 parameters, durability across close and reopen, and several processes sharing one file: racing
@@ -981,6 +981,7 @@ async def test_a_new_file_opens_once_another_connection_lets_go_of_its_write_loc
         holder.close()
 
 
+@pytest.mark.slow
 async def test_processes_racing_on_shared_and_distinct_runs_lose_and_duplicate_nothing(
     tmp_path: Path,
 ) -> None:
@@ -1142,6 +1143,7 @@ async def _check_crash_state(path: Path, acked: dict[str, int]) -> None:
         assert len(feed) == sum(lengths.values())
 
 
+@pytest.mark.slow
 async def test_sigkill_mid_append_keeps_whole_acknowledged_batches_and_true_indexes(
     tmp_path: Path,
 ) -> None:

@@ -32,6 +32,8 @@ from tests.conftest import T0
 from tests.support.fault_proxy import Cut, FaultProxy
 from tests.support.postgres_support import DSN, admin, schema_name
 
+pytestmark = pytest.mark.postgres
+
 
 def _upstream() -> tuple[str, int]:
     params = conninfo_to_dict(DSN)

@@ -1,6 +1,7 @@
-"""Helpers shared by the `RULES.md` example tests (`tests/test_rules_*.py`).
+"""Helpers shared by the rule example tests (`tests/kernel/test_rules_*.py`).
 
-They only use the public handler and store API, so the tests run against every store backend.
+They use only the public handler and store API: the examples run on `MemoryStore`
+(`tests/kernel/conftest.py` says why), and would on any store.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ ENDINGS: dict[str, Command] = {
 }
 """The command that ends a running run in each terminal status."""
 
-# What RULES.md says each rejection class reports: (code, HTTP-like status).
+# What docs/reference/errors.md says each rejection class reports: (code, HTTP-like status).
 EXPECTED_CODES: dict[type[Rejection], tuple[str, int]] = {
     RunNotFound: ("run_not_found", 404),
     StepNotFound: ("step_not_found", 404),
@@ -131,7 +132,8 @@ async def assert_rejected(
     run_id: str = RUN,
 ) -> E:
     """Execute `command` and check it is refused with exactly `error`, the code and status
-    RULES.md gives that class, a message naming every one of `fragments`, and nothing written."""
+    docs/reference/errors.md gives that class, a message naming every one of `fragments`, and
+    nothing written."""
     head = await handler.store.head(run_id)
     with pytest.raises(error) as info:
         await handler.execute(run_id, command)

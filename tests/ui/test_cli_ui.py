@@ -8,8 +8,12 @@ import time
 import urllib.error
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli_support import ok, one_line_error, run_ids, runfold_cli
 from tests.support.ui_support import free_port, get
+
+pytestmark = pytest.mark.slow
 
 
 def test_runfold_ui_serves_the_store_it_is_given(tmp_path: Path) -> None:

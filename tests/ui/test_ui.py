@@ -47,6 +47,8 @@ from tests.support.ui_support import (
     token_for,
 )
 
+pytestmark = pytest.mark.slow
+
 BULK_RUNS = 12
 HOSTILE_KEY = "<i>key</i>"
 CHILD_ERROR = "<b>refused</b> & 'quoted' " + HOSTILE
@@ -439,6 +441,7 @@ def test_serving_a_missing_file_fails_without_creating_it(tmp_path: Path) -> Non
     assert "hunter2" not in result.stderr
 
 
+@pytest.mark.postgres
 def test_a_select_only_postgres_role_can_inspect(tmp_path: Path) -> None:
     schema = schema_name("ui")
     role = f"{schema}_reader"

@@ -18,6 +18,8 @@ from playwright.sync_api import Browser, Page
 from benchmarks.inspector_load import serving
 from tests.support.ui_support import chromium, data_digest, get, run_async, shop_run, token_for
 
+pytestmark = pytest.mark.slow
+
 
 async def _populate(path: Path) -> None:
     for run_id in ("live-a", "live-b", "live-c"):

@@ -26,6 +26,8 @@ from runfold.stores import SQLiteStore
 from runfold.ui.payloads import MAX_JSON_DEPTH, SHOWN_LIMIT, show_payload
 from tests.support.ui_support import get, serve
 
+pytestmark = pytest.mark.slow
+
 DEEP = ("[" * 5000 + "]" * 5000).encode()
 HUGE = json.dumps({"blob": "y" * 1_500_000}).encode()
 BINARY = bytes(range(256)) * 8000

@@ -26,6 +26,8 @@ from runfold.stores import SQLiteStore
 from runfold.ui.details import TABLE_PAGE
 from tests.support.ui_support import chromium, run_async
 
+pytestmark = pytest.mark.slow
+
 EVENTS = 100_000
 PAGE_LIMIT = 1_000_000
 """Issue #32: a run's page weighs under a megabyte, however long the run."""
