@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from runfold.stores.postgres.citus import read_feed_function
 from runfold.stores.postgres.due_work import claim_due_function
 
 __all__ = [
@@ -165,6 +166,8 @@ def _append_events(s: str) -> str:
         v_head integer;
         v_head_position bigint;
         v_holder record;
+        v_tokens bytea[];
+        v_gone record;
     BEGIN
         -- `old` is the row as this statement found it: a commit since then would have moved
         -- the head, and the head check would have failed.
@@ -199,26 +202,30 @@ def _append_events(s: str) -> str:
 
         -- Hook claims. The run's rows in `hooks` are replaced; in `tokens` only the claims
         -- that changed are touched, so a run keeping its hooks writes nothing there.
+        -- No statement reads one of `hooks` and `tokens` and writes the other: on a cluster
+        -- they are distributed apart (by run, by token), and each statement stays on one.
         IF v_had_hooks OR cardinality(r.tokens) > 0 THEN
             WITH old AS (
                 DELETE FROM {s}.hooks WHERE run_id = r.run_id
                 RETURNING token, hook_id, retained_until
             )
-            DELETE FROM {s}.tokens t USING old
-            WHERE t.token = old.token AND t.run_id = r.run_id AND NOT EXISTS (
+            SELECT array_agg(old.token) INTO v_tokens FROM old WHERE NOT EXISTS (
                 SELECT FROM unnest(r.tokens, r.hook_ids, r.retained_until) AS c(token, id, until)
                 WHERE (c.token, c.id, c.until)
                     IS NOT DISTINCT FROM (old.token, old.hook_id, old.retained_until));
+            IF v_tokens IS NOT NULL THEN
+                DELETE FROM {s}.tokens WHERE token = ANY(v_tokens) AND run_id = r.run_id;
+            END IF;
         END IF;
         IF cardinality(r.tokens) > 0 THEN
             -- A holder whose retention has passed is not live: it gives way.
-            WITH gone AS (
+            FOR v_gone IN
                 DELETE FROM {s}.tokens WHERE token = ANY(r.tokens) AND run_id <> r.run_id
                     AND retained_until <= r.recorded_at
                 RETURNING run_id, token
-            )
-            DELETE FROM {s}.hooks h USING gone
-            WHERE h.run_id = gone.run_id AND h.token = gone.token;
+            LOOP
+                DELETE FROM {s}.hooks WHERE run_id = v_gone.run_id AND token = v_gone.token;
+            END LOOP;
             -- DO NOTHING waits for a concurrent claim of the token to commit; the check below
             -- then sees its row.
             INSERT INTO {s}.tokens (token, run_id, hook_id, retained_until)
@@ -348,19 +355,22 @@ def _read_feed(s: str) -> str:
 """
 
 
-def functions(s: str) -> str:
-    """The server-side functions of the store in schema `s`, as this runfold calls them.
+def functions(s: str, *, distributed: bool = False) -> list[str]:
+    """The server-side functions of the store in schema `s`, as this runfold calls them: one
+    `CREATE OR REPLACE FUNCTION` statement each.
 
     They are (re)created in the transaction of every migration, so that each is written once,
-    here, and a schema at any version ends with the current definitions.
+    here, and a schema at any version ends with the current definitions. `distributed` (a Citus
+    cluster) takes the feed's bound on the coordinator (`citus.read_feed_function`).
     """
-    return (
-        _append_events(s)
-        + _append_batch(s)
-        + _read_feed(s)
-        + _append_plain_batch(s)
-        + claim_due_function(s)
-    )
+    feed = read_feed_function(s, _P) if distributed else _read_feed(s)
+    return [
+        _append_events(s),
+        _append_batch(s),
+        feed,
+        _append_plain_batch(s),
+        claim_due_function(s),
+    ]
 
 
 _STATEMENT_CASTS = {"expected": "::integer", "expected_position": "::bigint"}
