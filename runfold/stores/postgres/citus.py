@@ -220,3 +220,38 @@ async def drop_unborn_run(conn: Connection, s: str, run_id: str) -> int:
         )
         row = await cursor.fetchone()
         return int(row[0]) if row is not None else 0
+
+
+async def hold_dedup(conn: Connection, s: str, params: dict[str, Any]) -> bool:
+    """`hold_dedup` on a cluster (`HOLD_DEDUP`'s parameters): the id's row (on the coordinator)
+    locked first, its holder's run (on a worker) read by `run_id` after, in one transaction."""
+    async with conn.transaction():
+        cursor = await conn.execute(
+            f"INSERT INTO {s}.queue_dedups (queue_name, dedup_id, run_id, held_at) "
+            "VALUES (%(queue)s, %(dedup)s, %(run)s, %(now)s) "
+            "ON CONFLICT (queue_name, dedup_id) DO NOTHING RETURNING true",
+            params,
+        )
+        if await cursor.fetchone() is not None:
+            return True
+        cursor = await conn.execute(
+            f"SELECT run_id, held_at FROM {s}.queue_dedups "
+            "WHERE queue_name = %(queue)s AND dedup_id = %(dedup)s FOR UPDATE",
+            params,
+        )
+        row = await cursor.fetchone()
+        assert row is not None  # the insert found it, and no statement deletes such rows
+        holder, held_at = row
+        if holder != params["run"]:
+            cursor = await conn.execute(
+                f"SELECT completed_at IS NOT NULL FROM {s}.runs WHERE run_id = %s", (holder,)
+            )
+            run = await cursor.fetchone()
+            if (run is not None and not run[0]) or (run is None and held_at > params["grace"]):
+                return False  # a live run holds it, or one not yet created within the grace
+        await conn.execute(
+            f"UPDATE {s}.queue_dedups SET run_id = %(run)s, held_at = %(now)s "
+            "WHERE queue_name = %(queue)s AND dedup_id = %(dedup)s",
+            params,
+        )
+        return True

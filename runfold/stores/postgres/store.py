@@ -39,6 +39,7 @@ from runfold.stores._sql import (
     wakeup_from_row,
     wakeups_query,
 )
+from runfold.stores.due_work import DEDUP_GRACE, check_hold_dedup
 from runfold.stores.postgres import citus
 from runfold.stores.postgres.connections import (
     Connection,
@@ -466,6 +467,18 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
         request = Append(run_id, index.summary.last_sequence, (), index, now)
         request.deadline = self._connections.deadline()
         await self._writer.append_one(request)
+
+    async def hold_dedup(
+        self, queue_name: str, dedup_id: str, run_id: str, *, now: datetime
+    ) -> bool:
+        """Hold the deduplication id for the run, unless a live run holds it (`DueWork`)."""
+        if not self._distributed:
+            return await super().hold_dedup(queue_name, dedup_id, run_id, now=now)
+        check_hold_dedup(queue_name, dedup_id, run_id, now)
+        params: dict[str, Any] = {"queue": queue_name, "dedup": dedup_id, "run": run_id}
+        params |= {"now": time_key(now), "grace": time_key(now - DEDUP_GRACE)}
+        async with self._cluster_connection() as conn:
+            return await citus.hold_dedup(conn, self._s, params)
 
     @contextlib.asynccontextmanager
     async def _cluster_connection(self) -> AsyncIterator[Connection]:
