@@ -21,6 +21,7 @@ import pytest
 from runfold.conformance import Capabilities, StoreConformance
 from runfold.conformance._support import envelopes_for, hook, index_after, log, started, write
 from runfold.stores import PostgresStore
+from runfold.stores.postgres.placement import Placement, hashtext
 from runfold.stores.protocol import EventStore
 
 DSN = os.environ.get("RUNFOLD_TEST_CITUS_DSN", "")
@@ -158,3 +159,36 @@ async def test_tailing_readers_skip_nothing_under_sixteen_writers() -> None:
         missed = set(written) - set(tail)
         assert not missed, f"a tailing reader skipped {len(missed)} of {len(written)} events"
         assert tail == sorted(written)
+
+
+async def test_the_client_places_runs_on_the_workers_citus_does() -> None:
+    """`Placement.group` (the writer's grouping of group commits by worker) agrees with the
+    cluster's own routing for every run id tried."""
+    schema = _schema("placement")
+    store = await PostgresStore.open(DSN, schema=schema, distributed=True)
+    try:
+        async with store._connections.connection() as conn:
+            placement = await Placement.read(conn, f'"{schema}"')
+    finally:
+        await store.close()
+    assert placement.workers == 2
+    run_ids = [f"run-{n}" for n in range(200)] + ["", "é" * 13, "x" * 40]
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT id, p.groupid FROM unnest(%s::text[]) AS id, "
+            "LATERAL get_shard_id_for_distribution_column(%s, id) AS s(shardid) "
+            "JOIN pg_dist_placement p USING (shardid)",
+            (run_ids, f"{schema}.runs"),
+        ).fetchall()
+    assert {run_id: placement.group(run_id) for run_id in run_ids} == dict(rows)
+    assert len(set(dict(rows).values())) == 2
+
+
+def test_hashtext_is_the_servers() -> None:
+    words = ["", "a", "abcdefghijk", "abcdefghijkl", "abcdefghijklm", "é", "run-1", "ü" * 30]
+    words += [f"w{n}-{uuid.uuid4().hex[: n % 30]}" for n in range(100)]
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT w, hashtext(w) FROM unnest(%s::text[]) AS w", (words,)
+        ).fetchall()
+    assert {word: hashtext(word) for word in words} == dict(found)

@@ -52,6 +52,7 @@ from runfold.stores.postgres.due_work import PostgresDueWork
 from runfold.stores.postgres.feed import EVENT_COLUMNS, Feed
 from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.leases import PostgresLeases
+from runfold.stores.postgres.placement import Placement
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.retention import DELETE_RUNS, DROP_UNBORN_RUN
 from runfold.stores.postgres.schema import (
@@ -256,6 +257,9 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
             if found is not None:
                 self.migrated_from = found
             self._distributed = await citus.is_distributed(conn, self._schema)
+            if self._distributed:
+                placement = await Placement.read(conn, self._s)
+                self._writer.group_by_worker(placement.group, placement.workers)
             self._connections.learn_types(*await request_types(conn, self._schema))
         except psycopg.Error as exc:
             raise self._connections.translate(exc) from exc
