@@ -69,9 +69,7 @@ async def suite_store() -> PostgresStore:
     wait for the disk (`synchronous_commit=off`): nothing here survives a server crash anyway,
     and hundreds of tests append."""
     admin()
-    store = await PostgresStore.open(
-        _SUITE_DSN, schema=SUITE_SCHEMA, pool_max=4, distributed=CITUS
-    )
+    store = await PostgresStore.open(_SUITE_DSN, schema=SUITE_SCHEMA, pool_max=4, distributed=CITUS)
     admin().execute("; ".join(f'DELETE FROM "{SUITE_SCHEMA}".{table}' for table in _TABLES))
     return store
 

@@ -39,7 +39,9 @@ __all__ = [
     "distribute",
     "drop_unborn_run",
     "is_distributed",
+    "one_row_inserts",
     "read_feed_function",
+    "row_by_row",
     "statements",
 ]
 
@@ -103,6 +105,27 @@ async def distribute(conn: Connection, schema: str) -> list[str]:
         )
         made.append(table)
     return made
+
+
+def row_by_row(s: str, base: str) -> str:
+    """The events of `append_request` `r` inserted one row per statement (`base` + n their
+    positions), where one `INSERT ... SELECT` would be: Citus writes an `INSERT ... SELECT` with
+    `COPY` and commits any transaction that used it in two phases, even on one worker; a row
+    of `VALUES` with the run id given is routed to the run's shard."""
+    return f"""FOR v_n IN 1..cardinality(r.types) LOOP
+            INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id,
+                payload, recorded_at, position)
+            VALUES (r.run_id, r.expected + v_n, r.types[v_n], r.versions[v_n],
+                r.correlation_ids[v_n], r.payloads[v_n], r.recorded_at, {base} + v_n);
+        END LOOP"""
+
+
+def one_row_inserts(function: str, inserts: dict[str, str]) -> str:
+    """`function` (a plpgsql definition) with each statement of `inserts` replaced by its
+    row-by-row loop (`row_by_row`), and the loop's counter declared."""
+    for statement, loop in inserts.items():
+        function = function.replace(statement, loop)
+    return function.replace("DECLARE\n", "DECLARE\n        v_n integer;\n", 1)
 
 
 def _quote(identifier: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runfold.stores.postgres.citus import read_feed_function
+from runfold.stores.postgres.citus import one_row_inserts, read_feed_function, row_by_row
 from runfold.stores.postgres.due_work import claim_due_function
 
 __all__ = [
@@ -363,12 +363,23 @@ def functions(s: str, *, distributed: bool = False) -> list[str]:
     here, and a schema at any version ends with the current definitions. `distributed` (a Citus
     cluster) takes the feed's bound on the coordinator (`citus.read_feed_function`).
     """
-    feed = read_feed_function(s, _P) if distributed else _read_feed(s)
+    if not distributed:
+        return [
+            _append_events(s),
+            _append_batch(s),
+            _read_feed(s),
+            _append_plain_batch(s),
+            claim_due_function(s),
+        ]
+    inserts = {
+        _insert_events(s, _function_field, base=base): row_by_row(s, base)
+        for base in ("v_base", f"v_xact * {_P} + v_ordinal")
+    }
     return [
-        _append_events(s),
+        one_row_inserts(_append_events(s), inserts),
         _append_batch(s),
-        feed,
-        _append_plain_batch(s),
+        read_feed_function(s, _P),
+        one_row_inserts(_append_plain_batch(s), inserts),
         claim_due_function(s),
     ]
 

@@ -100,6 +100,7 @@ class Writer:
         # queue, so that they share a transaction instead of one going ahead alone.
         self._contended = False
         self._group_of: Callable[[str], int] | None = None  # a cluster's worker of a run
+        self._one_statement = True  # a plain append as `plain_append` (not on a cluster)
         self.idle = asyncio.Event()
         """Set while no append is being written or waits to be."""
         self.idle.set()
@@ -112,8 +113,11 @@ class Writer:
 
     def group_by_worker(self, group_of: Callable[[str], int], workers: int) -> None:
         """On a cluster: a group commit takes the appends of one worker only (`group_of` a run
-        id), so that none is a two-phase commit; two write slots per worker."""
+        id), so that none is a two-phase commit; two write slots per worker. A plain append
+        goes through `append_events` too: Citus plans the one statement in several steps and
+        commits it in two phases."""
         self._group_of = group_of
+        self._one_statement = False
         self._max_writes = min(MAX_WRITES * max(workers, 1), self._connections.pool.max_size)
 
     async def append(self, request: Append) -> int:
@@ -248,7 +252,7 @@ class Writer:
                     identity = self._connections.identities.get(conn)
                     try:
                         cursor = self._connections.cursors[conn]
-                        if request.single:
+                        if request.single and self._one_statement:
                             await cursor.execute(self._plain_sql, request.plain_parameters())
                             row = await cursor.fetchone()
                             assert row is not None
