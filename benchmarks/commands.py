@@ -15,7 +15,8 @@ from benchmarks.sqlite import SQLITE
 from benchmarks.targets import COMMAND_COST_FLAT
 from benchmarks.workloads import PAYLOAD_BYTES, memory_store, seed_run
 from benchmarks.writes import store_appends
-from runfold import CommandHandler, EventStore, RecordLog
+from runfold import CommandHandler, EventStore
+from runfold.commands import RecordLog
 
 __all__ = ["bench_commands"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from benchmarks.deploy_app import ten_steps
 from benchmarks.harness import Measurement, Result, compare, event_loop
-from runfold import Envelope
+from runfold.events import Envelope
 from runfold.flow import Flow
 from runfold.stores import SQLiteStore
 from runfold.stores.protocol import replay_run

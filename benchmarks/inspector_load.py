@@ -28,7 +28,8 @@ from pathlib import Path
 import attrs
 
 from benchmarks.workloads import seed_run
-from runfold import CommandHandler, CreateRun, RecordLog, StartRun
+from runfold import CommandHandler
+from runfold.commands import CreateRun, RecordLog, StartRun
 from runfold.stores import open_store
 
 __all__ = [

@@ -23,8 +23,9 @@ from benchmarks.targets import (
     SNAPSHOT_MEMORY,
 )
 from benchmarks.workloads import PAYLOAD_BYTES, T0, step_events, step_heavy_history
-from runfold import Envelope, Limits, Snapshot, apply, encode_event, project_run
-from runfold.kernel import make_envelope
+from runfold import Snapshot
+from runfold.events import Envelope
+from runfold.kernel import Limits, apply, encode_event, make_envelope, project_run
 from runfold.stores._sql import envelopes_from_rows, replay_rows
 from runfold.stores.protocol import time_key
 

@@ -20,8 +20,9 @@ from benchmarks.postgres import POSTGRES
 from benchmarks.sqlite import SQLITE
 from benchmarks.targets import DECODE_FOLD_VS_EVENTSOURCING
 from benchmarks.workloads import memory_store, seed_run
-from runfold import EventStore, project_run
-from runfold.kernel._gc import in_bulk
+from runfold import EventStore
+from runfold.kernel import project_run
+from runfold.kernel.bulk import in_bulk
 from runfold.stores.protocol import replay_run
 
 __all__ = ["bench_replay"]

@@ -27,13 +27,8 @@ from benchmarks.postgres import POSTGRES, dsn, fresh_schema
 from benchmarks.sqlite import SQLITE
 from benchmarks.targets import SCALE_FLAT
 from benchmarks.workloads import T0
-from runfold import (
-    CommandHandler,
-    CompleteRun,
-    CreateRun,
-    EventStore,
-    StartRun,
-)
+from runfold import CommandHandler, EventStore
+from runfold.commands import CompleteRun, CreateRun, StartRun
 from runfold.stores import PostgresStore, SQLiteStore
 
 __all__ = ["bench_scale"]

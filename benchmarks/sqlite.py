@@ -22,7 +22,8 @@ from benchmarks.targets import (
     SQLITE_REPLAY_VS_EVENTSOURCING,
 )
 from benchmarks.workloads import LOG_EVENT
-from runfold import EventStore, encode_event
+from runfold import EventStore
+from runfold.kernel import encode_event
 from runfold.stores import SQLiteStore
 from runfold.stores.sqlite.thread import on_thread as _on_thread
 

@@ -8,22 +8,18 @@ import contextlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-from runfold import (
+from runfold import EventStore, MemoryStore, Snapshot
+from runfold.events import (
     Envelope,
     Event,
-    EventStore,
     LogRecorded,
-    MemoryStore,
     RunCreated,
     RunStarted,
-    Snapshot,
     StepCompleted,
     StepCreated,
     StepStarted,
-    apply,
-    project_run,
-    run_index,
 )
+from runfold.kernel import apply, project_run, run_index
 
 __all__ = [
     "LOG_EVENT",

@@ -13,15 +13,11 @@ from typing import Any, cast
 from benchmarks.backend import Backend
 from benchmarks.harness import Measurement, Result, Trial, compare, event_loop, interleaved
 from benchmarks.workloads import LOG_EVENT, NEW_RUN_EVENTS, PAYLOAD_BYTES, T0, seed_run
-from runfold import (
-    CommandHandler,
-    Envelope,
-    EventStore,
-    RecordLog,
-    RunIndex,
-    SequenceConflict,
-    run_index,
-)
+from runfold import CommandHandler, EventStore
+from runfold.commands import RecordLog
+from runfold.errors import SequenceConflict
+from runfold.events import Envelope
+from runfold.kernel import RunIndex, run_index
 
 __all__ = ["bench_append", "bench_contention", "store_appends"]
 

@@ -5,9 +5,9 @@
                                   [--body-seconds 0.2]
 
 For each cut rate, `--workflows` concurrent `runfold.flow` workflows of `--steps` steps run
-through `tests/fault_proxy.py` (in front of `RUNFOLD_TEST_POSTGRES_DSN`, else the local server),
-which cuts that share of the append statements it sees (before they are sent, right after, or
-after the reply), and `--holes` times stops relaying for `--hole-seconds` (a black hole). Each
+through `tests/support/fault_proxy.py` (in front of `RUNFOLD_TEST_POSTGRES_DSN`, else the local
+server), which cuts that share of the append statements it sees (before they are sent, right after,
+or after the reply), and `--holes` times stops relaying for `--hole-seconds` (a black hole). Each
 store call has `--call-timeout` seconds. It prints, per rate, what the issue's targets name and
 exits non-zero if one is missed: runs failed that no body failed, step attempts spent on store
 faults, bodies run more than once, records of a run or a step held more than once, runs not
@@ -38,7 +38,7 @@ from runfold import Envelope, Event, RunIndex  # noqa: E402
 from runfold.flow import Flow, step, workflow  # noqa: E402
 from runfold.stores import PostgresStore  # noqa: E402
 from runfold.testing import DelegatingStore  # noqa: E402
-from tests.fault_proxy import FaultProxy, random_plan  # noqa: E402
+from tests.support.fault_proxy import FaultProxy, random_plan  # noqa: E402
 
 DSN = os.environ.get("RUNFOLD_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 BODY_RUNS: Counter[tuple[str, int]] = Counter()

@@ -18,10 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = [
-    "tests/test_conformance.py::TestMemoryStore",
-    "tests/test_conformance.py::TestSQLiteFile",
-    "tests/test_conformance.py::TestSQLiteInMemory",
-    "tests/test_conformance.py::TestPostgresStore",
+    "tests/stores/test_conformance.py::TestMemoryStore",
+    "tests/stores/test_conformance.py::TestSQLiteFile",
+    "tests/stores/test_conformance.py::TestSQLiteInMemory",
+    "tests/stores/test_conformance.py::TestPostgresStore",
 ]
 """The kit on each bundled store (and nothing else of the test module)."""
 

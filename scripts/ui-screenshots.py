@@ -15,7 +15,7 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.ui_support import CHROMIUM, serve
+from tests.support.ui_support import CHROMIUM, serve
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "assets" / "ui"
 

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, settings
 
 from runfold import CommandHandler, EventStore, MemoryStore
 from runfold.stores import SQLiteStore
-from tests.cli_support import Demo, ok, runfold_cli
-from tests.postgres_support import drop_session_schemas, suite_store
+from tests.support.cli_support import Demo, ok, runfold_cli
+from tests.support.postgres_support import drop_session_schemas, suite_store
 
 # "ci" (the default) is quick and derandomized so CI is repeatable; "deep" is for `make test-deep`.
 settings.register_profile(

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 #
 # Each command's module is imported only when that command runs (or its own help is asked
 # for): `runfold --help` lists them from `COMMANDS` and imports no kernel, store or rich, so
-# it starts in the time Python and click take. tests/test_cli_start_up.py checks both.
+# it starts in the time Python and click take. tests/cli/test_cli_start_up.py checks both.
 
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": (
@@ -215,11 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _scrub(message: str, arguments: Sequence[str]) -> str:
     """`message` without any password that an argument, `$RUNFOLD_STORE` or
     `$RUNFOLD_READ_STORE` holds."""
-    from runfold.stores import _conninfo
+    from runfold.stores import conninfo
 
     environment = (os.environ.get(name, "") for name in ("RUNFOLD_STORE", "RUNFOLD_READ_STORE"))
     for given in (*arguments, *environment):
-        message = _conninfo.scrub(message, given)
+        message = conninfo.scrub(message, given)
     return message
 
 

@@ -39,7 +39,7 @@ from runfold.kernel import (
     RunNotSupported,
     StoreError,
 )
-from runfold.stores import EventStore, _conninfo, open_store
+from runfold.stores import EventStore, conninfo, open_store
 
 __all__ = ["DEFAULT_STORE", "State", "label", "store_url", "work_on_store"]
 
@@ -47,7 +47,7 @@ __all__ = ["DEFAULT_STORE", "State", "label", "store_url", "work_on_store"]
 def label(url: str) -> str:
     """The store URL to show: a PostgreSQL one without its password (however it was given)."""
     if _is_postgres(url):
-        return _conninfo.describe(url)
+        return conninfo.describe(url)
     return url
 
 

@@ -20,7 +20,7 @@ from typing import Protocol, TypeAlias
 import attrs
 
 from runfold.kernel import Envelope, RetryPolicy, Snapshot
-from runfold.kernel._fast import fast_inits
+from runfold.kernel.fast import fast_inits
 
 __all__ = [
     "DEFAULT_STEP_TIMEOUT",

@@ -137,7 +137,6 @@ from runfold.kernel.limits import (
     SPEC_VERSION,
     Limits,
 )
-from runfold.kernel.replay import project_rows
 from runfold.kernel.snapshot import (
     LIVE_RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -156,6 +155,7 @@ from runfold.kernel.snapshot import (
     apply,
     project_run,
 )
+from runfold.kernel.snapshot.replay import project_rows
 
 __all__ = [
     "DEFAULT_RETRY",

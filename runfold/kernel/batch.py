@@ -13,11 +13,11 @@ from datetime import datetime
 
 import attrs
 
-from runfold.kernel._fast import fast_init
 from runfold.kernel.commands import ClaimRun, Command, StartStep
 from runfold.kernel.decide import decide
 from runfold.kernel.errors import HistoryError, InvalidCommand, OwnershipLost, Rejection
 from runfold.kernel.events import Event, RunClaimed, StepCreated, make_envelope
+from runfold.kernel.fast import fast_init
 from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot import Ownership, Snapshot, apply, project_run

@@ -10,7 +10,7 @@ a time, before it is structured.
 
 Reads decode in bulk (`EventCodec.decode_many`): the payloads are joined into one CBOR array,
 so one call of the CBOR decoder reads them all, and each item is structured by a function
-generated once per event type and schema version (`_fast.compile_decoder`).
+generated once per event type and schema version (`fast.compile_decoder`).
 
 Decoding is strict (`_one_item`): a payload is exactly one CBOR item, and a map in it names each
 key once, so a corrupted tail or a doubled field is an `EventDecodeError`, never read past.
@@ -30,7 +30,6 @@ import attrs
 import cattrs
 import cbor2
 
-from runfold.kernel._fast import compile_decoder
 from runfold.kernel.errors import EventDecodeError
 from runfold.kernel.events import (
     EVENT_TYPES,
@@ -55,6 +54,7 @@ from runfold.kernel.events import (
     WorkflowWriter,
     Writer,
 )
+from runfold.kernel.fast import compile_decoder
 
 __all__ = [
     "EventCodec",

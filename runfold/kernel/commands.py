@@ -13,7 +13,6 @@ from typing import ClassVar
 
 import attrs
 
-from runfold.kernel._fast import fast_inits
 from runfold.kernel.events import (
     AttributeChange,
     Event,
@@ -23,6 +22,7 @@ from runfold.kernel.events import (
     Writer,
     _frozen_mapping,
 )
+from runfold.kernel.fast import fast_inits
 
 __all__ = [
     "CancelRun",

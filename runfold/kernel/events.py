@@ -14,7 +14,7 @@ from typing import ClassVar, Literal, TypeAlias
 
 import attrs
 
-from runfold.kernel._fast import fast_inits, frozen_columns, frozen_factory
+from runfold.kernel.fast import fast_inits, frozen_columns, frozen_factory
 
 __all__ = [
     "DEFAULT_RETRY",

@@ -11,7 +11,7 @@ from typing import Generic, Literal, TypeAlias, TypeVar
 
 import attrs
 
-from runfold.kernel._fast import fast_inits
+from runfold.kernel.fast import fast_inits
 from runfold.kernel.snapshot import LIVE_RUN_STATUSES, RunStatus, Snapshot
 
 __all__ = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runfold.stores import _conninfo
+from runfold.stores import conninfo
 from runfold.stores.due_work import DueWork
 from runfold.stores.leases import WorkerLeases
 from runfold.stores.memory import MemoryStore
@@ -48,7 +48,7 @@ def __getattr__(name: str) -> Any:
 def _shown(url: str) -> str:
     """`url` as an error quotes it: a mistyped URL may still hold a password. (Only when
     raising: the scrubber loads libpq's parser, which a SQLite store does not need.)"""
-    return repr(_conninfo.scrub(url, url))
+    return repr(conninfo.scrub(url, url))
 
 
 async def open_store(url: str, *, read_only: bool = False) -> EventStore:

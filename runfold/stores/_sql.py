@@ -35,7 +35,7 @@ from runfold.kernel import (
     make_envelopes,
     project_rows,
 )
-from runfold.kernel._gc import in_bulk
+from runfold.kernel.bulk import in_bulk
 from runfold.stores import arguments
 from runfold.stores.arguments import MAX_COUNT
 from runfold.stores.protocol import (

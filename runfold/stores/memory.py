@@ -39,7 +39,7 @@ from runfold.kernel import (
     encode_event,
     make_envelopes,
 )
-from runfold.kernel._gc import in_bulk
+from runfold.kernel.bulk import in_bulk
 from runfold.stores import arguments
 from runfold.stores.memory_due_work import MemoryDueWork
 from runfold.stores.memory_leases import MemoryLeases

@@ -38,21 +38,22 @@ from typing import Any, BinaryIO, Self
 
 import attrs
 
-from runfold import (
+from runfold import EventStore
+from runfold.errors import (
     CorruptEvent,
-    Envelope,
-    Event,
     EventDecodeError,
-    EventStore,
-    HookClaim,
-    HookHolder,
     InvalidArgument,
-    Page,
-    RunIndex,
-    RunSummary,
     SequenceConflict,
     StoreClosed,
     TokenConflict,
+)
+from runfold.events import Envelope, Event
+from runfold.kernel import (
+    HookClaim,
+    HookHolder,
+    Page,
+    RunIndex,
+    RunSummary,
     Wakeup,
     correlation_id,
     decode_event,

@@ -5,7 +5,8 @@ history into one, and `apply` catches one up with the events that follow it, in 
 proportional to those events.
 
 One idea per module: `states` (the snapshot and its entities' states, frozen, as every reader
-sees them), `reducer` (the fold: `project_run` and `apply`), and the reducer's private parts,
+sees them), `reducer` (the fold: `project_run` and `apply`), `replay` (stored rows folded
+straight into a snapshot: `project_rows`), and the reducer's private parts,
 `_builder` (the mutable state of one fold, and how it becomes a snapshot), `_records` (a step,
 wait or hook while folds change it, copied on write) and `_handlers` (what each event type does
 to a run, and the laws of a valid history it checks).

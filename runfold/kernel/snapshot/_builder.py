@@ -16,7 +16,6 @@ from types import MappingProxyType
 
 import attrs
 
-from runfold.kernel._fast import frozen_factory
 from runfold.kernel._pmap import PView
 from runfold.kernel.errors import HistoryError, RunNotSupported
 from runfold.kernel.events import (
@@ -27,6 +26,7 @@ from runfold.kernel.events import (
     ProgressRecorded,
     RunCreated,
 )
+from runfold.kernel.fast import frozen_factory
 from runfold.kernel.limits import SPEC_VERSION, Limits
 from runfold.kernel.snapshot._records import (
     HookRecord,

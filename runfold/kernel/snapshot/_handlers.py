@@ -7,7 +7,7 @@ breaks a law of a valid history raises `HistoryError` through `Builder.fail`.
 
 The events a run repeats most (those of steps, waits, deliveries and log lines) have handlers
 that take the fields they read by name (`FIELD_HANDLERS`): the fold of events calls them
-through `compile_event_call`, and a replay of stored rows (`kernel.replay`) straight from their
+through `compile_event_call`, and a replay of stored rows (`snapshot.replay`) straight from their
 payloads, without building the events.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from runfold.kernel._fast import compile_event_call
 from runfold.kernel.events import (
     AttributesSet,
     CancelRequested,
@@ -46,6 +45,7 @@ from runfold.kernel.events import (
     WaitCompleted,
     WaitCreated,
 )
+from runfold.kernel.fast import compile_event_call
 from runfold.kernel.snapshot._builder import Builder, check_attributes, merge_attributes
 from runfold.kernel.snapshot._records import HookRecord, StepRecord, WaitRecord
 from runfold.kernel.snapshot.states import LIVE_RUN_STATUSES, Cancellation, Delivery, Ownership
@@ -357,7 +357,7 @@ FIELD_HANDLERS: dict[type[Event], Any] = {
 """The handlers of the events a run repeats, by event class, called with the fields they read.
 
 Each takes `(builder, at)` and the fields it reads, by name, so that a replay of stored rows
-(`kernel.replay`) folds them straight from their payloads; the fold of events calls them
+(`snapshot.replay`) folds them straight from their payloads; the fold of events calls them
 through `compile_event_call`.
 """
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import attrs
 
-from runfold.kernel._fast import frozen_factory
 from runfold.kernel._pmap import PView
 from runfold.kernel.events import HookCreated, RetryPolicy
+from runfold.kernel.fast import frozen_factory
 from runfold.kernel.snapshot.states import (
     Delivery,
     HookState,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from runfold.kernel._gc import in_bulk
+from runfold.kernel.bulk import in_bulk
 from runfold.kernel.errors import HistoryError
 from runfold.kernel.events import Envelope
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits

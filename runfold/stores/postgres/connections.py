@@ -62,7 +62,7 @@ class ReconnectingPool(AsyncConnectionPool[Connection]):
     time, so after a failover of ten seconds it may wait eight more before it finds the new
     primary, and the store's appends wait with it. This pool waits 0.1 s, growing by half, at
     most 1 s. psycopg_pool has no setting for it: `_add_connection` is overridden to start its
-    attempts with `_Backoff` (`tests/test_store_faults.py` checks the method is still there).
+    attempts with `_Backoff` (`tests/stores/test_store_faults.py` checks the method is still there).
     """
 
     async def _add_connection(

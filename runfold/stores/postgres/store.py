@@ -27,7 +27,7 @@ from runfold.kernel import (
     make_envelope,
 )
 from runfold.kernel.limits import DEFAULT_LIMITS
-from runfold.stores import _conninfo, arguments
+from runfold.stores import arguments, conninfo
 from runfold.stores._sql import (
     SUMMARY_COLUMNS,
     IndexReads,
@@ -143,9 +143,9 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
         if not call_timeout > 0:
             raise ValueError("call_timeout must be a positive number of seconds")
         if dsn is not None:
-            dsn, named = _conninfo.split_schema(dsn)
+            dsn, named = conninfo.split_schema(dsn)
             schema = schema or named
-            _conninfo.check(dsn)  # a malformed string fails here, its password withheld
+            conninfo.check(dsn)  # a malformed string fails here, its password withheld
         schema = schema or "runfold"
         if pool is not None:
             store = cls(pool, schema, owns_pool=False, feed_wait=feed_wait)
@@ -166,7 +166,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
                 dsn or "", autocommit=True, connect_timeout=max(2, round(timeout))
             )
         except psycopg.Error as exc:
-            refusal: str | None = _conninfo.scrub(str(exc), dsn or "")
+            refusal: str | None = conninfo.scrub(str(exc), dsn or "")
         else:
             refusal = None
         if refusal is not None:  # raised out here: the driver's error is not kept as context

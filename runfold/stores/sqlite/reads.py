@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from runfold.kernel._gc import BULK, in_bulk
+from runfold.kernel.bulk import BULK, in_bulk
 from runfold.stores._sql import SUMMARY_COLUMNS
 
 __all__ = ["CHUNK", "chunks", "fetch", "fetch_summaries", "read_head", "read_rows"]

@@ -1,0 +1,66 @@
+"""The commands that may add to a run's history, and the `Decision` that `decide` makes of one.
+
+Every name here is the kernel's (`runfold.kernel.commands`); this module is where an application
+imports them from: `from runfold.commands import CreateRun, StartStep`. Their rules are in
+`docs/reference/events-and-commands.md`.
+"""
+
+from runfold.kernel.commands import (
+    CancelRun,
+    CancelStep,
+    ClaimRun,
+    Command,
+    CompleteRun,
+    CompleteStep,
+    CompleteWait,
+    CreateHook,
+    CreateRun,
+    CreateStep,
+    CreateWait,
+    Decision,
+    DisposeHook,
+    FailRun,
+    FailStep,
+    LazyStep,
+    LinkChild,
+    ReceiveHook,
+    RecordLog,
+    RecordProgress,
+    ReleaseRun,
+    RequestCancel,
+    RetryStep,
+    SetAttributes,
+    StartRun,
+    StartStep,
+    TimeOutRun,
+)
+
+__all__ = [
+    "CancelRun",
+    "CancelStep",
+    "ClaimRun",
+    "Command",
+    "CompleteRun",
+    "CompleteStep",
+    "CompleteWait",
+    "CreateHook",
+    "CreateRun",
+    "CreateStep",
+    "CreateWait",
+    "Decision",
+    "DisposeHook",
+    "FailRun",
+    "FailStep",
+    "LazyStep",
+    "LinkChild",
+    "ReceiveHook",
+    "RecordLog",
+    "RecordProgress",
+    "ReleaseRun",
+    "RequestCancel",
+    "RetryStep",
+    "SetAttributes",
+    "StartRun",
+    "StartStep",
+    "TimeOutRun",
+]

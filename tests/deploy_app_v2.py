@@ -1,6 +1,0 @@
-"""An application module whose workflow is `order_v2` (`runfold replay-check --app`)."""
-
-from runfold.flow import workflow
-from tests.deploy_versions import ORDER, order_v2
-
-order = workflow(name=ORDER)(order_v2)

@@ -1,0 +1,251 @@
+"""The order service example (docs/examples/orders/order_service.py), checked on SQLite and
+PostgreSQL: no double charge after a SIGKILL at any step (real subprocesses), the webhook's
+time-out refunds, children are awaited and cancelled with the parent (its cancellation or its
+deadline), and the web app (a real uvicorn subprocess) starts orders, takes webhooks and
+messages, and shows progress and results from another process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runfold import EventStore
+from runfold.flow import Flow
+from runfold.kernel import RunNotFound, TerminalState
+from runfold.stores import open_store
+from tests.conftest import Clock, _open
+from tests.support.postgres_support import DSN, admin, schema_name
+from tests.support.ui_support import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "docs" / "examples" / "orders" / "order_service.py"
+sys.path.insert(0, str(EXAMPLE.parent))
+import order_service as service  # noqa: E402
+
+LINES = [
+    {"sku": "lamp", "quantity": 1, "price": 3000},
+    {"sku": "desk", "quantity": 2, "price": 12000},
+]
+STEPS = ("quote_tax", "score_fraud", "charge", "reserve", "ship")
+
+
+def an_order(order_id: str, customer: str = "ada") -> dict[str, Any]:
+    return {"id": order_id, "customer": customer, "country": "FR", "lines": LINES}
+
+
+def ledger(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_the_example_is_no_longer_than_the_dbos_version() -> None:
+    assert len(EXAMPLE.read_text().splitlines()) <= 173  # DBOS's 157 lines, +10 %
+
+
+@pytest.fixture(params=["sqlite-file", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventStore]:
+    opened = await _open(request.param, tmp_path)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture(autouse=True)
+def orders_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("ORDERS_LEDGER", str(path))
+    return path
+
+
+async def test_an_order_is_paid_and_its_lines_awaited(
+    store: EventStore, orders_ledger: Path
+) -> None:
+    flow = Flow(store, [service.checkout, service.fulfil_line])
+    run = await flow.start(service.checkout, an_order("o1"), run_id="o1")
+    assert run.status == "running"  # charged, waiting for the webhook
+    run = await flow.send("o1", "succeeded", topic="payment", idempotency_key="evt-1")
+    lines = [link.child_run_id for link in run.snapshot.children.values()]
+    assert len(lines) == 2 and run.status == "running"  # the lines wait for the warehouse
+    for line in lines:
+        assert line is not None
+        assert (await flow.result(line)).snapshot.parent_run_id == "o1"
+        await flow.send(line, f"box-{line}", topic="packed", idempotency_key=line)
+    done = await flow.result("o1")
+    assert done.status == "completed"
+    assert done.output["status"] == "shipped"
+    assert done.output["parcels"] == ["parcel-res-lamp", "parcel-res-desk"]
+    assert [e["op"] for e in ledger(orders_ledger)].count("charge") == 1
+    steps = done.snapshot.steps
+    assert [steps[i].status for i in ("3", "4")] == ["completed", "completed"]  # together
+
+
+async def test_the_webhook_timeout_refunds(
+    store: EventStore, clock: Clock, orders_ledger: Path
+) -> None:
+    flow = Flow(store, [service.checkout, service.fulfil_line], clock=clock)
+    await flow.start(service.checkout, an_order("o2"), run_id="o2")
+    clock.advance(timedelta(hours=23))
+    await flow.run_until_idle()
+    assert (await flow.result("o2")).status == "running"
+    clock.advance(timedelta(hours=1, seconds=1))
+    await Flow(store, [service.checkout, service.fulfil_line], clock=clock).run_until_idle()
+    done = await flow.result("o2")
+    assert done.output == {"status": "refunded", "charge": "ch_o2_6"}
+    charged, refunded = ledger(orders_ledger)
+    assert (charged["op"], refunded["op"], refunded["charge"]) == ("charge", "refund", "ch_o2_6")
+    with pytest.raises(TerminalState):  # a webhook too late: the order was refunded
+        await flow.send("o2", "succeeded", topic="payment")
+
+
+async def test_the_lines_are_cancelled_with_the_order(store: EventStore, clock: Clock) -> None:
+    flow = Flow(store, [service.checkout, service.fulfil_line], clock=clock)
+    for order_id in ("o3", "o4"):
+        await flow.start(
+            service.checkout, an_order(order_id), run_id=order_id, timeout=service.ORDER_DEADLINE
+        )
+        await flow.send(order_id, "succeeded", topic="payment")
+    cancelled = await flow.cancel("o3", reason="customer gave up")
+    assert cancelled.status == "cancelled"
+    clock.advance(service.ORDER_DEADLINE)  # o4's deadline passes with its lines unpacked
+    await flow.run_until_idle()
+    assert (await flow.result("o4")).status == "timed_out"
+    for order_id, ended in (("o3", "cancelled"), ("o4", "timed_out")):
+        order = await flow.result(order_id)
+        lines = [link.child_run_id for link in order.snapshot.children.values()]
+        assert len(lines) == 2
+        for line in lines:
+            assert line is not None
+            child = await flow.result(line)
+            assert child.status == "cancelled", (line, child.status)
+            assert f"ended {ended}" in (child.snapshot.cancellation.reason or "")  # type: ignore[union-attr]
+
+
+# --- SIGKILL at every step, in real processes ----------------------------------------------------
+
+
+def worker(args: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tests.support.order_worker", json.dumps(args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def store_url(backend: str, tmp_path: Path) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'orders.db'}"
+    admin()  # skips (or fails under CI) without a server
+    return f"{DSN}?schema={schema_name('orders')}"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kill_at", STEPS)
+def test_no_double_charge_after_a_sigkill_at_any_step(
+    backend: str, kill_at: str, tmp_path: Path
+) -> None:
+    url, path = store_url(backend, tmp_path), tmp_path / "ledger.jsonl"
+    args = {"store": url, "ledger": str(path), "order": an_order("k1")}
+    killed = worker({**args, "kill_at": kill_at})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    if kill_at in ("charge", "reserve", "ship"):  # its side effect was done, then the kill
+        assert ledger(path)[-1]["op"] == kill_at
+    finished = worker(args)
+    assert finished.returncode == 0, finished.stderr
+    status, output = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert status == "completed" and output["status"] == "shipped", output
+    charges = [e for e in ledger(path) if e["op"] == "charge"]
+    assert {e["key"] for e in charges} == {"k1/6"}  # one key, whatever the attempts: one charge
+    assert len(charges) == (2 if kill_at == "charge" else 1)
+    assert len({(e["op"], e["key"]) for e in ledger(path)}) == 1 + 2 * len(LINES)
+
+
+# --- the web app, in its own process -------------------------------------------------------------
+
+
+@pytest.fixture
+def web(tmp_path: Path, orders_ledger: Path) -> Iterator[tuple[str, str]]:
+    url, port = f"sqlite:///{tmp_path / 'web.db'}", free_port()
+    env = {"ORDERS_LEDGER": str(orders_ledger), "PATH": "/usr/bin:/bin"}
+    server = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), url, "web", str(port)],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(base + "/orders/none", timeout=1)
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield base, url
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=20)
+
+
+def call(base: str, path: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    with urllib.request.urlopen(urllib.request.Request(base + path, data=data), timeout=30) as r:
+        return json.loads(r.read())
+
+
+async def test_the_web_app_and_a_worker_serve_an_order_together(
+    web: tuple[str, str], tmp_path: Path
+) -> None:
+    base, url = web
+    assert call(base, "/orders", an_order("w1")) == {"order": "w1", "status": "pending"}
+    worker_process = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), url, "worker"],
+        env={"ORDERS_LEDGER": str(tmp_path / "ledger.jsonl"), "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        shown = call(base, "/orders/w1")
+        for _ in range(400):  # the worker takes the queued order up and charges it
+            if shown["progress"] == "paying":
+                break
+            time.sleep(0.05)
+            shown = call(base, "/orders/w1")
+        assert shown == {"status": "running", "progress": "paying", "result": None}
+        call(base, "/webhooks/payment", {"id": "evt-1", "order": "w1", "status": "succeeded"})
+        async with await open_store(url, read_only=True) as store:
+            looking = Flow(store, [service.checkout, service.fulfil_line])
+            for line_call in ("9", "10"):
+                line = f"w1/{line_call}"
+                # The warehouse packs a line the worker took up (a fleet's run is its workers').
+                for _ in range(400):
+                    with contextlib.suppress(RunNotFound):
+                        if (await looking.result(line)).status == "running":
+                            break
+                    await asyncio.sleep(0.05)
+                call(base, "/warehouse/packed", {"id": line, "line": line, "box": "b"})
+        for _ in range(400):
+            shown = call(base, "/orders/w1")
+            if shown["status"] == "completed":
+                break
+            time.sleep(0.05)
+        assert shown["progress"] == "shipped"
+        assert shown["result"]["parcels"] == ["parcel-res-lamp", "parcel-res-desk"]
+    finally:
+        worker_process.send_signal(signal.SIGTERM)
+        worker_process.communicate(timeout=30)

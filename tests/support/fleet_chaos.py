@@ -1,0 +1,259 @@
+"""The fleet's chaos run: worker processes on one store, SIGKILLed, SIGSTOPped, and counted.
+
+`run_chaos` starts `workers` real `runfold worker` processes serving `tests.support.fleet_workflows`
+on one store, queues `runs` runs of its 10-step ledger workflow, and every `every` seconds picks a
+worker at random: it is SIGKILLed and restarted, or SIGSTOPped for longer than its lease and
+then resumed. When every run ended it stops the fleet with SIGTERM and reads what happened from
+the ledger (each body's start and end, with its process) and the runs' histories:
+
+- `ran_twice`: step bodies started more than once; `explained` those of them whose earlier body
+  was in flight at a kill or a stop of its process (from its start until the step's next body
+  began: its outcome was not durable yet), the only re-runs allowed; `lapses`: leases that
+  lapsed in a worker nobody paused (a loaded machine), which also re-run bodies;
+- `overlaps_live`: two bodies of one step running at once in two processes, neither of them
+  stopped or killed meanwhile (never allowed: two workers that both held a lease);
+- `zombie_outcomes`: step outcomes recorded from a body that was not the run's owner's;
+- `past_budget`: attempts past the step's retry policy; `failed`: runs that did not complete
+  with the right output; `takeover_seconds`: the slowest resumption of a killed worker's runs.
+
+`python -m tests.support.fleet_chaos --store URL` runs a longer round and prints the figures as
+JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runfold.flow import Flow
+from runfold.kernel import RunClaimed, RunReleased, StepCompleted, StepStarted
+from runfold.stores import open_store
+from tests.support.fleet_workflows import EXPECTED, LEDGER_ENV, RETRY, fleet_run, read_ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+_STARTUP = 5.0
+"""Seconds a worker process may take to start serving (imports, opening the store)."""
+
+
+@dataclass
+class Chaos:
+    """What a chaos round did to the fleet, in monotonic nanoseconds."""
+
+    kills: list[tuple[int, int]] = field(default_factory=list)  # (pid, at)
+    stops: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, from, to)
+    spawned: float = 0.0  # when a worker last started or resumed (monotonic seconds)
+
+
+def _worker(store: str, lease: float, ledger: Path) -> subprocess.Popen[bytes]:
+    runfold = Path(sys.executable).with_name("runfold")
+    command = [str(runfold), "worker", "--app", "tests.support.fleet_workflows", "--store", store]
+    command += ["--lease", str(lease), "--poll", "0.05", "--grace", "1", "--concurrency", "4"]
+    env = {**os.environ, LEDGER_ENV: str(ledger)}
+    with open(ledger.with_suffix(".log"), "ab") as log:
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+
+
+async def run_chaos(
+    store_url: str,
+    *,
+    workers: int,
+    runs: int,
+    every: float,
+    lease: float,
+    work: float = 0.05,
+    limit: float = 240.0,
+    ledger: Path | None = None,
+) -> dict[str, Any]:
+    """One chaos round; its figures (see the module's docstring)."""
+    ledger = ledger or Path(tempfile.mkdtemp()) / "ledger"
+    ledger.touch()
+    store = await open_store(store_url)
+    chaos = Chaos()
+    fleet = [_worker(store_url, lease, ledger) for _ in range(workers)]
+    began = time.monotonic()
+    try:
+        flow = Flow(store, [fleet_run])
+        ids = [
+            (await flow.start(fleet_run, {"work": work, "sleep": 0.05}, queued=True)).run_id
+            for _ in range(runs)
+        ]
+        pending = set(ids)
+        next_chaos = time.monotonic() + every
+        while pending and time.monotonic() - began < limit:
+            await asyncio.sleep(0.2)
+            for summary in await store.get_runs(sorted(pending)):
+                if summary is not None and summary.status not in ("pending", "running"):
+                    pending.discard(summary.run_id)
+            if every and time.monotonic() >= next_chaos:
+                next_chaos = time.monotonic() + every
+                await _strike(fleet, chaos, store_url, lease, ledger)
+        seconds = time.monotonic() - began
+        # A worker SIGTERMed while it still imports dies of it: let the last one start serving.
+        await asyncio.sleep(max(0.0, chaos.spawned + _STARTUP - time.monotonic()))
+        for process in fleet:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.send_signal(signal.SIGTERM)
+        codes = [process.wait(timeout=30) for process in fleet]
+        figures = await _count(flow, ids, ledger, chaos, lease)
+        log = ledger.with_suffix(".log").read_text(errors="replace")
+        figures.update(
+            lapses=log.count("let its lease lapse"),
+            seconds=round(seconds, 2),
+            unfinished=len(pending),
+            exit_codes=codes,
+            kills=len(chaos.kills),
+            stops=len(chaos.stops),
+        )
+        return figures
+    finally:
+        for process in fleet:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        await store.close()
+
+
+async def _strike(
+    fleet: list[subprocess.Popen[bytes]], chaos: Chaos, store: str, lease: float, ledger: Path
+) -> None:
+    place = random.randrange(len(fleet))
+    victim = fleet[place]
+    if random.random() < 0.5:
+        victim.kill()
+        victim.wait()
+        chaos.kills.append((victim.pid, time.monotonic_ns()))
+        fleet[place] = _worker(store, lease, ledger)
+        chaos.spawned = time.monotonic()
+    else:
+        pause = lease * 1.5
+        start = time.monotonic_ns()
+        victim.send_signal(signal.SIGSTOP)
+        chaos.stops.append((victim.pid, start, start + int(pause * 1e9)))
+        chaos.spawned = max(chaos.spawned, time.monotonic() + pause)
+
+        async def resume() -> None:
+            await asyncio.sleep(pause)
+            if victim.poll() is None:
+                victim.send_signal(signal.SIGCONT)
+
+        asyncio.get_running_loop().create_task(resume())
+
+
+async def _count(
+    flow: Flow, ids: list[str], ledger: Path, chaos: Chaos, lease: float
+) -> dict[str, Any]:
+    rows = read_ledger(ledger)
+    killed = dict(chaos.kills)
+    stopped: dict[int, list[tuple[int, int]]] = {}
+    for pid, start, end in chaos.stops:
+        stopped.setdefault(pid, []).append((start, end))
+    bodies: dict[tuple[str, str, int, int], list[int]] = {}
+    for kind, run, step_id, attempt, pid, at in rows:
+        span = bodies.setdefault((run, step_id, attempt, pid), [at, -1])
+        if kind == "end":
+            span[1] = at
+
+    def cut(pid: int, start: int, end: int) -> bool:
+        """Whether a kill or a stop of `pid` fell while its body ran (end -1: never ended)."""
+        stop = end if end >= 0 else 2**63
+        if pid in killed and killed[pid] >= start:
+            return True
+        return any(s < stop and e > start for s, e in stopped.get(pid, ()))
+
+    by_step: dict[tuple[str, str], list[tuple[int, int, int, int]]] = {}
+    for (run, step_id, attempt, pid), (start, end) in bodies.items():
+        by_step.setdefault((run, step_id), []).append((start, end, pid, attempt))
+    ran_twice = explained = overlaps_live = 0
+    takeover = 0.0
+    for spans in by_step.values():
+        spans.sort()
+        if len(spans) > 1:
+            ran_twice += 1
+            # A body is in flight from its start until its outcome is durable: until the next
+            # body of the step began, at the latest.
+            later = [span[0] for span in spans[1:]]
+            if all(
+                cut(pid, start, nxt)
+                for (start, _, pid, _), nxt in zip(spans[:-1], later, strict=True)
+            ):
+                explained += 1
+        for i, (start, end, pid, _) in enumerate(spans):
+            for other_start, other_end, other_pid, _ in spans[i + 1 :]:
+                finish = end if end >= 0 else 2**63
+                live = not cut(pid, start, end) and not cut(other_pid, other_start, other_end)
+                if other_pid != pid and other_start < finish and live:
+                    overlaps_live += 1
+            if end < 0 and pid in killed and i + 1 < len(spans):
+                takeover = max(takeover, (spans[i + 1][0] - killed[pid]) / 1e9)
+    failed = zombies = past_budget = 0
+    for run_id in ids:
+        result = await flow.result(run_id)
+        if result.status != "completed" or result.output != EXPECTED:
+            failed += 1
+        history = await flow.handler.history(run_id)
+        owner: str | None = None
+        attempts: dict[str, int] = {}
+        for envelope in history:
+            event = envelope.event
+            if isinstance(event, RunClaimed):
+                owner = event.owner_id
+            elif isinstance(event, RunReleased):
+                owner = None
+            elif isinstance(event, StepStarted):
+                attempts[event.step_id] = event.attempt
+                past_budget += event.attempt > RETRY.max_attempts
+            elif isinstance(event, StepCompleted):
+                pid = int(owner.split(":")[-2]) if owner else -1
+                found = bodies.get((run_id, event.step_id, attempts[event.step_id], pid))
+                if found is None or found[1] < 0:
+                    zombies += 1
+    return {
+        "runs": len(ids),
+        "bodies": len(bodies),
+        "ran_twice": ran_twice,
+        "explained": explained,
+        "overlaps_live": overlaps_live,
+        "zombie_outcomes": zombies,
+        "past_budget": past_budget,
+        "failed": failed,
+        "takeover_seconds": round(takeover, 2),
+        "lease_seconds": lease,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--every", type=float, default=2.0)
+    parser.add_argument("--lease", type=float, default=2.0)
+    parser.add_argument("--limit", type=float, default=900.0)
+    args = parser.parse_args()
+    figures = asyncio.run(
+        run_chaos(
+            args.store,
+            workers=args.workers,
+            runs=args.runs,
+            every=args.every,
+            lease=args.lease,
+            limit=args.limit,
+        )
+    )
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
