@@ -86,9 +86,9 @@ test-citus: install
 	if [ $$rc = 3 ]; then echo "test-citus: skipped (no Citus)"; exit 0; fi; \
 	if [ $$rc = 0 ]; then \
 	  dsn=postgresql://postgres@127.0.0.1:55441/postgres; \
-	  RUNFOLD_TEST_CITUS_DSN=$$dsn $(VENV)/bin/pytest -p no:randomly tests/test_citus.py \
+	  RUNFOLD_TEST_CITUS_DSN=$$dsn $(VENV)/bin/pytest -p no:randomly tests/stores/test_citus.py \
 	  && RUNFOLD_TEST_CITUS=1 RUNFOLD_TEST_POSTGRES_DSN=$$dsn RUNFOLD_TEST_BACKENDS=postgres \
-	     $(VENV)/bin/pytest tests/test_engine.py tests/test_flow.py; rc=$$?; \
+	     $(VENV)/bin/pytest tests/engine/test_engine.py tests/flow/test_flow.py; rc=$$?; \
 	fi; \
 	bash scripts/citus-cluster.sh stop $$dir; rm -rf $$dir; exit $$rc
 
