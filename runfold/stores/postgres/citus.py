@@ -53,8 +53,10 @@ DISTRIBUTED_TABLES: tuple[tuple[str, str, str], ...] = (
     ("due_holds", "run_id", "runs"),
     ("tokens", "token", "none"),
 )
-"""The distributed tables: (table, distribution column, colocated with), in the order they are
-distributed. `runs` starts the run group; `tokens` is alone in its group (`none`)."""
+"""The distributed tables: (table, distribution column, colocated with).
+
+In the order they are distributed: `runs` starts the run group; `tokens` is alone in its group
+(`none`)."""
 
 
 def statements(sql: str) -> list[str]:
@@ -108,10 +110,11 @@ async def distribute(conn: Connection, schema: str) -> list[str]:
 
 
 def row_by_row(s: str, base: str) -> str:
-    """The events of `append_request` `r` inserted one row per statement (`base` + n their
-    positions), where one `INSERT ... SELECT` would be: Citus writes an `INSERT ... SELECT` with
-    `COPY` and commits any transaction that used it in two phases, even on one worker; a row
-    of `VALUES` with the run id given is routed to the run's shard."""
+    """The events of `append_request` `r` inserted one row per statement.
+
+    Their positions are `base` + n. One `INSERT ... SELECT` would do on one server, but Citus
+    writes it with `COPY` and commits any transaction that used it in two phases, even on one
+    worker; a row of `VALUES` with the run id given is routed to the run's shard."""
     return f"""FOR v_n IN 1..cardinality(r.types) LOOP
             INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id,
                 payload, recorded_at, position)
@@ -121,8 +124,9 @@ def row_by_row(s: str, base: str) -> str:
 
 
 def one_row_inserts(function: str, inserts: dict[str, str]) -> str:
-    """`function` (a plpgsql definition) with each statement of `inserts` replaced by its
-    row-by-row loop (`row_by_row`), and the loop's counter declared."""
+    """`function` (plpgsql) with each statement of `inserts` replaced by its loop.
+
+    The loops are `row_by_row`'s; their counter is declared."""
     for statement, loop in inserts.items():
         function = function.replace(statement, loop)
     return function.replace("DECLARE\n", "DECLARE\n        v_n integer;\n", 1)
@@ -133,8 +137,9 @@ def _quote(identifier: str) -> str:
 
 
 def read_feed_function(s: str, positions: int) -> str:
-    """`read_feed` for a cluster: the bound taken on the coordinator, two-phase commits waited
-    for (see the module). `positions` is `POSITIONS_PER_TRANSACTION`."""
+    """`read_feed` for a cluster: the bound taken on the coordinator, two-phase commits awaited.
+
+    See the module; `positions` is `POSITIONS_PER_TRANSACTION`."""
     # A 32-bit xid of pg_locks as a 64-bit one, in the epoch of v_next (the next id to assign).
     full = (
         "((v_next & ~4294967295::bigint) | l.transactionid::text::bigint)"

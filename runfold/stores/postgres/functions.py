@@ -379,8 +379,9 @@ def _read_feed(s: str) -> str:
 
 
 def functions(s: str, *, distributed: bool = False) -> list[str]:
-    """The server-side functions of the store in schema `s`, as this runfold calls them: one
-    `CREATE OR REPLACE FUNCTION` statement each.
+    """The server-side functions of the store in schema `s`, as this runfold calls them.
+
+    One `CREATE OR REPLACE FUNCTION` statement each.
 
     They are (re)created in the transaction of every migration, so that each is written once,
     here, and a schema at any version ends with the current definitions. `distributed` (a Citus

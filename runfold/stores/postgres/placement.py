@@ -54,8 +54,10 @@ def _final(a: int, b: int, c: int) -> int:
 
 
 def hashtext(text: str) -> int:
-    """PostgreSQL's `hashtext(text)` (its `hash_bytes`, Bob Jenkins' lookup3, on a
-    little-endian server) of `text` in UTF-8, as the signed 32-bit integer the server gives."""
+    """PostgreSQL's `hashtext(text)`, as the signed 32-bit integer the server gives.
+
+    That is its `hash_bytes` (Bob Jenkins' lookup3, on a little-endian server) of `text` in
+    UTF-8."""
     data = text.encode()
     length = len(data)
     a = b = c = (0x9E3779B9 + length + 3923095) & _MASK

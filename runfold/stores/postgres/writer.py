@@ -112,8 +112,10 @@ class Writer:
         self._head_sql = f"SELECT head FROM {s}.runs WHERE run_id = %s"
 
     def group_by_worker(self, group_of: Callable[[str], int], workers: int) -> None:
-        """On a cluster: a group commit takes the appends of one worker only (`group_of` a run
-        id), so that none is a two-phase commit; two write slots per worker. A plain append
+        """On a cluster: a group commit takes the appends of one worker only.
+
+        `group_of` gives a run id's worker, so that no group commit is a two-phase commit; two
+        write slots per worker. A plain append
         goes through `append_events` too: Citus plans the one statement in several steps and
         commits it in two phases."""
         self._group_of = group_of
