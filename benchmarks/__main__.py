@@ -20,7 +20,9 @@ from benchmarks.fleet import bench_fleet
 from benchmarks.flow import bench_flow
 from benchmarks.harness import Remark, Result
 from benchmarks.inspector import bench_inspector, bench_start_up
+from benchmarks.instructions import bench_instructions
 from benchmarks.kernel import bench_apply, bench_fold, bench_memory
+from benchmarks.pages import bench_pages
 from benchmarks.postgres import POSTGRES
 from benchmarks.replay import bench_replay
 from benchmarks.report import format_value, render
@@ -43,6 +45,8 @@ BENCHMARKS: dict[str, Callable[[bool], Sequence[Result | Remark]]] = {
     "commands": bench_commands,
     "workflows": bench_workflows,
     "engine-cost": bench_engine_cost,
+    "instructions": bench_instructions,
+    "pages": bench_pages,
     "durable-functions": bench_flow,
     "fleet": bench_fleet,
     "deploys": bench_deploys,

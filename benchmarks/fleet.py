@@ -9,14 +9,21 @@ paused (SIGSTOP) while this process queues a batch of runs, resumed (SIGCONT), a
 then until its last run completed; it is paused again while the other fleet works. So a round
 times the fleet alone, draining a backlog: no enqueueing, no start-up, no other fleet polling.
 
+A third fleet, for the CPU steps only, is the ceiling: `python -m benchmarks.fleet_bare`
+processes running the same step bodies on as many threads, with no store at all (the batch
+split evenly among them). What 2 of them make of one is what the machine (2 cores, shared with
+whatever else runs on it) gives at that moment; no durable fleet scales better on it.
+
 Reported: workflows/s of each fleet and workload (`fleet_app`: 2 ms CPU steps, 20 ms I/O
-steps), with runfold's ratios to one runfold process and to DBOS with as many processes; and
-the CPU time the worker processes spent per workflow (from /proc: Linux only).
+steps), with runfold's ratios to one runfold process and to DBOS with as many processes; the
+CPU time the worker processes spent per workflow, and the server's for their connections (from
+/proc: Linux only; a fleet's backends are those whose client ports are its processes' sockets).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -29,7 +36,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -57,6 +64,11 @@ CONCURRENCY = 8
 POLL = 0.1
 """Seconds between a worker's looks for queued work (runfold `--poll`, DBOS
 `polling_interval_sec`)."""
+FINE_POLL = 0.005
+COARSE_POLL = 0.05
+"""Seconds between the benchmark's own looks at a draining fleet's progress: coarse while more
+than a wave of runs (`CONCURRENCY` per process) is left, so that its queries do not load the
+server the fleet shares, then fine, so that the end is timed closely."""
 LEASE = 120.0
 """runfold's `--lease`: longer than a paused fleet waits for its turn, so that no lease lapses
 while it is stopped (renewals, every third of it, are not what is measured here)."""
@@ -109,11 +121,16 @@ class _Processes:
         self.kind = kind
         self.running: list[subprocess.Popen[str]] = []
 
-    def start(self, command: Sequence[str]) -> subprocess.Popen[str]:
+    def start(self, command: Sequence[str], *, stdin: int | None = None) -> subprocess.Popen[str]:
         log = self.logs / f"{self.kind}-{len(self.running)}.log"
         with log.open("w") as stderr:
             process = subprocess.Popen(
-                command, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True
+                command,
+                cwd=ROOT,
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
             )
         self.running.append(process)
         return process
@@ -145,11 +162,7 @@ class _Processes:
 
     def cpu_seconds(self) -> float:
         """User and system CPU time the processes used so far (Linux: from /proc)."""
-        total = 0
-        for process in self.running:
-            fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (man 5 proc)
-        return total / os.sysconf("SC_CLK_TCK")
+        return sum(_cpu_seconds(process.pid) for process in self.running)
 
     def log_texts(self) -> list[str]:
         return [path.read_text() for path in sorted(self.logs.glob(f"{self.kind}-*.log"))]
@@ -210,6 +223,37 @@ class _RunfoldFleet:
         return int(counts.get("completed", 0))
 
 
+class _BareFleet:
+    """`benchmarks.fleet_bare` processes: the CPU steps' bodies with no store (the ceiling)."""
+
+    def __init__(self, stack: ExitStack, size: int, logs: Path) -> None:
+        self.processes = _Processes(logs, "bare")
+        stack.callback(self.processes.stop)
+        self._counters = [logs / f"bare-{number}.count" for number in range(size)]
+        for counter in self._counters:
+            command = [sys.executable, "-m", "benchmarks.fleet_bare"]
+            command += ["--concurrency", str(CONCURRENCY), "--counter", str(counter)]
+            self.processes.start(command, stdin=subprocess.PIPE)
+        deadline = time.monotonic() + READY_SECONDS
+        while not all(counter.exists() for counter in self._counters):
+            self.processes.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{size} bare processes did not all start")
+            time.sleep(0.05)
+
+    def enqueue(self, workflow_name: str, count: int) -> None:
+        if workflow_name != fleet_cpu.name:
+            raise ValueError("the bare fleet runs the CPU steps only")
+        size = len(self.processes.running)
+        for number, process in enumerate(self.processes.running):
+            assert process.stdin is not None
+            process.stdin.write(f"{count // size + (number < count % size)}\n")
+            process.stdin.flush()
+
+    def finished(self) -> int:
+        return sum(int(counter.read_text() or 0) for counter in self._counters)
+
+
 class _DbosFleet:
     """DBOS Transact queue workers on a fresh system database; runs enqueued by a DBOSClient."""
 
@@ -264,43 +308,93 @@ class _DbosFleet:
         return int(counts.get("SUCCESS", 0))
 
 
-def _drain(fleet: Fleet, workflow_name: str, count: int) -> tuple[float, float, float]:
-    """Seconds the paused `fleet` takes, once resumed, to complete `count` new queued runs, and
-    the CPU seconds its processes and the local PostgreSQL server's used meanwhile."""
+@attrs.frozen(kw_only=True)
+class _Drained:
+    """One drain: its seconds, the CPU seconds of the fleet's processes and of the server's
+    backends serving them, and how busy the machine's cores were (of `os.cpu_count()`)."""
+
+    seconds: float
+    worker_cpu: float
+    server_cpu: float
+    busy_cores: float
+
+
+def _drain(fleet: Fleet, workflow_name: str, count: int, size: int) -> _Drained:
+    """How the paused `fleet` of `size` processes, once resumed, completes `count` new runs."""
     done = fleet.finished() + count
     fleet.enqueue(workflow_name, count)
-    cpu, server = fleet.processes.cpu_seconds(), _server_cpu_seconds()
-    fleet.processes.signal(signal.SIGCONT)
-    start = time.perf_counter()
-    while fleet.finished() < done:
-        fleet.processes.check()
-        if time.perf_counter() - start > DRAIN_SECONDS:
-            raise RuntimeError(f"{fleet.processes.kind} fleet did not finish {count} runs")
-        time.sleep(0.01)
-    seconds = time.perf_counter() - start
-    fleet.processes.signal(signal.SIGSTOP)
-    worker_cpu = fleet.processes.cpu_seconds() - cpu
-    return seconds, worker_cpu, _server_cpu_seconds() - server
+    with psycopg.connect(dsn(), autocommit=True) as conn:
+        cpu, server = fleet.processes.cpu_seconds(), _server_cpu(conn, fleet.processes)
+        machine = _machine_times()
+        fleet.processes.signal(signal.SIGCONT)
+        start = time.perf_counter()
+        while (left := done - fleet.finished()) > 0:
+            fleet.processes.check()
+            if time.perf_counter() - start > DRAIN_SECONDS:
+                raise RuntimeError(f"{fleet.processes.kind} fleet did not finish {count} runs")
+            time.sleep(FINE_POLL if left <= CONCURRENCY * size else COARSE_POLL)
+        seconds = time.perf_counter() - start
+        fleet.processes.signal(signal.SIGSTOP)
+        (total_after, idle_after), (total_before, idle_before) = _machine_times(), machine
+        total, idle = total_after - total_before, idle_after - idle_before
+        return _Drained(
+            seconds=seconds,
+            worker_cpu=fleet.processes.cpu_seconds() - cpu,
+            server_cpu=sum(
+                seconds - server.get(pid, 0.0)
+                for pid, seconds in _server_cpu(conn, fleet.processes).items()
+            ),
+            busy_cores=(os.cpu_count() or 1) * (1 - idle / total) if total else 0.0,
+        )
 
 
-def _server_cpu_seconds() -> float:
-    """User and system CPU time of this machine's PostgreSQL processes so far (Linux /proc).
+def _machine_times() -> tuple[int, int]:
+    """The machine's CPU time so far, all and idle (ticks of /proc/stat's first line)."""
+    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields), fields[3] + fields[4]  # idle, iowait
 
-    The server of the benchmark is local; whatever else it serves meanwhile counts too, as does
-    the drain's own polling (one small query every 10 ms).
-    """
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if not (entry / "comm").read_text().startswith("postgres"):
-                continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (man 5 proc)
-    return total / os.sysconf("SC_CLK_TCK")
+
+def _server_cpu(conn: psycopg.Connection[tuple[Any, ...]], fleet: _Processes) -> dict[int, float]:
+    """User and system CPU time so far, by pid, of the local server's backends serving the
+    fleet's processes: those whose client port is the local port of one of their TCP sockets
+    (Linux /proc). A backend that ends meanwhile takes its time with it; the server's shared
+    processes (WAL writer, checkpointer) and other clients' backends are not counted."""
+    ports = sorted({port for process in fleet.running for port in _local_ports(process.pid)})
+    rows = conn.execute(_SERVING, (ports,)).fetchall()
+    return {int(pid): _cpu_seconds(int(pid)) for (pid,) in rows}
+
+
+_SERVING = "SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s::integer[])"
+
+
+def _local_ports(pid: int) -> set[int]:
+    """The local ports of the process's TCP sockets (its /proc fds, matched by inode)."""
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    except OSError:  # the process ended
+        return set()
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:  # local_address is HEXIP:HEXPORT; inode is column 10
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (0 once it ended)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def _refusals(logs: Sequence[str]) -> tuple[int, int]:
@@ -314,6 +408,11 @@ def _refusals(logs: Sequence[str]) -> tuple[int, int]:
     return drives, refused
 
 
+def _runs(system: str, workload: str) -> bool:
+    """Whether the fleet of `system` runs the workload (the bare one: the CPU steps only)."""
+    return system != BARE or workload == "cpu"
+
+
 def _case(system: str, size: int, workload: str) -> str:
     processes = f"{size} worker process{'es' if size > 1 else ''}"
     return f"{system}: {processes}, {WORKFLOW_STEPS}-step workflow, {WORKLOADS[workload][0]}"
@@ -321,6 +420,8 @@ def _case(system: str, size: int, workload: str) -> str:
 
 OURS = "runfold worker"
 PEER = "DBOS Transact queue"
+BARE = "bare step bodies, no store"
+_ANCHORS = {OURS: "runfold", PEER: "DBOS", BARE: "bare"}
 TARGETS_VS_ONE = {("cpu", 2): FLEET_CPU_2_VS_1, ("io", 4): FLEET_IO_4_VS_1}
 
 
@@ -333,6 +434,8 @@ class _Measured:
     cpu: dict[tuple[str, str], Measurement]
     server: dict[tuple[str, str], Measurement]
     """The PostgreSQL server's CPU milliseconds per workflow, by (system, workload)."""
+    busy: dict[tuple[str, str, int], Measurement]
+    """How many of the machine's cores were busy (anyone's work) while a fleet drained."""
     drives: int
     refused: int
 
@@ -347,6 +450,7 @@ def _measure(
     rates: dict[tuple[str, str, int], Measurement] = {}
     cpu: dict[tuple[str, str], list[float]] = {}
     server: dict[tuple[str, str], list[float]] = {}
+    busy: dict[tuple[str, str, int], list[float]] = {}
     drives = refused = 0
     for size in sizes:
         with ExitStack() as stack:
@@ -356,14 +460,18 @@ def _measure(
                 fleet.processes.signal(signal.SIGSTOP)
             for workload, (_, workflow_name) in WORKLOADS.items():
                 count = per_process[workload] * size
-                samples: dict[str, list[float]] = {name: [] for name in fleets}
+                taking = {name: f for name, f in fleets.items() if _runs(name, workload)}
+                samples: dict[str, list[float]] = {name: [] for name in taking}
                 for round_number in range(warmup + repeats):
-                    for name, fleet in fleets.items():  # the fleets take turns
-                        seconds, cpu_seconds, server_seconds = _drain(fleet, workflow_name, count)
+                    for name, fleet in taking.items():  # the fleets take turns
+                        drained = _drain(fleet, workflow_name, count, size)
                         if round_number >= warmup:
-                            samples[name].append(count / seconds)
-                            cpu.setdefault((name, workload), []).append(cpu_seconds / count)
-                            server.setdefault((name, workload), []).append(server_seconds / count)
+                            samples[name].append(count / drained.seconds)
+                            cpu.setdefault((name, workload), []).append(drained.worker_cpu / count)
+                            server.setdefault((name, workload), []).append(
+                                drained.server_cpu / count
+                            )
+                            busy.setdefault((name, workload, size), []).append(drained.busy_cores)
                 for name, found in samples.items():
                     rates[(name, workload, size)] = Measurement.of(found)
                     median = rates[(name, workload, size)].median
@@ -376,6 +484,7 @@ def _measure(
         rates=rates,
         cpu={key: Measurement.of([s * 1000 for s in found]) for key, found in cpu.items()},
         server={key: Measurement.of([s * 1000 for s in found]) for key, found in server.items()},
+        busy={key: Measurement.of(found) for key, found in busy.items()},
         drives=drives,
         refused=refused,
     )
@@ -386,16 +495,21 @@ def _rows(measured: _Measured, sizes: Sequence[int], systems: Sequence[str]) -> 
     for workload in WORKLOADS:
         for size in sizes:
             for name in systems:
+                if not _runs(name, workload):
+                    continue
                 rate = measured.rates[(name, workload, size)]
                 comparisons: tuple[Comparison, ...] = ()
                 if size > 1:
-                    anchor = f"1 {'runfold' if name == OURS else 'DBOS'} process"
+                    anchor = f"1 {_ANCHORS[name]} process"
                     target = TARGETS_VS_ONE.get((workload, size)) if name == OURS else None
                     one = measured.rates[(name, workload, 1)]
                     comparisons += compare(rate, anchor, one, target)
                 if name == OURS and PEER in systems:
                     peer = measured.rates[(PEER, workload, size)]
                     comparisons += compare(rate, "DBOS", peer, FLEET_VS_DBOS)
+                if name == OURS and BARE in systems and _runs(BARE, workload):
+                    bare = measured.rates[(BARE, workload, size)]
+                    comparisons += compare(rate, "bare step bodies", bare)
                 found.append(
                     Result(
                         group=GROUP,
@@ -408,6 +522,8 @@ def _rows(measured: _Measured, sizes: Sequence[int], systems: Sequence[str]) -> 
                 )
     for workload, (description, _) in WORKLOADS.items():
         for name in systems:
+            if name == BARE:
+                continue
             cost = measured.cpu[(name, workload)]
             peer_cost = measured.cpu.get((PEER, workload)) if name == OURS else None
             found.append(
@@ -464,7 +580,7 @@ def _ceilings(measured: _Measured) -> str:
             f"{dbos / (work + p):.2f}×, were runfold's own cost nothing but the steps' "
             f"{work:g} ms and the server's"
         )
-    text += "."
+    text += "." + _machine(measured, w, p)
     io = [
         (size, measured.rates[(PEER, "io", size)].median)
         for (name, load, size) in measured.rates
@@ -484,11 +600,41 @@ def _ceilings(measured: _Measured) -> str:
     return text
 
 
+def _machine(measured: _Measured, w: float, p: float) -> str:
+    """What the machine gave while runfold's CPU fleets drained: the bare fleets' scaling (the
+    ceiling measured), and its busy cores against those runfold's processes and server used."""
+    rates = measured.rates
+    text = ""
+    if (BARE, "cpu", 2) in rates and (BARE, "cpu", 1) in rates and (OURS, "cpu", 2) in rates:
+        bare = rates[(BARE, "cpu", 2)].median / rates[(BARE, "cpu", 1)].median
+        ours = rates[(OURS, "cpu", 2)].median / rates[(OURS, "cpu", 1)].median
+        text += (
+            f" Measured ceiling: 2 processes of the bare step bodies made {bare:.2f}× one on "
+            f"this machine meanwhile; runfold's 2 made {ours:.2f}× one, {ours / bare:.0%} of it."
+        )
+    busy = [
+        f"{measured.busy[(OURS, 'cpu', size)].median:.2f} with {size} (runfold's own "
+        f"{(w + p) * rates[(OURS, 'cpu', size)].median / 1000:.2f})"
+        for size in (1, 2)
+        if (OURS, "cpu", size) in measured.busy
+    ]
+    if busy:
+        text += (
+            f" Busy cores of {os.cpu_count()} while runfold's CPU fleet drained, anyone's work: "
+            + "; ".join(busy)
+            + "."
+        )
+    return text
+
+
 def bench_fleet(quick: bool) -> list[Result | Remark]:
     if POSTGRES.version() is None:
         return [Remark(group=GROUP, text="PostgreSQL: no server, not measured.")]
     found: list[Result | Remark] = []
-    systems: dict[str, Callable[[ExitStack, int, Path], Fleet]] = {OURS: _RunfoldFleet}
+    systems: dict[str, Callable[[ExitStack, int, Path], Fleet]] = {
+        OURS: _RunfoldFleet,
+        BARE: _BareFleet,
+    }
     try:
         import benchmarks.fleet_dbos  # noqa: F401
     except ImportError:

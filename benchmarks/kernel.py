@@ -27,7 +27,7 @@ from runfold import Snapshot
 from runfold.events import Envelope
 from runfold.kernel import Limits, apply, encode_event, make_envelope, project_run
 from runfold.stores._sql import envelopes_from_rows, replay_rows
-from runfold.stores.protocol import time_key
+from runfold.stores.time_keys import time_key
 
 __all__ = [
     "EncodedRow",

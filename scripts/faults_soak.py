@@ -25,8 +25,8 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
-from runfold import Envelope, Event, RunIndex  # noqa: E402
+from runfold import Envelope  # noqa: E402
 from runfold.flow import Flow, step, workflow  # noqa: E402
 from runfold.stores import PostgresStore  # noqa: E402
 from runfold.testing import DelegatingStore  # noqa: E402
@@ -59,35 +59,17 @@ class Timed(DelegatingStore):
 
     longest = 0.0
 
-    async def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        *,
-        index: RunIndex,
-        recorded_at: datetime,
-        expected_position: int | None = None,
-    ) -> list[Envelope]:
+    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
         started = time.monotonic()
         try:
-            return await super().append_if_sequence(
-                run_id,
-                expected_sequence,
-                events,
-                index=index,
-                recorded_at=recorded_at,
-                expected_position=expected_position,
-            )
+            return await super()._append_if_sequence(*call)
         finally:
             self.longest = max(self.longest, time.monotonic() - started)
 
-    async def read(
-        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
-    ) -> list[Envelope]:
+    async def _read(self, *call: Any) -> list[Envelope]:
         started = time.monotonic()
         try:
-            return await super().read(run_id, after=after, limit=limit, descending=descending)
+            return await super()._read(*call)
         finally:
             self.longest = max(self.longest, time.monotonic() - started)
 

@@ -31,16 +31,15 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from runfold import Envelope, Event, RunIndex, StoreRetry  # noqa: E402
+from runfold import Envelope, StoreRetry  # noqa: E402
 from runfold.flow import Flow, step, workflow  # noqa: E402
 from runfold.stores import PostgresStore  # noqa: E402
 from runfold.testing import DelegatingStore  # noqa: E402
@@ -77,25 +76,9 @@ class Acknowledged(DelegatingStore):
         self.succeeded: list[float] = []
         self.failed: list[float] = []
 
-    async def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        *,
-        index: RunIndex,
-        recorded_at: datetime,
-        expected_position: int | None = None,
-    ) -> list[Envelope]:
+    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
         try:
-            written = await super().append_if_sequence(
-                run_id,
-                expected_sequence,
-                events,
-                index=index,
-                recorded_at=recorded_at,
-                expected_position=expected_position,
-            )
+            written = await super()._append_if_sequence(*call)
         except Exception:
             self.failed.append(time.monotonic())
             raise

@@ -32,7 +32,8 @@ from runfold.flow.replay import ReplayChecker, ReplayResult
 from runfold.handler import CommandHandler
 from runfold.kernel import Page, RunStatus, RunSummary
 from runfold.stores import EventStore
-from runfold.stores.protocol import replay_run, runs_page
+from runfold.stores.paging import runs_page
+from runfold.stores.protocol import replay_run
 from runfold.transfer import ExportFormatError, export_runs, import_runs, read_export
 
 _PAGE = 500

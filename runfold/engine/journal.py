@@ -39,8 +39,8 @@ from runfold.kernel import (
     Snapshot,
     StartRun,
     decide,
+    decide_after,
     decide_many,
-    join_decisions,
 )
 
 __all__ = ["Execute", "Flushed", "Journal", "StepsInFlight"]
@@ -177,22 +177,37 @@ class Journal:
         Raises:
             Rejection: The kernel refused it on the provisional snapshot.
         """
-        at = self.at if self.at is not None else self.clock()
-        batch = decide_many(
-            self.view,
-            (command,),
-            now=at,
-            limits=self.handler.limits,
-            run_id=self.run_id,
-            acting_as=self.acting_as,
-        )
-        if not batch.events:
-            return False
-        self.at = at
-        self.decision = batch if self.decision is None else join_decisions(self.decision, batch)
+        before = self.decision
+        if before is None:
+            at = self.clock()
+            batch = decide_many(
+                self.view,
+                (command,),
+                now=at,
+                limits=self.handler.limits,
+                run_id=self.run_id,
+                acting_as=self.acting_as,
+            )
+            if not batch.events:
+                return False
+            self.at = at
+            known = 0
+        else:
+            # One decision of everything pending, extended (not a second one joined to it).
+            batch = decide_after(
+                before,
+                command,
+                limits=self.handler.limits,
+                run_id=self.run_id,
+                acting_as=self.acting_as,
+            )
+            if batch is before:
+                return False
+            known = len(before.events)
+        self.decision = batch
         self.pending.append(command)
-        self.proposed.extend(batch.events)
-        self.created.extend(batch.created_steps)
+        self.proposed.extend(batch.events[known:])
+        self.created[:] = batch.created_steps
         self.view = batch.snapshot
         return True
 

@@ -233,13 +233,18 @@ class Worker:
         room = self.concurrency - len(self._drives)
         now = self.engine.handler.clock()
         await self._tick(now)
-        if room > 0:
-            if self.versions is None:
-                more = await self._claim_due(now, room)
-            else:
-                more = await self._claim_listed(now, room, self.versions)
-            if more:
-                return 0.0  # more may be due than there was room for
+        if room <= 0:
+            # Full: nothing can be claimed before a drive ends, and a drive that ends wakes the
+            # loop, so the store is not asked for the next wakeup (a query per look saved).
+            return self.poll_interval
+        if self.versions is None:
+            more = await self._claim_due(now, room)
+        else:
+            more = await self._claim_listed(now, room, self.versions)
+        if more:
+            # More may be due than there was room for: look again as soon as there is room
+            # (at once, unless every slot is taken now; then a drive's end wakes the loop).
+            return 0.0 if len(self._drives) < self.concurrency else self.poll_interval
         # Sleep until the next wakeup that is not due yet: what is due now was taken, is being
         # driven here, or waits for room (a drive that ends wakes the loop).
         nxt = await self.engine.next_wakeup()

@@ -5,7 +5,13 @@ arguments, so every function is replayable and property-testable.
 """
 
 from runfold.kernel import errors
-from runfold.kernel.batch import BatchDecision, decide_many, join_decisions, recheck_decision
+from runfold.kernel.batch import (
+    BatchDecision,
+    decide_after,
+    decide_many,
+    join_decisions,
+    recheck_decision,
+)
 from runfold.kernel.codec import (
     EventCodec,
     Upcaster,
@@ -286,6 +292,7 @@ __all__ = [
     "apply",
     "correlation_id",
     "decide",
+    "decide_after",
     "decide_many",
     "decode_event",
     "decode_events",

@@ -22,7 +22,7 @@ from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot import Ownership, Snapshot, apply, project_run
 
-__all__ = ["BatchDecision", "decide_many", "join_decisions", "recheck_decision"]
+__all__ = ["BatchDecision", "decide_after", "decide_many", "join_decisions", "recheck_decision"]
 
 # Every `BatchDecision` `decide_many` or `join_decisions` made and that is still alive, by id:
 # the kernel's own decisions, which `recheck_decision` need not fold again. (By id with a weak
@@ -92,10 +92,39 @@ def decide_many(
     """
     if not commands:
         raise InvalidCommand("a batch needs at least one command", run_id=run_id)
-    current = snapshot
-    head = snapshot.last_sequence if snapshot is not None else 0
     events: list[Event] = []
     created: list[str] = []
+    current = _decide_onto(
+        snapshot, commands, events, created, now, limits, token_holder, run_id, acting_as
+    )
+    return _made(
+        BatchDecision(
+            events=tuple(events),
+            snapshot=current,
+            created_steps=tuple(created),
+            decided_on=snapshot,
+            now=now,
+        )
+    )
+
+
+def _decide_onto(
+    snapshot: Snapshot | None,
+    commands: Sequence[Command],
+    events: list[Event],
+    created: list[str],
+    now: datetime,
+    limits: Limits,
+    token_holder: HookHolder | None,
+    run_id: str | None,
+    acting_as: Ownership | None,
+) -> Snapshot | None:
+    """Decide `commands` in order from `snapshot`, their events added to `events` (and the
+    steps they created to `created`); the snapshot after them."""
+    current = snapshot
+    head = snapshot.last_sequence if snapshot is not None else 0
+    first_event = len(events)
+    many = len(commands) > 1
     for place, command in enumerate(commands):
         try:
             decision = decide(
@@ -111,7 +140,7 @@ def decide_many(
                 _check_claim(current, decision.events, acting_as)
         except Rejection as exc:
             exc.command_index = place
-            if len(commands) > 1:
+            if many:
                 exc.add_note(
                     f"refused command {place} of a batch of {len(commands)}: "
                     f"{type(command).__name__}"
@@ -121,7 +150,7 @@ def decide_many(
             continue
         if isinstance(command, StartStep) and isinstance(decision.events[0], StepCreated):
             created.append(command.step_id)
-        first = head + len(events) + 1
+        first = head + len(events) - first_event + 1
         owner = current.run_id if current is not None else run_id or ""
         envelopes = [
             make_envelope(owner, first + k, event, now, None)
@@ -133,13 +162,53 @@ def decide_many(
             else apply(current, envelopes, limits=limits)
         )
         events.extend(decision.events)
+    return current
+
+
+def decide_after(
+    decided: BatchDecision,
+    command: Command,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    run_id: str | None = None,
+    acting_as: Ownership | None = None,
+) -> BatchDecision:
+    """`decided` with `command` decided after it, at its time, as one decision.
+
+    What `join_decisions(decided, decide_many(decided.snapshot, (command,), now=decided.now,
+    …))` gives, without the second decision object: for a host that decides commands one at a
+    time (to show its workflow each result) and appends them together. `decided` itself is
+    returned when `command` changes nothing. A `Rejection` is `command`'s, as `decide_many`
+    of it alone raises it (`command_index` 0).
+
+    Raises:
+        ValueError: `decided` was not made by `decide_many` (or joined), or has no time.
+        Rejection: The kernel refused `command` on `decided.snapshot`.
+    """
+    if not _is_made(decided) or decided.now is None:
+        raise ValueError("decide_after extends decisions made by decide_many")
+    events = list(decided.events)
+    created = list(decided.created_steps)
+    current = _decide_onto(
+        decided.snapshot,
+        (command,),
+        events,
+        created,
+        decided.now,
+        limits,
+        None,
+        run_id,
+        acting_as,
+    )
+    if len(events) == len(decided.events):
+        return decided
     return _made(
         BatchDecision(
             events=tuple(events),
             snapshot=current,
             created_steps=tuple(created),
-            decided_on=snapshot,
-            now=now,
+            decided_on=decided.decided_on,
+            now=decided.now,
         )
     )
 

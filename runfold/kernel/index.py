@@ -117,6 +117,8 @@ class RunIndex:
         An expired claim (a late append to an ended run) holds nothing and displaces no one; of
         two claims of one token the last one counts, as a row keyed by token would.
         """
+        if not self.hooks:  # most runs: no dict to build on every append
+            return ()
         return tuple({c.token: c for c in self.hooks if c.holds_at(moment)}.values())
 
 
@@ -163,7 +165,7 @@ def run_index(snapshot: Snapshot) -> RunIndex:
     )
     live = snapshot.status in LIVE_RUN_STATUSES
     claims = []
-    for hook_id in sorted(snapshot.active_hook_ids):
+    for hook_id in sorted(snapshot.active_hook_ids) if snapshot.active_hook_ids else ():
         hook = snapshot.hooks.raw(hook_id)
         if hook is None:
             continue

@@ -1,4 +1,4 @@
-"""Stores: the `EventStore` protocol and its backends, and `open_store(url)`.
+"""Stores: the `EventStore` protocol, `StoreBase`, the backends, and `open_store(url)`.
 
 The backends are imported on first use, so that `import runfold` loads no database driver:
 `SQLiteStore` needs aiosqlite, `PostgresStore` psycopg (the optional `postgres` extra).
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runfold.stores import conninfo
+from runfold.stores.base import StoreBase
 from runfold.stores.due_work import DueWork
 from runfold.stores.leases import WorkerLeases
 from runfold.stores.memory import MemoryStore
@@ -27,6 +28,7 @@ __all__ = [
     "PostgresStore",
     "SQLiteStore",
     "SchemaMigrator",
+    "StoreBase",
     "WorkerLeases",
     "open_store",
 ]

@@ -36,18 +36,10 @@ from runfold.kernel import (
     project_rows,
 )
 from runfold.kernel.bulk import in_bulk
-from runfold.stores import arguments
 from runfold.stores.arguments import MAX_COUNT
-from runfold.stores.protocol import (
-    ReplayedRun,
-    from_key,
-    hook_cursor_key,
-    hooks_page,
-    run_cursor_key,
-    runs_page,
-    time_key,
-    times_from_keys,
-)
+from runfold.stores.paging import hook_cursor_key, hooks_page, run_cursor_key, runs_page
+from runfold.stores.protocol import ReplayedRun
+from runfold.stores.time_keys import from_key, time_key, times_from_keys
 
 __all__ = [
     "SUMMARY_COLUMNS",
@@ -294,25 +286,17 @@ class IndexReads:
         """Wakeups in due order, `due_at <= due` (a `time_key`) unless None, at most `limit`."""
         raise NotImplementedError
 
-    async def list_runs(
+    async def _list_runs(
         self,
-        *,
-        workflow_name: str | None = None,
-        status: RunStatus | None = None,
-        parent_run_id: str | None = None,
-        created_before: datetime | None = None,
-        cursor: str | None = None,
-        limit: int = 20,
+        workflow_name: str | None,
+        status: RunStatus | None,
+        parent_run_id: str | None,
+        created_before: datetime | None,
+        cursor: str | None,
+        limit: int,
+        /,
     ) -> Page[RunSummary]:
         """Run summaries, newest first, filtered, a page at a time (`EventStore.list_runs`)."""
-        arguments.check_list_runs(
-            workflow_name=workflow_name,
-            status=status,
-            parent_run_id=parent_run_id,
-            created_before=created_before,
-            cursor=cursor,
-            limit=limit,
-        )
         query, params = list_runs_query(
             self.MARK,
             self._table("runs"),
@@ -325,31 +309,23 @@ class IndexReads:
         )
         return summary_page(await self._rows(query, params), limit)
 
-    async def list_hooks(
-        self,
-        *,
-        run_id: str | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-        now: datetime,
+    async def _list_hooks(
+        self, run_id: str | None, cursor: str | None, limit: int, now: datetime, /
     ) -> Page[HookHolder]:
         """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
-        arguments.check_list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
         query, params = list_hooks_query(
             self.MARK, self._table("hooks"), run_id=run_id, cursor=cursor, limit=limit, now=now
         )
         return hook_page(await self._rows(query, params), limit)
 
-    async def due_wakeups(
-        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    async def _due_wakeups(
+        self, now: datetime, limit: int, workflow_names: Collection[str] | None, /
     ) -> list[Wakeup]:
         """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
-        arguments.check_due_wakeups(now, limit=limit, workflow_names=workflow_names)
         return await self._wakeups(workflow_names, time_key(now), max(limit, 0))
 
-    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
+    async def _next_wakeup(self, workflow_names: Collection[str] | None, /) -> Wakeup | None:
         """The earliest pending wakeup (of a run of `workflow_names`), or None."""
-        arguments.check_next_wakeup(workflow_names=workflow_names)
         found = await self._wakeups(workflow_names, None, 1)
         return found[0] if found else None
 

@@ -19,7 +19,7 @@ The rules (the store contract page lists them too):
 - Times are timezone-aware `datetime`s that exist in UTC.
 - `descending` is a `bool`; `status` is None or a `RunStatus`.
 - A cursor is one the store made: the store decodes it before any I/O and refuses another with
-  `InvalidArgument` (`protocol.run_cursor_key` and `hook_cursor_key` do, for the cursors of
+  `InvalidArgument` (`paging.run_cursor_key` and `hook_cursor_key` do, for the cursors of
   `runs_page` and `hooks_page`).
 """
 
@@ -30,11 +30,11 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 from runfold.kernel import Event, InvalidArgument, RunIndex, RunStatus
-from runfold.stores.protocol import check_append, check_index
 
 __all__ = [
     "MAX_COUNT",
     "MIN_COUNT",
+    "check_append",
     "check_append_if_sequence",
     "check_collection",
     "check_count",
@@ -44,6 +44,7 @@ __all__ = [
     "check_flag",
     "check_get_runs",
     "check_head",
+    "check_index",
     "check_list_hooks",
     "check_list_runs",
     "check_next_wakeup",
@@ -248,3 +249,24 @@ def check_rewrite_index(run_id: object, index: object, *, now: object) -> None:
         raise InvalidArgument("index", f"must be a RunIndex or None, not {type(index).__name__}")
     check_time(now, "now")
     check_index(run_id, index)  # type: ignore[arg-type]  # checked: a str
+
+
+def check_append(run_id: str, events: Sequence[Event], index: RunIndex) -> None:
+    """Check the arguments of `append_if_sequence` the way every store must.
+
+    Raises:
+        InvalidArgument: `events` is empty, or `index` was computed for another run.
+    """
+    if not events:
+        raise InvalidArgument("events", "must hold at least one event")
+    check_index(run_id, index)
+
+
+def check_index(run_id: str, index: RunIndex | None) -> None:
+    """Check that `index` (if any) is `run_id`'s, as every write of index rows must.
+
+    Raises:
+        InvalidArgument: `index` was computed for another run.
+    """
+    if index is not None and index.summary.run_id != run_id:
+        raise InvalidArgument("index", f"is for run {index.summary.run_id!r}, not {run_id!r}")

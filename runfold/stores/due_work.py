@@ -20,6 +20,7 @@ Time is the callers' (`now`), as everywhere in a store.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Literal, Protocol, runtime_checkable
@@ -34,6 +35,7 @@ __all__ = [
     "DEDUP_GRACE",
     "DueRun",
     "DueWork",
+    "DueWorkBase",
     "Queue",
     "check_claim_due",
     "check_hold_dedup",
@@ -137,6 +139,64 @@ class DueWork(Protocol):
         one never created within `DEDUP_GRACE`. Atomic: of racing holders, one wins.
         """
         ...
+
+
+class DueWorkBase(abc.ABC):
+    """`DueWork` whose methods check their arguments, then call the store's hooks (optional).
+
+    As `StoreBase` for `EventStore`: a store deriving from it writes `_claim_due` and
+    `_hold_dedup`, given the arguments in order once they passed `check_claim_due` and
+    `check_hold_dedup`.
+    """
+
+    __slots__ = ()
+
+    async def claim_due(
+        self,
+        worker_id: str,
+        now: datetime,
+        *,
+        hold_until: datetime,
+        limit: int,
+        workflow_names: Collection[str] | None = None,
+        queues: Collection[Queue] = (),
+    ) -> list[DueRun]:
+        """Check the arguments, then `_claim_due` (`DueWork.claim_due`)."""
+        check_claim_due(
+            worker_id,
+            now,
+            hold_until=hold_until,
+            limit=limit,
+            workflow_names=workflow_names,
+            queues=queues,
+        )
+        return await self._claim_due(worker_id, now, hold_until, limit, workflow_names, queues)
+
+    async def hold_dedup(
+        self, queue_name: str, dedup_id: str, run_id: str, *, now: datetime
+    ) -> bool:
+        """Check the arguments, then `_hold_dedup` (`DueWork.hold_dedup`)."""
+        check_hold_dedup(queue_name, dedup_id, run_id, now)
+        return await self._hold_dedup(queue_name, dedup_id, run_id, now)
+
+    @abc.abstractmethod
+    async def _claim_due(
+        self,
+        worker_id: str,
+        now: datetime,
+        hold_until: datetime,
+        limit: int,
+        workflow_names: Collection[str] | None,
+        queues: Collection[Queue],
+        /,
+    ) -> list[DueRun]:
+        """Take the next due runs for `worker_id`, each held until `hold_until`."""
+
+    @abc.abstractmethod
+    async def _hold_dedup(
+        self, queue_name: str, dedup_id: str, run_id: str, now: datetime, /
+    ) -> bool:
+        """Hold `dedup_id` of `queue_name` for `run_id`, unless a live run holds it."""
 
 
 def check_claim_due(

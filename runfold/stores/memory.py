@@ -11,8 +11,6 @@ import asyncio
 import bisect
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
-from types import TracebackType
-from typing import Self
 
 import attrs
 
@@ -41,17 +39,12 @@ from runfold.kernel import (
 )
 from runfold.kernel.bulk import in_bulk
 from runfold.stores import arguments
+from runfold.stores.base import StoreBase
 from runfold.stores.memory_due_work import MemoryDueWork
 from runfold.stores.memory_leases import MemoryLeases
-from runfold.stores.protocol import (
-    hook_cursor_key,
-    hooks_page,
-    index_in_utc,
-    run_cursor_key,
-    runs_page,
-    time_key,
-)
+from runfold.stores.paging import hook_cursor_key, hooks_page, run_cursor_key, runs_page
 from runfold.stores.signals import BoardSignals, SignalBoard
+from runfold.stores.time_keys import index_in_utc, time_key
 
 __all__ = ["MemoryStore"]
 
@@ -79,7 +72,7 @@ def _position(row: _Row) -> int:
     return row.position
 
 
-class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
+class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals, StoreBase):
     """An `EventStore` in process memory: for tests, examples, and as the conformance oracle.
 
     It keeps worker leases too (`WorkerLeases`) and hands out due work (`DueWork`), so a fleet
@@ -100,17 +93,6 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
         self._starts: dict[str, list[datetime]] = {}
         self._dedups: dict[tuple[str, str], tuple[str, datetime]] = {}
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     async def close(self) -> None:
         """Close the store; later calls raise `StoreClosed`, closing again is harmless."""
         self._closed = True
@@ -122,15 +104,15 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
 
     # --- append -------------------------------------------------------------------------------
 
-    async def append_if_sequence(
+    async def _append_if_sequence(
         self,
         run_id: str,
         expected_sequence: int,
         events: Sequence[Event],
-        *,
         index: RunIndex,
         recorded_at: datetime,
-        expected_position: int | None = None,
+        expected_position: int | None,
+        /,
     ) -> list[Envelope]:
         """Append `events` if the run's head is `expected_sequence`, all or nothing.
 
@@ -144,14 +126,6 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
                 run's, a naive `recorded_at` … (`runfold.stores.arguments`).
             StoreClosed: The store was closed.
         """
-        arguments.check_append_if_sequence(
-            run_id,
-            expected_sequence,
-            events,
-            index=index,
-            recorded_at=recorded_at,
-            expected_position=expected_position,
-        )
         encoded = [encode_event(event) for event in events]  # fails before anything is written
         async with self._lock:
             self._check_open()
@@ -287,11 +261,10 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
             chosen = [r for r in rows if r.sequence > after]
         return chosen if limit is None else chosen[: max(limit, 0)]
 
-    async def read(
-        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    async def _read(
+        self, run_id: str, after: int, limit: int | None, descending: bool, /
     ) -> list[Envelope]:
         """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
-        arguments.check_read(run_id, after=after, limit=limit, descending=descending)
         async with self._lock:
             self._check_open()
             rows = self._rows.get(run_id, [])
@@ -304,35 +277,30 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
                 chosen = chosen[: max(limit, 0)]
         return self._envelopes(chosen)
 
-    async def head(self, run_id: str) -> int:
+    async def _head(self, run_id: str, /) -> int:
         """The run's last sequence; 0 for an unknown run."""
-        arguments.check_head(run_id)
         async with self._lock:
             self._check_open()
             return len(self._rows.get(run_id, ()))
 
-    async def read_by_correlation(
+    async def _read_by_correlation(
         self,
         run_id: str,
         correlation_id: str,
-        *,
-        after: int = 0,
-        limit: int | None = None,
-        descending: bool = False,
+        after: int,
+        limit: int | None,
+        descending: bool,
+        /,
     ) -> list[Envelope]:
         """The run's envelopes whose `correlation_id` matches (`EventStore.read_by_correlation`)."""
-        arguments.check_read_by_correlation(
-            run_id, correlation_id, after=after, limit=limit, descending=descending
-        )
         async with self._lock:
             self._check_open()
             matching = [r for r in self._rows.get(run_id, ()) if r.correlation_id == correlation_id]
             rows = self._select(matching, after, limit, descending)
         return self._envelopes(rows)
 
-    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+    async def _read_all(self, after_position: int, limit: int, /) -> list[Envelope]:
         """The global feed: every run's envelopes after `after_position`, in position order."""
-        arguments.check_read_all(after_position=after_position, limit=limit)
         async with self._lock:
             self._check_open()
             start = bisect.bisect_right(self._feed, after_position, key=_position)
@@ -341,25 +309,17 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
 
     # --- index queries ------------------------------------------------------------------------
 
-    async def list_runs(
+    async def _list_runs(
         self,
-        *,
-        workflow_name: str | None = None,
-        status: RunStatus | None = None,
-        parent_run_id: str | None = None,
-        created_before: datetime | None = None,
-        cursor: str | None = None,
-        limit: int = 20,
+        workflow_name: str | None,
+        status: RunStatus | None,
+        parent_run_id: str | None,
+        created_before: datetime | None,
+        cursor: str | None,
+        limit: int,
+        /,
     ) -> Page[RunSummary]:
         """Run summaries, newest first, filtered and a page at a time (`EventStore.list_runs`)."""
-        arguments.check_list_runs(
-            workflow_name=workflow_name,
-            status=status,
-            parent_run_id=parent_run_id,
-            created_before=created_before,
-            cursor=cursor,
-            limit=limit,
-        )
         bound = run_cursor_key(cursor) if cursor is not None else None
         async with self._lock:
             self._check_open()
@@ -379,17 +339,15 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
         )
         return runs_page(chosen, limit)
 
-    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+    async def _get_runs(self, run_ids: Sequence[str], /) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown ids."""
-        arguments.check_get_runs(run_ids)
         async with self._lock:
             self._check_open()
             found = {rid: self._indexes[rid].summary for rid in run_ids if rid in self._indexes}
         return [found.get(rid) for rid in run_ids]
 
-    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+    async def _find_hook(self, token: str, now: datetime, /) -> HookHolder | None:
         """The live holder of a hook token at `now`, or None."""
-        arguments.check_find_hook(token, now=now)
         async with self._lock:
             self._check_open()
             held = self._tokens.get(token)
@@ -398,16 +356,10 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
         run_id, claim = held
         return HookHolder(run_id=run_id, hook_id=claim.hook_id, retained_until=claim.retained_until)
 
-    async def list_hooks(
-        self,
-        *,
-        run_id: str | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-        now: datetime,
+    async def _list_hooks(
+        self, run_id: str | None, cursor: str | None, limit: int, now: datetime, /
     ) -> Page[HookHolder]:
         """Live and still-retained hooks at `now`, a page at a time (`EventStore.list_hooks`)."""
-        arguments.check_list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
         bound = hook_cursor_key(cursor) if cursor is not None else None
         async with self._lock:
             self._check_open()
@@ -434,19 +386,17 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
         found.sort(key=lambda w: (w.due_at, w.run_id, w.kind, w.subject_id))
         return found
 
-    async def due_wakeups(
-        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    async def _due_wakeups(
+        self, now: datetime, limit: int, workflow_names: Collection[str] | None, /
     ) -> list[Wakeup]:
         """Wakeups due at `now`, oldest first, at most `limit` (of runs of `workflow_names`)."""
-        arguments.check_due_wakeups(now, limit=limit, workflow_names=workflow_names)
         async with self._lock:
             self._check_open()
             due = [w for w in self._wakeups(workflow_names) if w.due_at <= now]
         return due[: max(limit, 0)]
 
-    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
+    async def _next_wakeup(self, workflow_names: Collection[str] | None, /) -> Wakeup | None:
         """The earliest pending wakeup (of a run of `workflow_names`), or None."""
-        arguments.check_next_wakeup(workflow_names=workflow_names)
         async with self._lock:
             self._check_open()
             found = self._wakeups(workflow_names)
@@ -454,11 +404,10 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals):
 
     # --- retention ----------------------------------------------------------------------------
 
-    async def delete_runs(
-        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    async def _delete_runs(
+        self, terminal_before: datetime, limit: int, run_ids: Collection[str] | None, /
     ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` (see the protocol)."""
-        arguments.check_delete_runs(terminal_before=terminal_before, limit=limit, run_ids=run_ids)
         async with self._lock:
             self._check_open()
             ended = sorted(

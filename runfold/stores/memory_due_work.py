@@ -14,11 +14,10 @@ from runfold.kernel import LIVE_RUN_STATUSES, RunIndex, RunSummary, WorkerLease
 from runfold.stores.due_work import (
     DEDUP_GRACE,
     DueRun,
+    DueWorkBase,
     Queue,
-    check_claim_due,
-    check_hold_dedup,
 )
-from runfold.stores.protocol import time_key
+from runfold.stores.time_keys import time_key
 
 __all__ = ["MemoryDueWork", "queue_allowance"]
 
@@ -37,7 +36,7 @@ def queue_allowance(queue: Queue, *, active: int, mine: int, started: int) -> in
     return max(min(room), 0) if room else None
 
 
-class MemoryDueWork:
+class MemoryDueWork(DueWorkBase):
     """The `DueWork` methods of `MemoryStore`, over its lock and its index rows."""
 
     __slots__ = ()
@@ -59,25 +58,17 @@ class MemoryDueWork:
             return None
         return hold[0]
 
-    async def claim_due(
+    async def _claim_due(
         self,
         worker_id: str,
         now: datetime,
-        *,
         hold_until: datetime,
         limit: int,
-        workflow_names: Collection[str] | None = None,
-        queues: Collection[Queue] = (),
+        workflow_names: Collection[str] | None,
+        queues: Collection[Queue],
+        /,
     ) -> list[DueRun]:
         """Take the next due runs for the worker, each held until `hold_until` (`DueWork`)."""
-        check_claim_due(
-            worker_id,
-            now,
-            hold_until=hold_until,
-            limit=limit,
-            workflow_names=workflow_names,
-            queues=queues,
-        )
         async with self._lock:
             self._check_open()
             found = self._pick(worker_id, now, max(limit, 0), workflow_names, queues)
@@ -179,11 +170,10 @@ class MemoryDueWork:
         self._starts[queue.name] = kept
         return len(kept)
 
-    async def hold_dedup(
-        self, queue_name: str, dedup_id: str, run_id: str, *, now: datetime
+    async def _hold_dedup(
+        self, queue_name: str, dedup_id: str, run_id: str, now: datetime, /
     ) -> bool:
         """Hold the deduplication id for the run, unless a live run holds it (`DueWork`)."""
-        check_hold_dedup(queue_name, dedup_id, run_id, now)
         async with self._lock:
             self._check_open()
             key = (queue_name, dedup_id)

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from runfold.kernel import LIVE_RUN_STATUSES, RunIndex, RunSummary, WorkerLease
 from runfold.stores.leases import check_orphaned_runs, check_renew_lease, check_worker_id
-from runfold.stores.protocol import time_key
+from runfold.stores.time_keys import time_key
 
 __all__ = ["MemoryLeases"]
 

@@ -8,13 +8,10 @@ a live hook token is held by one hook only.
 
 from __future__ import annotations
 
-import base64
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from datetime import UTC, datetime, timedelta
-from itertools import accumulate, repeat
-from operator import add, mul, sub
+from collections.abc import AsyncIterator, Collection, Sequence
+from datetime import datetime
 from types import TracebackType
-from typing import Protocol, Self, TypeVar, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 import attrs
 
@@ -22,7 +19,6 @@ from runfold.kernel import (
     Envelope,
     Event,
     HookHolder,
-    InvalidArgument,
     Limits,
     Page,
     RunIndex,
@@ -41,24 +37,8 @@ __all__ = [
     "ReplayedRun",
     "Replayer",
     "SchemaMigrator",
-    "check_append",
-    "check_index",
-    "decode_cursor",
-    "encode_cursor",
-    "from_key",
-    "hook_cursor_key",
-    "hooks_page",
-    "index_in_utc",
     "replay_run",
-    "run_cursor_key",
-    "runs_page",
-    "time_key",
-    "times_from_keys",
 ]
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-T = TypeVar("T")
 
 
 @runtime_checkable
@@ -69,8 +49,9 @@ class EventStore(Protocol):
     `StoreUnavailable` (transient: safe to retry). Every method refuses an argument the contract
     does not allow (a type, a range, a naive time, text UTF-8 cannot encode) with
     `InvalidArgument`, a `ValueError`, before any I/O and before `StoreClosed`: the checks of
-    `runfold.stores.arguments`, one per method, called first thing. `runfold.conformance.
-    StoreConformance` checks a store against this contract.
+    `runfold.stores.arguments`, one per method, called first thing (`StoreBase` calls them for
+    a store built on it). `runfold.conformance.StoreConformance` checks a store against this
+    contract.
     """
 
     async def append_if_sequence(
@@ -369,157 +350,3 @@ async def replay_run(
         first_position=history[0].position,
         last_position=history[-1].position,
     )
-
-
-def encode_cursor(*parts: str | int) -> str:
-    """An opaque, URL-safe cursor from a sort key (stores share this so cursors look alike)."""
-    text = "\x1f".join(str(p) for p in parts)
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, count: int) -> list[str]:
-    """The `count` parts of a cursor made by `encode_cursor`.
-
-    Raises:
-        InvalidArgument: `cursor` is not one `encode_cursor` made with `count` parts (a
-            `ValueError`; the message does not quote it).
-    """
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        raise _malformed() from None
-    parts = text.split("\x1f")
-    if len(parts) != count:
-        raise _malformed()
-    return parts
-
-
-def _malformed() -> InvalidArgument:
-    return InvalidArgument("cursor", "is malformed: not a cursor this store made")
-
-
-def run_cursor_key(cursor: str) -> tuple[int, str]:
-    """The `(time_key(created_at), run_id)` a `runs_page` cursor continues after.
-
-    Raises:
-        InvalidArgument: `cursor` is not one `runs_page` made.
-    """
-    micros, run_id = decode_cursor(cursor, 2)
-    try:
-        return int(micros), run_id
-    except ValueError:
-        raise _malformed() from None
-
-
-def hook_cursor_key(cursor: str) -> tuple[str, str]:
-    """The `(run_id, hook_id)` a `hooks_page` cursor continues after.
-
-    Raises:
-        InvalidArgument: `cursor` is not one `hooks_page` made.
-    """
-    run_id, hook_id = decode_cursor(cursor, 2)
-    return run_id, hook_id
-
-
-def runs_page(newest_first: Sequence[RunSummary], limit: int) -> Page[RunSummary]:
-    """The `list_runs` page of the first `limit` summaries; any summary past them means more.
-
-    `has_more` (with a cursor) only when the page has items and another one follows it: an
-    exactly full last page has none, and so has a page of `limit` 0. Fetch `limit + 1` (newest
-    first, `created_at` then `run_id`) to learn `has_more`; the cursor decodes with
-    `run_cursor_key`.
-    """
-    return _page(newest_first, limit, lambda s: encode_cursor(time_key(s.created_at), s.run_id))
-
-
-def hooks_page(ordered: Sequence[HookHolder], limit: int) -> Page[HookHolder]:
-    """The `list_hooks` page of the first `limit` holders (by `run_id`, then `hook_id`).
-
-    As `runs_page`: fetch `limit + 1`; the cursor decodes with `hook_cursor_key`.
-    """
-    return _page(ordered, limit, lambda h: encode_cursor(h.run_id, h.hook_id))
-
-
-def _page(found: Sequence[T], limit: int, cursor_of: Callable[[T], str]) -> Page[T]:
-    # `has_more` promises a next page with items, fetched with the cursor: a page of no items
-    # (`limit` 0) has no cursor to continue from, so it promises nothing.
-    items = tuple(found[: max(limit, 0)])
-    has_more = bool(items) and len(found) > len(items)
-    return Page(items=items, cursor=cursor_of(items[-1]) if has_more else None, has_more=has_more)
-
-
-def index_in_utc(index: RunIndex) -> RunIndex:
-    """`index` with every time in UTC (summary times, retention deadlines, wakeups' due times).
-
-    A store keeps instants and reads them back in UTC, whatever offset the caller used: a store
-    that keeps index rows as objects (not as UTC microseconds) stores this instead.
-    """
-    summary = index.summary
-    return RunIndex(
-        summary=attrs.evolve(
-            summary,
-            created_at=summary.created_at.astimezone(UTC),
-            updated_at=summary.updated_at.astimezone(UTC),
-            completed_at=_optional_utc(summary.completed_at),
-        ),
-        hooks=tuple(
-            attrs.evolve(c, retained_until=_optional_utc(c.retained_until)) for c in index.hooks
-        ),
-        wakeups=tuple(attrs.evolve(w, due_at=w.due_at.astimezone(UTC)) for w in index.wakeups),
-    )
-
-
-def _optional_utc(moment: datetime | None) -> datetime | None:
-    return None if moment is None else moment.astimezone(UTC)
-
-
-def time_key(value: datetime) -> int:
-    """Microseconds since the Unix epoch: the exact, sortable form stores keep times in."""
-    return (value - _EPOCH) // _MICROSECOND
-
-
-def from_key(micros: int) -> datetime:
-    """The UTC time stored as `micros` (the inverse of `time_key`).
-
-    Raises:
-        TypeError: `micros` is not an `int` (a REAL or a text SQLite's loose typing let in).
-    """
-    if type(micros) is not int:
-        raise TypeError(f"a time must be integer microseconds, not {type(micros).__name__}")
-    return _EPOCH + timedelta(0, 0, micros)
-
-
-def times_from_keys(keys: Sequence[int]) -> list[datetime]:
-    """The UTC times stored as `keys` (see `from_key`); equal keys share one `datetime`.
-
-    Rows of one append share their time, so each distinct key is converted once, and from the
-    one before it: adding a small `timedelta` is cheaper than building one from a large
-    count of microseconds.
-    """
-    distinct = list(dict.fromkeys(keys))
-    if set(map(type, distinct)) != {int}:
-        return list(map(from_key, keys))  # the loose values SQLite may hold, one by one
-    gaps = map(mul, repeat(_MICROSECOND), map(sub, distinct[1:], distinct))
-    found = dict(zip(distinct, accumulate(gaps, add, initial=from_key(distinct[0])), strict=True))
-    return list(map(found.__getitem__, keys))
-
-
-def check_append(run_id: str, events: Sequence[Event], index: RunIndex) -> None:
-    """Check the arguments of `append_if_sequence` the way every store must.
-
-    Raises:
-        InvalidArgument: `events` is empty, or `index` was computed for another run.
-    """
-    if not events:
-        raise InvalidArgument("events", "must hold at least one event")
-    check_index(run_id, index)
-
-
-def check_index(run_id: str, index: RunIndex | None) -> None:
-    """Check that `index` (if any) is `run_id`'s, as every write of index rows must.
-
-    Raises:
-        InvalidArgument: `index` was computed for another run.
-    """
-    if index is not None and index.summary.run_id != run_id:
-        raise InvalidArgument("index", f"is for run {index.summary.run_id!r}, not {run_id!r}")

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 import attrs
 
 from runfold.engine import StepFailure, StepInvocation
 from runfold.flow import Flow, PayloadCodec, Workflow
-from runfold.kernel import Envelope, Event, RunIndex, StoreUnavailable
+from runfold.kernel import Envelope, StoreUnavailable
 from runfold.stores.memory import MemoryStore
 from runfold.stores.protocol import EventStore
 from runfold.testing.crash import CrashingStore, Fault, SimulatedCrash
@@ -48,25 +47,9 @@ class _Heads(DelegatingStore):
         super().__init__(inner)
         self.heads: list[int] = []
 
-    async def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        *,
-        index: RunIndex,
-        recorded_at: datetime,
-        expected_position: int | None = None,
-    ) -> list[Envelope]:
+    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
         """The inner store's append; its last sequence noted once it is durable."""
-        written = await super().append_if_sequence(
-            run_id,
-            expected_sequence,
-            events,
-            index=index,
-            recorded_at=recorded_at,
-            expected_position=expected_position,
-        )
+        written = await super()._append_if_sequence(*call)
         if written:
             self.heads.append(written[-1].sequence)
         return written

@@ -11,13 +11,12 @@ runtime must survive.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from datetime import datetime
-from typing import Literal, TypeAlias
+from collections.abc import Iterable
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from runfold.kernel import CommitUnknown, Envelope, Event, RunIndex, StoreUnavailable
+from runfold.kernel import CommitUnknown, Envelope, StoreUnavailable
 from runfold.stores.protocol import EventStore
 from runfold.testing.delegating import DelegatingStore
 
@@ -89,15 +88,8 @@ class CrashingStore(DelegatingStore):
         if self.stopped:
             raise SimulatedCrash("the process stopped")
 
-    async def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        *,
-        index: RunIndex,
-        recorded_at: datetime,
-        expected_position: int | None = None,
+    async def _append_if_sequence(
+        self, run_id: str, expected_sequence: int, /, *rest: Any
     ) -> list[Envelope]:
         """The inner store's append, with the fault scheduled for this write, if any."""
         await self.pause()
@@ -105,14 +97,7 @@ class CrashingStore(DelegatingStore):
         fault = self.schedule.get(self.writes)
         if fault is not None and fault.moment == "before":
             self._strike(fault, run_id, expected_sequence)
-        written = await super().append_if_sequence(
-            run_id,
-            expected_sequence,
-            events,
-            index=index,
-            recorded_at=recorded_at,
-            expected_position=expected_position,
-        )
+        written = await super()._append_if_sequence(run_id, expected_sequence, *rest)
         if fault is not None:
             self._strike(fault, run_id, expected_sequence)
         return written

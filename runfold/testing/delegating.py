@@ -1,17 +1,17 @@
 """`DelegatingStore`: an `EventStore` that passes every call to another one.
 
-The base of test wrappers that stage what a real store does under trouble (`CrashingStore`
-fails or stops around writes; a test's subclass lets other tasks in before each call) without
-faking storage. Every method is written out, not forwarded by `__getattr__`, so that a wrapper
-is an `EventStore` to the type checker.
+The base of wrappers that stage what a real store does under trouble (`CrashingStore` fails or
+stops around writes; a test's subclass lets other tasks in before each call) without faking
+storage. It is a `StoreBase` whose hooks pass each call on: a wrapper overrides only the hook of
+the call it changes (`_append_if_sequence`, say) or `pause()`, and still refuses what the
+contract refuses before it does anything. Every hook is written out, not forwarded by
+`__getattr__`, so that a wrapper is an `EventStore` to the type checker.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from types import TracebackType
-from typing import Self
 
 from runfold.kernel import (
     Envelope,
@@ -24,6 +24,7 @@ from runfold.kernel import (
     Wakeup,
     WorkerLease,
 )
+from runfold.stores.base import StoreBase
 from runfold.stores.leases import WorkerLeases
 from runfold.stores.protocol import EventStore
 from runfold.stores.signals import RunSignals
@@ -37,8 +38,11 @@ _SIGNAL_METHODS = ("wait_for_work", "wait_for_end")
 """The methods of `RunSignals`."""
 
 
-class DelegatingStore:
+class DelegatingStore(StoreBase):
     """Passes every call to `inner` after awaiting `pause()`, which subclasses override.
+
+    Its public methods are `StoreBase`'s: the arguments are checked first, then the hook
+    (`_read`, …) awaits `pause()` and calls the inner store's method.
 
     When `inner` keeps worker leases (`WorkerLeases`), so does the wrapper: it passes the four
     lease methods on too, and is a `WorkerLeases` to an `isinstance` check exactly then; the
@@ -61,15 +65,15 @@ class DelegatingStore:
     async def pause(self) -> None:
         """Runs before every call but `close`; a no-op here."""
 
-    async def append_if_sequence(
+    async def _append_if_sequence(
         self,
         run_id: str,
         expected_sequence: int,
         events: Sequence[Event],
-        *,
         index: RunIndex,
         recorded_at: datetime,
-        expected_position: int | None = None,
+        expected_position: int | None,
+        /,
     ) -> list[Envelope]:
         """`pause()`, then the inner store's `append_if_sequence`."""
         await self.pause()
@@ -82,44 +86,40 @@ class DelegatingStore:
             expected_position=expected_position,
         )
 
-    async def read(
-        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    async def _read(
+        self, run_id: str, after: int, limit: int | None, descending: bool, /
     ) -> list[Envelope]:
-        """`pause()`, then the inner store's `read`."""
         await self.pause()
         return await self.inner.read(run_id, after=after, limit=limit, descending=descending)
 
-    async def head(self, run_id: str) -> int:
-        """`pause()`, then the inner store's `head`."""
+    async def _head(self, run_id: str, /) -> int:
         await self.pause()
         return await self.inner.head(run_id)
 
-    async def read_by_correlation(
+    async def _read_by_correlation(
         self,
         run_id: str,
         correlation_id: str,
-        *,
-        after: int = 0,
-        limit: int | None = None,
-        descending: bool = False,
+        after: int,
+        limit: int | None,
+        descending: bool,
+        /,
     ) -> list[Envelope]:
-        """`pause()`, then the inner store's `read_by_correlation`."""
         await self.pause()
         return await self.inner.read_by_correlation(
             run_id, correlation_id, after=after, limit=limit, descending=descending
         )
 
-    async def list_runs(
+    async def _list_runs(
         self,
-        *,
-        workflow_name: str | None = None,
-        status: RunStatus | None = None,
-        parent_run_id: str | None = None,
-        created_before: datetime | None = None,
-        cursor: str | None = None,
-        limit: int = 20,
+        workflow_name: str | None,
+        status: RunStatus | None,
+        parent_run_id: str | None,
+        created_before: datetime | None,
+        cursor: str | None,
+        limit: int,
+        /,
     ) -> Page[RunSummary]:
-        """`pause()`, then the inner store's `list_runs`."""
         await self.pause()
         return await self.inner.list_runs(
             workflow_name=workflow_name,
@@ -130,49 +130,37 @@ class DelegatingStore:
             limit=limit,
         )
 
-    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
-        """`pause()`, then the inner store's `get_runs`."""
+    async def _get_runs(self, run_ids: Sequence[str], /) -> list[RunSummary | None]:
         await self.pause()
         return await self.inner.get_runs(run_ids)
 
-    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
-        """`pause()`, then the inner store's `find_hook`."""
+    async def _find_hook(self, token: str, now: datetime, /) -> HookHolder | None:
         await self.pause()
         return await self.inner.find_hook(token, now=now)
 
-    async def list_hooks(
-        self,
-        *,
-        run_id: str | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-        now: datetime,
+    async def _list_hooks(
+        self, run_id: str | None, cursor: str | None, limit: int, now: datetime, /
     ) -> Page[HookHolder]:
-        """`pause()`, then the inner store's `list_hooks`."""
         await self.pause()
         return await self.inner.list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=now)
 
-    async def due_wakeups(
-        self, now: datetime, *, limit: int = 100, workflow_names: Collection[str] | None = None
+    async def _due_wakeups(
+        self, now: datetime, limit: int, workflow_names: Collection[str] | None, /
     ) -> list[Wakeup]:
-        """`pause()`, then the inner store's `due_wakeups`."""
         await self.pause()
         return await self.inner.due_wakeups(now, limit=limit, workflow_names=workflow_names)
 
-    async def next_wakeup(self, *, workflow_names: Collection[str] | None = None) -> Wakeup | None:
-        """`pause()`, then the inner store's `next_wakeup`."""
+    async def _next_wakeup(self, workflow_names: Collection[str] | None, /) -> Wakeup | None:
         await self.pause()
         return await self.inner.next_wakeup(workflow_names=workflow_names)
 
-    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
-        """`pause()`, then the inner store's `read_all`."""
+    async def _read_all(self, after_position: int, limit: int, /) -> list[Envelope]:
         await self.pause()
         return await self.inner.read_all(after_position=after_position, limit=limit)
 
-    async def delete_runs(
-        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    async def _delete_runs(
+        self, terminal_before: datetime, limit: int, run_ids: Collection[str] | None, /
     ) -> int:
-        """`pause()`, then the inner store's `delete_runs`."""
         await self.pause()
         return await self.inner.delete_runs(
             terminal_before=terminal_before, limit=limit, run_ids=run_ids
@@ -211,14 +199,3 @@ class DelegatingStore:
     async def close(self) -> None:
         """Close the inner store (without `pause()`: closing always goes through)."""
         await self.inner.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

@@ -131,7 +131,7 @@ def test_resume_drives_an_interrupted_run_then_the_due_ones(url: str) -> None:
             ["resume", "--runtime", "no_such_module:make", "r"],
             "cannot import 'no_such_module:make'",
         ),
-        (["resume", "--runtime", "runfold:utc_now", "r"], "not a WorkflowRuntime"),
+        (["resume", "--runtime", "runfold.handler:utc_now", "r"], "not a WorkflowRuntime"),
         (["resume", "--runtime", "nocolon", "r"], "expected MODULE:FACTORY"),
         (["delete", "--ended-before", "yesterday"], "not an ISO 8601 time"),
         (["delete", "--ended-before", "2026-01-01T00:00:00"], "give a time zone"),

@@ -15,7 +15,7 @@ import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -58,7 +58,6 @@ from runfold.errors import (
 )
 from runfold.events import (
     Envelope,
-    Event,
     HookConflict,
     RetryPolicy,
     RunCancelled,
@@ -70,7 +69,7 @@ from runfold.events import (
     StepFailed,
     StepRetrying,
 )
-from runfold.kernel import RunIndex, Wakeup
+from runfold.kernel import Wakeup
 from runfold.store_retry import StoreRetry
 from tests.conftest import T0, Clock
 from tests.handler.test_handler import DelegatingStore
@@ -232,28 +231,12 @@ class CrashingStore(DelegatingStore):
         self.after_write = after_write
         self.appends = 0
 
-    async def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        *,
-        index: RunIndex,
-        recorded_at: datetime,
-        expected_position: int | None = None,
-    ) -> list[Envelope]:
+    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
         self.appends += 1
         crash = self.appends == self.crash_at
         if crash and not self.after_write:
             raise StoreUnavailable("injected crash before the append")
-        envelopes = await super().append_if_sequence(
-            run_id,
-            expected_sequence,
-            events,
-            index=index,
-            recorded_at=recorded_at,
-            expected_position=expected_position,
-        )
+        envelopes = await super()._append_if_sequence(*call)
         if crash:
             raise StoreUnavailable("injected crash after the append")
         return envelopes

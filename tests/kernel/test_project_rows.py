@@ -38,7 +38,7 @@ from runfold.kernel import (
 from runfold.kernel.fast import compile_event_call, compile_unpacker
 from runfold.kernel.limits import DEFAULT_LIMITS
 from runfold.kernel.snapshot.replay import _fold_rows, project_rows
-from runfold.stores.protocol import time_key
+from runfold.stores.time_keys import time_key
 
 FIXTURE = Path(__file__).parents[1] / "support" / "fixtures" / "histories_schema_v1.json"
 RUN_ID = "run-rows"

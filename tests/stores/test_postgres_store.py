@@ -59,11 +59,13 @@ from runfold.errors import (
 from runfold.events import Envelope, Event, LogRecorded, RunCompleted, RunStarted
 from runfold.kernel import HookHolder, RunIndex, correlation_id, project_run, run_index
 from runfold.stores import PostgresStore
+from runfold.stores.paging import encode_cursor
 from runfold.stores.postgres import POSITIONS_PER_TRANSACTION, SCHEMA_VERSION
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.schema import MIGRATIONS as _MIGRATIONS
 from runfold.stores.postgres.wire import WireDumper
-from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
+from runfold.stores.protocol import FeedSubscriber, SchemaMigrator
+from runfold.stores.time_keys import time_key
 from tests.conftest import T0, Clock
 from tests.support.postgres_support import DSN, admin, schema_name
 

@@ -43,7 +43,8 @@ from runfold.kernel import (
 from runfold.kernel.codec import _make_converter
 from runfold.stores import SQLiteStore
 from runfold.stores._sql import envelopes_from_rows
-from runfold.stores.protocol import Replayer, replay_run, time_key
+from runfold.stores.protocol import Replayer, replay_run
+from runfold.stores.time_keys import time_key
 from tests.support.postgres_support import SUITE_SCHEMA, admin, suite_store
 
 FIXTURE = Path(__file__).parents[1] / "support" / "fixtures" / "histories_schema_v1.json"

@@ -63,11 +63,13 @@ from runfold.events import (
 )
 from runfold.kernel import HookClaim, HookHolder, RunIndex, Wakeup, apply, project_run, run_index
 from runfold.stores import SQLiteStore
-from runfold.stores.protocol import FeedSubscriber, SchemaMigrator, encode_cursor, time_key
+from runfold.stores.paging import encode_cursor
+from runfold.stores.protocol import FeedSubscriber, SchemaMigrator
 from runfold.stores.sqlite import SCHEMA_VERSION, reads
 from runfold.stores.sqlite.leases import orphaned_runs_query
 from runfold.stores.sqlite.retention import ENDED_RUNS, chosen_ended_runs
 from runfold.stores.sqlite.schema import MIGRATIONS
+from runfold.stores.time_keys import time_key
 from tests.conftest import T0, Clock
 from tests.support.sqlite_worker import (
     CRASH_RUNS,

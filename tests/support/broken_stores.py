@@ -32,7 +32,9 @@ from runfold.kernel import (
     project_run,
 )
 from runfold.stores.memory import MemoryStore, _Row
-from runfold.stores.protocol import ReplayedRun, decode_cursor, encode_cursor, time_key
+from runfold.stores.paging import decode_cursor, encode_cursor
+from runfold.stores.protocol import ReplayedRun
+from runfold.stores.time_keys import time_key
 
 _LIMITS = Limits()
 ALL = 1_000_000
@@ -102,18 +104,16 @@ class _Appending(MemoryStore):
         ):
             raise SequenceConflict(run_id, expected, len(rows))
 
-    async def append_if_sequence(
+    async def _append_if_sequence(
         self,
         run_id: str,
         expected_sequence: int,
         events: Sequence[Event],
-        *,
         index: RunIndex,
         recorded_at: datetime,
-        expected_position: int | None = None,
+        expected_position: int | None,
+        /,
     ) -> list[Envelope]:
-        if not events:
-            raise ValueError("append_if_sequence needs at least one event")
         for event in events:
             encode_event(event)
         async with self._lock:
@@ -136,18 +136,16 @@ class HeadCheckOutsideTransaction(_Appending):
     """Checks the head, lets other tasks run (a round trip to the database), then writes without
     checking again: right for one writer, wrong when two race."""
 
-    async def append_if_sequence(
+    async def _append_if_sequence(
         self,
         run_id: str,
         expected_sequence: int,
         events: Sequence[Event],
-        *,
         index: RunIndex,
         recorded_at: datetime,
-        expected_position: int | None = None,
+        expected_position: int | None,
+        /,
     ) -> list[Envelope]:
-        if not events:
-            raise ValueError("append_if_sequence needs at least one event")
         async with self._lock:
             self._check_open()
             self._check_head(run_id, expected_sequence, expected_position)
@@ -163,18 +161,16 @@ class BatchNotAtomic(_Appending):
     """Writes a batch event by event, encoding each as it goes: a failure half-way leaves the
     first events behind (and no index rows)."""
 
-    async def append_if_sequence(
+    async def _append_if_sequence(
         self,
         run_id: str,
         expected_sequence: int,
         events: Sequence[Event],
-        *,
         index: RunIndex,
         recorded_at: datetime,
-        expected_position: int | None = None,
+        expected_position: int | None,
+        /,
     ) -> list[Envelope]:
-        if not events:
-            raise ValueError("append_if_sequence needs at least one event")
         async with self._lock:
             self._check_open()
             self._check_head(run_id, expected_sequence, expected_position)
@@ -188,18 +184,16 @@ class IndexOutsideTransaction(_Appending):
     """Commits the events, then writes the index rows in a second step after an await: readers
     see events without their index, and a cancellation between the steps loses the index."""
 
-    async def append_if_sequence(
+    async def _append_if_sequence(
         self,
         run_id: str,
         expected_sequence: int,
         events: Sequence[Event],
-        *,
         index: RunIndex,
         recorded_at: datetime,
-        expected_position: int | None = None,
+        expected_position: int | None,
+        /,
     ) -> list[Envelope]:
-        if not events:
-            raise ValueError("append_if_sequence needs at least one event")
         async with self._lock:
             self._check_open()
             self._check_head(run_id, expected_sequence, expected_position)
@@ -238,28 +232,23 @@ class RetentionIgnored(_Appending):
     def _check_claims(self, run_id: str, index: RunIndex, now: datetime) -> None:
         super()._check_claims(run_id, index, _NEVER)
 
-    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
-        return await super().find_hook(token, now=_NEVER)
+    async def _find_hook(self, token: str, now: datetime, /) -> HookHolder | None:
+        return await super()._find_hook(token, _NEVER)
 
-    async def list_hooks(
-        self,
-        *,
-        run_id: str | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-        now: datetime,
+    async def _list_hooks(
+        self, run_id: str | None, cursor: str | None, limit: int, now: datetime, /
     ) -> Page[HookHolder]:
-        return await super().list_hooks(run_id=run_id, cursor=cursor, limit=limit, now=_NEVER)
+        return await super()._list_hooks(run_id, cursor, limit, _NEVER)
 
 
 class DescendingReadsWrong(_Appending):
     """Reads descending by reversing the ascending answer: `after` and `limit` apply to the
     wrong end."""
 
-    async def read(
-        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    async def _read(
+        self, run_id: str, after: int, limit: int | None, descending: bool, /
     ) -> list[Envelope]:
-        ascending = await super().read(run_id, after=after, limit=limit)
+        ascending = await super()._read(run_id, after, limit, False)
         return ascending[::-1] if descending else ascending
 
 
@@ -270,14 +259,14 @@ class _Correlating(_Appending):
     def _matching(self, run_id: str, correlation_id: str) -> list[_Row]:
         return [r for r in self._rows.get(run_id, ()) if r.correlation_id == correlation_id]
 
-    async def read_by_correlation(
+    async def _read_by_correlation(
         self,
         run_id: str,
         correlation_id: str,
-        *,
-        after: int = 0,
-        limit: int | None = None,
-        descending: bool = False,
+        after: int,
+        limit: int | None,
+        descending: bool,
+        /,
     ) -> list[Envelope]:
         async with self._lock:
             self._check_open()
@@ -299,23 +288,19 @@ class _CursorRewriting(_Appending):
     def _resume(micros: str, run_id: str) -> str:
         return encode_cursor(micros, run_id)
 
-    async def list_runs(
+    async def _list_runs(
         self,
-        *,
-        workflow_name: str | None = None,
-        status: RunStatus | None = None,
-        parent_run_id: str | None = None,
-        created_before: datetime | None = None,
-        cursor: str | None = None,
-        limit: int = 20,
+        workflow_name: str | None,
+        status: RunStatus | None,
+        parent_run_id: str | None,
+        created_before: datetime | None,
+        cursor: str | None,
+        limit: int,
+        /,
     ) -> Page[RunSummary]:
-        return await super().list_runs(
-            workflow_name=workflow_name,
-            status=status,
-            parent_run_id=parent_run_id,
-            created_before=created_before,
-            cursor=None if cursor is None else self._resume(*decode_cursor(cursor, 2)),
-            limit=limit,
+        resumed = None if cursor is None else self._resume(*decode_cursor(cursor, 2))
+        return await super()._list_runs(
+            workflow_name, status, parent_run_id, created_before, resumed, limit
         )
 
 
@@ -342,18 +327,16 @@ class FeedExposesUncommitted(_Appending):
     commits, after some I/O (longer for smaller batches): a later position can be visible before
     an earlier one."""
 
-    async def append_if_sequence(
+    async def _append_if_sequence(
         self,
         run_id: str,
         expected_sequence: int,
         events: Sequence[Event],
-        *,
         index: RunIndex,
         recorded_at: datetime,
-        expected_position: int | None = None,
+        expected_position: int | None,
+        /,
     ) -> list[Envelope]:
-        if not events:
-            raise ValueError("append_if_sequence needs at least one event")
         async with self._lock:
             self._check_open()
             self._check_head(run_id, expected_sequence, expected_position)
@@ -385,8 +368,8 @@ class _Retaining(_Appending):
     def _retains(index: RunIndex, cutoff: datetime) -> bool:
         return bool(index.claims_at(cutoff))
 
-    async def delete_runs(
-        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    async def _delete_runs(
+        self, terminal_before: datetime, limit: int, run_ids: Collection[str] | None, /
     ) -> int:
         async with self._lock:
             self._check_open()
@@ -491,23 +474,21 @@ class NothingToDoWhenClosed(MemoryStore):
     """`get_runs([])` answers `[]` before looking at whether the store is closed: there is
     nothing to fetch, so it never reaches the check."""
 
-    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+    async def _get_runs(self, run_ids: Sequence[str], /) -> list[RunSummary | None]:
         if not run_ids:
             return []
-        return await super().get_runs(run_ids)
+        return await super()._get_runs(run_ids)
 
 
 class NegativeLimitUnbounded(MemoryStore):
     """A negative `limit` of `read` means "no limit", as SQLite's `LIMIT -1` does, where the
     contract says it means 0."""
 
-    async def read(
-        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    async def _read(
+        self, run_id: str, after: int, limit: int | None, descending: bool, /
     ) -> list[Envelope]:
         unbounded = limit is not None and limit < 0
-        return await super().read(
-            run_id, after=after, limit=None if unbounded else limit, descending=descending
-        )
+        return await super()._read(run_id, after, None if unbounded else limit, descending)
 
 
 def _replayed(history: Sequence[Envelope], limits: Limits) -> ReplayedRun | None:

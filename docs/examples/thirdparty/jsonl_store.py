@@ -39,6 +39,7 @@ from typing import Any, BinaryIO, Self
 import attrs
 
 from runfold import EventStore
+from runfold.conformance import Capabilities, StoreConformance
 from runfold.errors import (
     CorruptEvent,
     EventDecodeError,
@@ -49,18 +50,18 @@ from runfold.errors import (
 )
 from runfold.events import Envelope, Event
 from runfold.kernel import (
+    TERMINAL_RUN_STATUSES,
     HookClaim,
     HookHolder,
     Page,
     RunIndex,
+    RunStatus,
     RunSummary,
     Wakeup,
     correlation_id,
     decode_event,
     encode_event,
 )
-from runfold.conformance import Capabilities, StoreConformance
-from runfold.kernel import TERMINAL_RUN_STATUSES, RunStatus
 from runfold.stores import arguments
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -11,6 +11,7 @@ it started from never changes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from types import MappingProxyType
 
@@ -152,10 +153,12 @@ class Builder:
     children_new: dict[str, ChildLinked]
     hook_conflicts_new: dict[str, HookConflict]
     write_ids_new: dict[str, int]
-    live_steps: set[str]
-    retrying: set[str]
-    waiting: set[str]
-    active_hooks: set[str]
+    # The ids of open work: the snapshot's frozensets, shared until the fold first changes one
+    # (`own_live_steps` …), so an event that leaves a set be copies it neither way.
+    live_steps: AbstractSet[str]
+    retrying: AbstractSet[str]
+    waiting: AbstractSet[str]
+    active_hooks: AbstractSet[str]
 
     def fail(self, reason: str) -> HistoryError:
         """The `HistoryError` of the event being folded, for the caller to raise."""
@@ -196,6 +199,34 @@ class Builder:
             record = self.hooks_new[hook_id] = base.clone()
         return record
 
+    def own_live_steps(self) -> set[str]:
+        """The ids of the live steps, as a set of this fold's own to change."""
+        ids = self.live_steps
+        if type(ids) is not set:
+            ids = self.live_steps = set(ids)
+        return ids
+
+    def own_retrying(self) -> set[str]:
+        """The ids of the steps waiting for a retry, as a set of this fold's own to change."""
+        ids = self.retrying
+        if type(ids) is not set:
+            ids = self.retrying = set(ids)
+        return ids
+
+    def own_waiting(self) -> set[str]:
+        """The ids of the waiting waits, as a set of this fold's own to change."""
+        ids = self.waiting
+        if type(ids) is not set:
+            ids = self.waiting = set(ids)
+        return ids
+
+    def own_active_hooks(self) -> set[str]:
+        """The ids of the active hooks, as a set of this fold's own to change."""
+        ids = self.active_hooks
+        if type(ids) is not set:
+            ids = self.active_hooks = set(ids)
+        return ids
+
     def own_attributes(self) -> dict[str, str]:
         """The run's attributes as a dict of this fold's own, copied on the first change."""
         if not isinstance(self.attributes, dict):
@@ -207,6 +238,7 @@ class Builder:
         """The snapshot this fold ends with; the builder is not used after it."""
         # Positional, in `_SNAPSHOT_FIELDS` order: a snapshot is built per `apply`, and attrs'
         # keyword `__init__` of 32 fields was a tenth of a workflow step's cost.
+        # A set of open work the fold did not change is still the snapshot's frozenset.
         steps_new, waits_new, hooks_new = self.steps_new, self.waits_new, self.hooks_new
         return _make_snapshot(
             self.run_id,
@@ -246,10 +278,10 @@ class Builder:
             self.write_ids.derive(self.write_ids_new) if self.write_ids_new else self.write_ids,
             self.log_count,
             self.log_ids.derive(self.log_ids_new) if self.log_ids_new else self.log_ids,
-            frozenset(self.live_steps),
-            frozenset(self.retrying),
-            frozenset(self.waiting),
-            frozenset(self.active_hooks),
+            frozenset(live) if type(live := self.live_steps) is set else live,
+            frozenset(retrying) if type(retrying := self.retrying) is set else retrying,
+            frozenset(waiting) if type(waiting := self.waiting) is set else waiting,
+            frozenset(hooks) if type(hooks := self.active_hooks) is set else hooks,
         )
 
 
@@ -387,10 +419,10 @@ def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
     b.steps_new, b.waits_new, b.hooks_new = {}, {}, {}
     b.progress_new, b.children_new, b.write_ids_new = {}, {}, {}
     b.hook_conflicts_new = {}
-    b.live_steps = set(snapshot.live_step_ids)
-    b.retrying = set(snapshot.retrying_step_ids)
-    b.waiting = set(snapshot.waiting_wait_ids)
-    b.active_hooks = set(snapshot.active_hook_ids)
+    b.live_steps = snapshot.live_step_ids  # copied on the fold's first change (`own_…`)
+    b.retrying = snapshot.retrying_step_ids
+    b.waiting = snapshot.waiting_wait_ids
+    b.active_hooks = snapshot.active_hook_ids
     return b
 
 

@@ -98,10 +98,7 @@ def _on_cancel_requested(b: Builder, ev: CancelRequested, at: datetime) -> None:
         wait.completed_at = at
     for hook_id in b.active_hooks:
         b.hook(hook_id).status = "cancelled"
-    b.live_steps.clear()
-    b.retrying.clear()
-    b.waiting.clear()
-    b.active_hooks.clear()
+    b.live_steps, b.retrying, b.waiting, b.active_hooks = set(), set(), set(), set()
 
 
 def _on_run_cancelled(b: Builder, ev: RunCancelled, at: datetime) -> None:
@@ -166,7 +163,7 @@ def _on_step_created(
     if step_id in b.steps_new or b.steps.raw(step_id) is not None:
         raise b.fail(f"step {step_id!r} created twice")
     b.steps_new[step_id] = StepRecord(step_id, step_name, input, retry, at)
-    b.live_steps.add(step_id)
+    b.own_live_steps().add(step_id)
 
 
 def _on_step_started(
@@ -198,7 +195,7 @@ def _on_step_started(
         step.started_at = at
     if step.retry_after is not None:
         step.retry_after = None
-        b.retrying.discard(step_id)
+        b.own_retrying().discard(step_id)
     step.updated_at = at
 
 
@@ -209,9 +206,9 @@ def _finish_step(b: Builder, step_id: str, kind: str, at: datetime) -> StepRecor
         raise b.fail(f"{kind} on step {step_id!r} in state {status}")
     if b.status not in LIVE_RUN_STATUSES and status != "running":
         raise b.fail(f"{kind} on {status} step {step_id!r} after the run ended")
-    b.live_steps.discard(step_id)
+    b.own_live_steps().discard(step_id)
     if step.retry_after is not None:
-        b.retrying.discard(step_id)
+        b.own_retrying().discard(step_id)
     step.completed_at = step.updated_at = at
     return step
 
@@ -248,7 +245,7 @@ def _on_step_retrying(
     step.retry_after = retry_after
     step.updated_at = at
     if retry_after is not None:
-        b.retrying.add(step_id)
+        b.own_retrying().add(step_id)
 
 
 def _on_wait_created(b: Builder, at: datetime, wait_id: str, resume_at: datetime) -> None:
@@ -256,7 +253,7 @@ def _on_wait_created(b: Builder, at: datetime, wait_id: str, resume_at: datetime
     if wait_id in b.waits_new or b.waits.raw(wait_id) is not None:
         raise b.fail(f"wait {wait_id!r} created twice")
     b.waits_new[wait_id] = WaitRecord(wait_id, resume_at, at)
-    b.waiting.add(wait_id)
+    b.own_waiting().add(wait_id)
 
 
 def _on_wait_completed(b: Builder, at: datetime, wait_id: str) -> None:
@@ -266,7 +263,7 @@ def _on_wait_completed(b: Builder, at: datetime, wait_id: str) -> None:
         raise b.fail(f"wait_completed on wait {wait_id!r} in state {wait.status}")
     wait.status = "completed"
     wait.completed_at = at
-    b.waiting.discard(wait_id)
+    b.own_waiting().discard(wait_id)
 
 
 def _hook_record(b: Builder, hook_id: str) -> HookRecord:
@@ -283,7 +280,7 @@ def _on_hook_created(b: Builder, ev: HookCreated, at: datetime) -> None:
         if _hook_record(b, hook_id).token == ev.token:
             raise b.fail(f"hook {ev.hook_id!r} reuses the token of active hook {hook_id!r}")
     b.hooks_new[ev.hook_id] = HookRecord(ev, at)
-    b.active_hooks.add(ev.hook_id)
+    b.own_active_hooks().add(ev.hook_id)
 
 
 def _on_hook_received(
@@ -312,7 +309,7 @@ def _on_hook_disposed(b: Builder, ev: HookDisposed, at: datetime) -> None:
     if b.status not in LIVE_RUN_STATUSES and hook.retain_token_until is None:
         raise b.fail(f"hook_disposed on hook {ev.hook_id!r} whose token left with the run")
     hook.status = "disposed"
-    b.active_hooks.discard(ev.hook_id)
+    b.own_active_hooks().discard(ev.hook_id)
 
 
 def _on_hook_conflict(b: Builder, ev: HookConflict, at: datetime) -> None:

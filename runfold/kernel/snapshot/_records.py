@@ -46,20 +46,13 @@ class _Record:
 
     def clone(self) -> Any:
         """A copy for a fold to change, with lists of its own and no cached frozen state."""
-        copy = object.__new__(type(self))
-        copy.frozen = None
-        name: str
-        for name in self.__slots__:
-            value = getattr(self, name)
-            setattr(copy, name, value.copy() if type(value) is list else value)
-        return copy
+        # Replaced per record class by `_compiled_copies` (straight-line code, no loop over
+        # the slots): a fold clones a record per entity an event changes.
+        raise NotImplementedError
 
     def freeze(self) -> Any:
         """A new frozen public state of this record, its lists made tuples."""
-        # `_make` fills the public class's slots in its field order (`_public_factory`),
-        # skipping attrs' keyword `__init__`: a fold freezes a record per changed entity.
-        values = [getattr(self, name) for name in self._fields]
-        return self._make(*[tuple(v) if type(v) is list else v for v in values])
+        raise NotImplementedError  # replaced per record class by `_compiled_copies`
 
 
 class StepRecord(_Record):
@@ -157,12 +150,43 @@ class HookRecord(_Record):
 
 
 def _public_factory(record: type[_Record]) -> None:
-    """Give `record` the positional constructor of its public class, and that class's field
-    order (the record's slots hold the same names)."""
+    """Give `record` the positional constructor of its public class, that class's field order
+    (the record's slots hold the same names), and its compiled `clone` and `freeze`."""
     fields = tuple(field.name for field in attrs.fields(record.public))
     assert set(fields) == set(record.__slots__), record
     record._fields = fields
     record._make = staticmethod(frozen_factory(record.public))
+    _compiled_copies(record, fields)
+
+
+def _compiled_copies(record: type[_Record], fields: tuple[str, ...]) -> None:
+    """`clone` and `freeze` of `record` as straight-line code over its fields.
+
+    The fields annotated as lists (a hook's deliveries) are copied by `clone` and
+    made tuples by `freeze`, as the loops these replace did for any list value.
+    """
+    annotations = getattr(record, "__annotations__", {})
+    lists = {name for name in fields if str(annotations.get(name, "")).startswith("list[")}
+
+    def copied(name: str) -> str:
+        return f"self.{name}.copy()" if name in lists else f"self.{name}"
+
+    def frozen(name: str) -> str:
+        return f"tuple(self.{name})" if name in lists else f"self.{name}"
+
+    clone = "\n".join(
+        ["def clone(self):", "    copy = new(cls)", "    copy.frozen = None"]
+        + [f"    copy.{name} = {copied(name)}" for name in record.__slots__]
+        + ["    return copy"]
+    )
+    freeze = f"def freeze(self):\n    return make({', '.join(frozen(n) for n in fields)})\n"
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": record, "make": record._make}
+    exec(compile(clone + "\n" + freeze, f"<runfold record {record.__name__}>", "exec"), namespace)
+    for name in ("clone", "freeze"):
+        made = namespace[name]
+        made.__doc__ = getattr(_Record, name).__doc__
+        made.__qualname__ = f"{record.__name__}.{name}"
+        setattr(record, name, made)
 
 
 for _record in (StepRecord, WaitRecord, HookRecord):

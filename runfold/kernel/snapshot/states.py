@@ -254,6 +254,13 @@ class Snapshot:
         """What becomes due while the run is live: waits, delayed retries, the deadline."""
         if self.status not in LIVE_RUN_STATUSES:
             return ()
+        if not (
+            self.waiting_wait_ids
+            or self.retrying_step_ids
+            or self.deadline is not None
+            or self.ready_at is not None
+        ):
+            return ()  # most appends: nothing to wake, no list to build and sort
         found: list[WakeupDue] = []
         for wait_id in self.waiting_wait_ids:
             wait = self.waits.raw(wait_id)

@@ -30,7 +30,7 @@ from runfold.kernel import CommitUnknown, SequenceConflict, StoreUnavailable
 from runfold.stores.postgres.connections import Connection, Connections, Deadline, Identity
 from runfold.stores.postgres.request import Append
 from runfold.stores.postgres.schema import quote
-from runfold.stores.protocol import time_key
+from runfold.stores.time_keys import time_key
 
 __all__ = ["SETTLE_GRACE", "settle"]
 

@@ -21,11 +21,10 @@ from typing import Any
 from runfold.stores.due_work import (
     DEDUP_GRACE,
     DueRun,
+    DueWorkBase,
     Queue,
-    check_claim_due,
-    check_hold_dedup,
 )
-from runfold.stores.protocol import time_key
+from runfold.stores.time_keys import time_key
 
 __all__ = ["PostgresDueWork", "claim_due_function"]
 
@@ -212,7 +211,7 @@ RETURNING true
 """Hold a deduplication id: a row when it did, none when a live run holds it."""
 
 
-class PostgresDueWork:
+class PostgresDueWork(DueWorkBase):
     """The `DueWork` methods of `PostgresStore`, over its pooled connections."""
 
     __slots__ = ()
@@ -220,25 +219,17 @@ class PostgresDueWork:
     _s: str
     _fetch: Callable[..., Awaitable[list[tuple[Any, ...]]]]
 
-    async def claim_due(
+    async def _claim_due(
         self,
         worker_id: str,
         now: datetime,
-        *,
         hold_until: datetime,
         limit: int,
-        workflow_names: Collection[str] | None = None,
-        queues: Collection[Queue] = (),
+        workflow_names: Collection[str] | None,
+        queues: Collection[Queue],
+        /,
     ) -> list[DueRun]:
         """Take the next due runs for the worker, each held until `hold_until` (`DueWork`)."""
-        check_claim_due(
-            worker_id,
-            now,
-            hold_until=hold_until,
-            limit=limit,
-            workflow_names=workflow_names,
-            queues=queues,
-        )
         chosen = sorted(queues, key=lambda queue: queue.name)
         limited = [q for q in chosen if q.concurrency or q.worker_concurrency or q.rate_limit]
         locks = sorted(_lock_key(f"runfold queue {self._s} {queue.name}") for queue in limited)
@@ -266,11 +257,10 @@ class PostgresDueWork:
             for run_id, reason, displacing in rows
         ]
 
-    async def hold_dedup(
-        self, queue_name: str, dedup_id: str, run_id: str, *, now: datetime
+    async def _hold_dedup(
+        self, queue_name: str, dedup_id: str, run_id: str, now: datetime, /
     ) -> bool:
         """Hold the deduplication id for the run, unless a live run holds it (`DueWork`)."""
-        check_hold_dedup(queue_name, dedup_id, run_id, now)
         rows = await self._fetch(
             HOLD_DEDUP.format(s=self._s),
             {

@@ -32,7 +32,7 @@ from runfold.stores.postgres.wire import (
     utf8,
     wakeups_fields,
 )
-from runfold.stores.protocol import time_key
+from runfold.stores.time_keys import time_key
 
 __all__ = ["Append"]
 

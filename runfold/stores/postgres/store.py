@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection, Sequence
 from datetime import datetime
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
@@ -39,7 +38,8 @@ from runfold.stores._sql import (
     wakeup_from_row,
     wakeups_query,
 )
-from runfold.stores.due_work import DEDUP_GRACE, check_hold_dedup
+from runfold.stores.base import StoreBase
+from runfold.stores.due_work import DEDUP_GRACE
 from runfold.stores.postgres import citus
 from runfold.stores.postgres.connections import (
     Connection,
@@ -62,12 +62,13 @@ from runfold.stores.postgres.schema import (
     request_types,
 )
 from runfold.stores.postgres.writer import Writer
-from runfold.stores.protocol import ReplayedRun, time_key
+from runfold.stores.protocol import ReplayedRun
+from runfold.stores.time_keys import time_key
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
+class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
     """An `EventStore` in a PostgreSQL schema, opened with `await PostgresStore.open(dsn)`.
 
     It keeps worker leases too (`WorkerLeases`), so a fleet of workers can share the schema.
@@ -197,17 +198,6 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
                 raise
         return store
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     async def close(self) -> None:
         """Close the store; later calls raise `StoreClosed`, closing again is harmless."""
         if self._connections.closed:
@@ -266,15 +256,15 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
 
     # --- append -------------------------------------------------------------------------------
 
-    async def append_if_sequence(
+    async def _append_if_sequence(
         self,
         run_id: str,
         expected_sequence: int,
         events: Sequence[Event],
-        *,
         index: RunIndex,
         recorded_at: datetime,
-        expected_position: int | None = None,
+        expected_position: int | None,
+        /,
     ) -> list[Envelope]:
         """Append `events` if the run's head is `expected_sequence`, all or nothing.
 
@@ -282,14 +272,6 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
         connection is free; appends made while every one is writing are written together, each
         with its own outcome.
         """
-        arguments.check_append_if_sequence(
-            run_id,
-            expected_sequence,
-            events,
-            index=index,
-            recorded_at=recorded_at,
-            expected_position=expected_position,
-        )
         if len(events) >= POSITIONS_PER_TRANSACTION:
             limit = f"{POSITIONS_PER_TRANSACTION - 1:,}"
             raise InvalidArgument("events", f"holds more than this store takes at once ({limit})")
@@ -305,12 +287,11 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
 
     # --- reads --------------------------------------------------------------------------------
 
-    async def read(
-        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    async def _read(
+        self, run_id: str, after: int, limit: int | None, descending: bool, /
     ) -> list[Envelope]:
         """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
-        arguments.check_read(run_id, after=after, limit=limit, descending=descending)
-        return await self._read(run_id, None, after, limit, descending)
+        return await self._envelopes(run_id, None, after, limit, descending)
 
     async def replay(self, run_id: str, *, limits: Limits = DEFAULT_LIMITS) -> ReplayedRun | None:
         """The run's snapshot folded as its rows are read (`Replayer.replay`)."""
@@ -318,22 +299,19 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
         rows = await self._read_rows(run_id, None, 0, None, False)
         return replay_rows(rows, run_id, limits)
 
-    async def read_by_correlation(
+    async def _read_by_correlation(
         self,
         run_id: str,
         correlation_id: str,
-        *,
-        after: int = 0,
-        limit: int | None = None,
-        descending: bool = False,
+        after: int,
+        limit: int | None,
+        descending: bool,
+        /,
     ) -> list[Envelope]:
         """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
-        arguments.check_read_by_correlation(
-            run_id, correlation_id, after=after, limit=limit, descending=descending
-        )
-        return await self._read(run_id, correlation_id, after, limit, descending)
+        return await self._envelopes(run_id, correlation_id, after, limit, descending)
 
-    async def _read(
+    async def _envelopes(
         self,
         run_id: str,
         correlation: str | None,
@@ -371,15 +349,13 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
             params,
         )
 
-    async def head(self, run_id: str) -> int:
+    async def _head(self, run_id: str, /) -> int:
         """The run's last sequence; 0 for an unknown run."""
-        arguments.check_head(run_id)
         rows = await self._fetch(f"SELECT head FROM {self._s}.runs WHERE run_id = %s", (run_id,))
         return int(rows[0][0]) if rows else 0
 
-    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+    async def _read_all(self, after_position: int, limit: int, /) -> list[Envelope]:
         """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
-        arguments.check_read_all(after_position=after_position, limit=limit)
         return await self._feed.read_all(after_position=after_position, limit=limit)
 
     def subscribe(
@@ -412,9 +388,8 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
     async def _rows(self, query: str, params: Sequence[Any]) -> list[Any]:
         return await self._fetch(query, params)
 
-    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+    async def _get_runs(self, run_ids: Sequence[str], /) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown ids."""
-        arguments.check_get_runs(run_ids)
         if not run_ids:
             self._check_open()
             return []
@@ -425,9 +400,8 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
         found = {row[0]: summary_from_row(row) for row in rows}
         return [found.get(run_id) for run_id in run_ids]
 
-    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+    async def _find_hook(self, token: str, now: datetime, /) -> HookHolder | None:
         """The live holder of a hook token at `now`, or None."""
-        arguments.check_find_hook(token, now=now)
         rows = await self._fetch(
             token_holder_query("%s", f"{self._s}.tokens"), (token.encode(), time_key(now))
         )
@@ -472,13 +446,12 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
         request.deadline = self._connections.deadline()
         await self._writer.append_one(request)
 
-    async def hold_dedup(
-        self, queue_name: str, dedup_id: str, run_id: str, *, now: datetime
+    async def _hold_dedup(
+        self, queue_name: str, dedup_id: str, run_id: str, now: datetime, /
     ) -> bool:
         """Hold the deduplication id for the run, unless a live run holds it (`DueWork`)."""
         if not self._distributed:
-            return await super().hold_dedup(queue_name, dedup_id, run_id, now=now)
-        check_hold_dedup(queue_name, dedup_id, run_id, now)
+            return await super()._hold_dedup(queue_name, dedup_id, run_id, now)
         params: dict[str, Any] = {"queue": queue_name, "dedup": dedup_id, "run": run_id}
         params |= {"now": time_key(now), "grace": time_key(now - DEDUP_GRACE)}
         async with self._cluster_connection() as conn:
@@ -493,11 +466,10 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork):
         async with deadline, self._connections.connection() as conn:
             yield conn
 
-    async def delete_runs(
-        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    async def _delete_runs(
+        self, terminal_before: datetime, limit: int, run_ids: Collection[str] | None, /
     ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
-        arguments.check_delete_runs(terminal_before=terminal_before, limit=limit, run_ids=run_ids)
         params = {
             "before": time_key(terminal_before),
             "terminal": sorted(TERMINAL_RUN_STATUSES),

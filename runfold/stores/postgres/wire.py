@@ -22,7 +22,7 @@ from psycopg.postgres import types as pg_types
 from psycopg.pq import Format
 
 from runfold.kernel import HookClaim, Wakeup
-from runfold.stores.protocol import time_key
+from runfold.stores.time_keys import time_key
 
 __all__ = [
     "BYTEA",

@@ -18,13 +18,12 @@ from typing import Any, TypeVar
 from runfold.stores.due_work import (
     DEDUP_GRACE,
     DueRun,
+    DueWorkBase,
     Queue,
-    check_claim_due,
-    check_hold_dedup,
 )
 from runfold.stores.memory_due_work import queue_allowance
-from runfold.stores.protocol import time_key
 from runfold.stores.sqlite.leases import orphaned_runs_query
+from runfold.stores.time_keys import time_key
 
 __all__ = ["SQLiteDueWork"]
 
@@ -204,13 +203,13 @@ def time_key_delta(queue: Queue) -> int:
     return (period.days * 86_400 + period.seconds) * 1_000_000 + period.microseconds
 
 
-def _hold_dedup(
+def _hold_dedup_row(
     conn: sqlite3.Connection, queue_name: str, dedup_id: str, run_id: str, now: int, grace: int
 ) -> bool:
     return conn.execute(_HOLD_DEDUP, (queue_name, dedup_id, run_id, now, grace)).rowcount == 1
 
 
-class SQLiteDueWork:
+class SQLiteDueWork(DueWorkBase):
     """The `DueWork` methods of `SQLiteStore`, over its connection thread."""
 
     __slots__ = ()
@@ -218,25 +217,17 @@ class SQLiteDueWork:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         raise NotImplementedError
 
-    async def claim_due(
+    async def _claim_due(
         self,
         worker_id: str,
         now: datetime,
-        *,
         hold_until: datetime,
         limit: int,
-        workflow_names: Collection[str] | None = None,
-        queues: Collection[Queue] = (),
+        workflow_names: Collection[str] | None,
+        queues: Collection[Queue],
+        /,
     ) -> list[DueRun]:
         """Take the next due runs for the worker, each held until `hold_until` (`DueWork`)."""
-        check_claim_due(
-            worker_id,
-            now,
-            hold_until=hold_until,
-            limit=limit,
-            workflow_names=workflow_names,
-            queues=queues,
-        )
         served = None if workflow_names is None else sorted(set(workflow_names))
         return await self._run(
             _claim,
@@ -248,11 +239,15 @@ class SQLiteDueWork:
             sorted(queues, key=lambda queue: queue.name),
         )
 
-    async def hold_dedup(
-        self, queue_name: str, dedup_id: str, run_id: str, *, now: datetime
+    async def _hold_dedup(
+        self, queue_name: str, dedup_id: str, run_id: str, now: datetime, /
     ) -> bool:
         """Hold the deduplication id for the run, unless a live run holds it (`DueWork`)."""
-        check_hold_dedup(queue_name, dedup_id, run_id, now)
         return await self._run(
-            _hold_dedup, queue_name, dedup_id, run_id, time_key(now), time_key(now - DEDUP_GRACE)
+            _hold_dedup_row,
+            queue_name,
+            dedup_id,
+            run_id,
+            time_key(now),
+            time_key(now - DEDUP_GRACE),
         )

@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 from runfold.kernel import HookClaim, RunIndex, SequenceConflict, TokenConflict
 from runfold.stores._sql import token_holder_query
-from runfold.stores.protocol import time_key
 from runfold.stores.sqlite.reads import read_head
+from runfold.stores.time_keys import time_key
 
 __all__ = ["TOKEN_HOLDER", "IndexRows", "live_claims", "rewrite_run_index", "write_index"]
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from runfold.kernel import RunSummary, StoreError, WorkerLease
 from runfold.stores._sql import SUMMARY_COLUMNS, summary_from_row
 from runfold.stores.leases import check_orphaned_runs, check_renew_lease, check_worker_id
-from runfold.stores.protocol import from_key, time_key
+from runfold.stores.time_keys import from_key, time_key
 
 __all__ = ["RENEW_LEASE", "SQLiteLeases", "orphaned_runs_query"]
 

@@ -9,8 +9,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, TypeVar
 
 import aiosqlite
 
@@ -38,7 +37,8 @@ from runfold.stores._sql import (
     wakeup_from_row,
     wakeups_query,
 )
-from runfold.stores.protocol import ReplayedRun, time_key
+from runfold.stores.base import StoreBase
+from runfold.stores.protocol import ReplayedRun
 from runfold.stores.signals import BoardSignals, SignalBoard
 from runfold.stores.sqlite.deadline import Budget, call_on_thread, call_timeout
 from runfold.stores.sqlite.due_work import SQLiteDueWork
@@ -56,6 +56,7 @@ from runfold.stores.sqlite.schema import (
 )
 from runfold.stores.sqlite.thread import connect, ready, result_code
 from runfold.stores.sqlite.writer import Append, append_batch, settle
+from runfold.stores.time_keys import time_key
 
 __all__ = ["SQLiteStore", "Synchronous"]
 
@@ -77,7 +78,7 @@ def _others_ready() -> bool:
     return ready is None or bool(ready)
 
 
-class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals):
+class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBase):
     """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`.
 
     It keeps worker leases too (`WorkerLeases`), so a fleet of workers can share the file.
@@ -233,17 +234,6 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals):
         if found is not None:
             self.migrated_from = found
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     async def close(self) -> None:
         """Close the store; later calls raise `StoreClosed`, closing again is harmless."""
         if self._closed:
@@ -282,15 +272,15 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals):
 
     # --- append (group commit) ----------------------------------------------------------------
 
-    async def append_if_sequence(
+    async def _append_if_sequence(
         self,
         run_id: str,
         expected_sequence: int,
         events: Sequence[Event],
-        *,
         index: RunIndex,
         recorded_at: datetime,
-        expected_position: int | None = None,
+        expected_position: int | None,
+        /,
     ) -> list[Envelope]:
         """Append `events` if the run's head is `expected_sequence`, all or nothing.
 
@@ -312,14 +302,6 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals):
         recorded_at: datetime,
         expected_position: int | None,
     ) -> list[Envelope]:
-        arguments.check_append_if_sequence(
-            run_id,
-            expected_sequence,
-            events,
-            index=index,
-            recorded_at=recorded_at,
-            expected_position=expected_position,
-        )
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
@@ -391,11 +373,10 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals):
 
     # --- reads --------------------------------------------------------------------------------
 
-    async def read(
-        self, run_id: str, *, after: int = 0, limit: int | None = None, descending: bool = False
+    async def _read(
+        self, run_id: str, after: int, limit: int | None, descending: bool, /
     ) -> list[Envelope]:
         """The run's envelopes after `after`, at most `limit` (`EventStore.read`)."""
-        arguments.check_read(run_id, after=after, limit=limit, descending=descending)
         rows = await self._run(read_rows, run_id, None, after, limit, descending)
         return envelopes_from_rows(rows, run_id)
 
@@ -405,30 +386,25 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals):
         rows = await self._run(read_rows, run_id, None, 0, None, False)
         return replay_rows(rows, run_id, limits)
 
-    async def read_by_correlation(
+    async def _read_by_correlation(
         self,
         run_id: str,
         correlation_id: str,
-        *,
-        after: int = 0,
-        limit: int | None = None,
-        descending: bool = False,
+        after: int,
+        limit: int | None,
+        descending: bool,
+        /,
     ) -> list[Envelope]:
         """The run's envelopes of one correlation id (`EventStore.read_by_correlation`)."""
-        arguments.check_read_by_correlation(
-            run_id, correlation_id, after=after, limit=limit, descending=descending
-        )
         rows = await self._run(read_rows, run_id, correlation_id, after, limit, descending)
         return envelopes_from_rows(rows, run_id)
 
-    async def head(self, run_id: str) -> int:
+    async def _head(self, run_id: str, /) -> int:
         """The run's last sequence; 0 for an unknown run."""
-        arguments.check_head(run_id)
         return await self._run(read_head, run_id)
 
-    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Envelope]:
+    async def _read_all(self, after_position: int, limit: int, /) -> list[Envelope]:
         """The global feed after `after_position`, in position order (`EventStore.read_all`)."""
-        arguments.check_read_all(after_position=after_position, limit=limit)
         rows = await self._run(
             fetch,
             "SELECT run_id, sequence, type, schema_version, payload, recorded_at, position "
@@ -445,9 +421,8 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals):
     async def _rows(self, query: str, params: Sequence[Any]) -> list[Any]:
         return await self._run(fetch, query, params)
 
-    async def get_runs(self, run_ids: Sequence[str]) -> list[RunSummary | None]:
+    async def _get_runs(self, run_ids: Sequence[str], /) -> list[RunSummary | None]:
         """Summaries in the order asked, None for unknown ids."""
-        arguments.check_get_runs(run_ids)
         wanted = list(dict.fromkeys(run_ids))
         if not wanted:
             if self._closed:
@@ -457,9 +432,8 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals):
         found = {row[0]: summary_from_row(row) for row in rows}
         return [found.get(run_id) for run_id in run_ids]
 
-    async def find_hook(self, token: str, *, now: datetime) -> HookHolder | None:
+    async def _find_hook(self, token: str, now: datetime, /) -> HookHolder | None:
         """The live holder of a hook token at `now`, or None."""
-        arguments.check_find_hook(token, now=now)
         rows = await self._run(fetch, TOKEN_HOLDER, (token, time_key(now)))
         return holder_from_row(rows[0]) if rows else None
 
@@ -493,11 +467,10 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals):
 
     # --- retention ----------------------------------------------------------------------------
 
-    async def delete_runs(
-        self, *, terminal_before: datetime, limit: int, run_ids: Collection[str] | None = None
+    async def _delete_runs(
+        self, terminal_before: datetime, limit: int, run_ids: Collection[str] | None, /
     ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
-        arguments.check_delete_runs(terminal_before=terminal_before, limit=limit, run_ids=run_ids)
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         chosen = None if run_ids is None else sorted(set(run_ids))

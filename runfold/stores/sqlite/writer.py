@@ -25,9 +25,9 @@ from runfold.kernel import (
     encode_event,
     make_envelope,
 )
-from runfold.stores.protocol import time_key
 from runfold.stores.sqlite.index import IndexRows, live_claims, write_index
 from runfold.stores.sqlite.reads import read_head
+from runfold.stores.time_keys import time_key
 
 __all__ = ["Append", "append_batch", "settle", "settle_commit"]
 

@@ -1,0 +1,96 @@
+"""`decide_after`: a command decided after a kernel decision, as one decision of both; and the
+fold's copy-on-write of records and sets, which the engine's one decision per flush relies on."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from runfold.kernel import (
+    CompleteStep,
+    CreateHook,
+    EntityConflict,
+    ReceiveHook,
+    StepNotFound,
+    apply,
+    decide,
+    decide_after,
+    decide_many,
+    join_decisions,
+    make_envelope,
+    project_run,
+    recheck_decision,
+)
+from tests.conftest import T0
+from tests.handler.test_handler import CREATE, START, lazy, log
+
+
+def test_decide_after_is_the_join_of_the_command_decided_alone() -> None:
+    start = decide_many(None, [CREATE, START], now=T0, run_id="r")
+    first = decide_many(start.snapshot, [lazy("s")], now=T0)
+    after = decide_after(first, CompleteStep(step_id="s", output=b"1"))
+    joined = join_decisions(
+        first, decide_many(first.snapshot, [CompleteStep(step_id="s", output=b"1")], now=T0)
+    )
+    assert after.events == joined.events and after.snapshot == joined.snapshot
+    assert after.created_steps == ("s",) and after.decided_on is start.snapshot
+    assert after.now == T0
+    # The kernel's own: the handler takes it as it is on the snapshot it was decided on.
+    assert recheck_decision(after, start.snapshot, run_id="r") is after
+    # And the snapshot is the fold of the whole history.
+    history = [
+        make_envelope("r", n, event, T0, None)
+        for n, event in enumerate(start.events + after.events, start=1)
+    ]
+    assert after.snapshot == project_run(history)
+
+
+def test_decide_after_a_no_op_is_the_decision_itself() -> None:
+    start = decide_many(None, [CREATE, START], now=T0, run_id="r")
+    first = decide_many(start.snapshot, [log("a")], now=T0)
+    first = decide_after(first, attrs.evolve(log("b"), log_id="once"))
+    assert decide_after(first, attrs.evolve(log("b"), log_id="once")) is first
+
+
+def test_decide_after_refuses_what_the_kernel_refuses_and_hand_made_decisions() -> None:
+    start = decide_many(None, [CREATE, START], now=T0, run_id="r")
+    first = decide_many(start.snapshot, [lazy("s")], now=T0)
+    with pytest.raises(StepNotFound) as refused:
+        decide_after(first, CompleteStep(step_id="missing", output=b""))
+    assert refused.value.command_index == 0
+    with pytest.raises(EntityConflict):
+        decide_after(first, lazy("s"))  # created by the first decision already
+    with pytest.raises(ValueError, match="made by decide_many"):
+        decide_after(attrs.evolve(first), log("x"))
+
+
+def test_a_fold_never_changes_the_records_or_sets_of_the_snapshot_it_starts_from() -> None:
+    start = decide_many(None, [CREATE, START], now=T0, run_id="r")
+    hooked = decide_many(
+        start.snapshot, [CreateHook(hook_id="h", token="t0123456789"), lazy("s")], now=T0
+    ).snapshot
+    assert hooked is not None
+    before_hook = hooked.hooks["h"]
+    before_ids = (hooked.live_step_ids, hooked.active_hook_ids)
+    receive = ReceiveHook(hook_id="h", payload=b"p", delivery_id="d")
+    events = (
+        decide(hooked, receive, now=T0).events
+        + decide(hooked, CompleteStep(step_id="s", output=b"o"), now=T0).events
+    )
+    envelopes = [
+        make_envelope("r", hooked.last_sequence + n, event, T0, None)
+        for n, event in enumerate(events, start=1)
+    ]
+    after = apply(hooked, envelopes)
+    assert len(after.hooks["h"].deliveries) == 1 and after.steps["s"].status == "completed"
+    # The older snapshot reads as it did: its hook's deliveries and its sets are its own.
+    assert hooked.hooks["h"] == before_hook and hooked.hooks["h"].deliveries == ()
+    assert hooked.steps["s"].status == "running"
+    assert (
+        (hooked.live_step_ids, hooked.active_hook_ids)
+        == before_ids
+        == (frozenset({"s"}), frozenset({"h"}))
+    )
+    assert after.live_step_ids == frozenset() and type(after.live_step_ids) is frozenset
+    # A set the fold did not change is shared, not copied.
+    assert after.active_hook_ids is hooked.active_hook_ids
