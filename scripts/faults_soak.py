@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
-from runfold import Envelope  # noqa: E402
 from runfold.flow import Flow, step, workflow  # noqa: E402
+from runfold.kernel import Envelope  # noqa: E402
 from runfold.stores import PostgresStore  # noqa: E402
 from runfold.testing import DelegatingStore  # noqa: E402
 from tests.support.fault_proxy import FaultProxy, random_plan  # noqa: E402

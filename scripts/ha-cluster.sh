@@ -3,6 +3,7 @@
 # replication. Built from Debian packages (apt-get install patroni etcd-server; PostgreSQL 15's
 # server binaries in /usr/lib/postgresql/15/bin).
 #
+#   scripts/ha-cluster.sh ensure       # install what is missing (root: apt-get), check the ports
 #   scripts/ha-cluster.sh start DIR    # etcd and both nodes; waits for a primary and a standby
 #   scripts/ha-cluster.sh node N DIR   # (re)start node N's Patroni (after it was killed)
 #   scripts/ha-cluster.sh stop DIR     # stop everything started in DIR
@@ -14,8 +15,10 @@
 # Everything runs as the `postgres` user (PostgreSQL refuses root); logs are in DIR/*.log.
 set -euo pipefail
 
-action=${1:?start, node or stop}
-if [[ $action == node ]]; then
+action=${1:?ensure, start, node or stop}
+if [[ $action == ensure ]]; then
+    dir=
+elif [[ $action == node ]]; then
     node=${2:?node number}
     dir=${3:?directory}
 else
@@ -92,6 +95,33 @@ role() { # node number -> primary, replica, or nothing
 }
 
 case $action in
+ensure)
+    # Debian's packages: patroni (3.0.2 on bookworm), etcd-server (3.4) and PostgreSQL 15's
+    # server; installed when missing, which needs root (so do the nodes: they run as postgres).
+    if [[ $(id -u) != 0 ]]; then
+        echo "ha-cluster: needs root (apt-get, and runuser to start the nodes as postgres)" >&2
+        exit 1
+    fi
+    missing=()
+    command -v patroni >/dev/null || missing+=(patroni)
+    command -v etcd >/dev/null || missing+=(etcd-server)
+    [[ -x $bin/postgres ]] || missing+=(postgresql-15)
+    command -v curl >/dev/null || missing+=(curl)
+    if ((${#missing[@]})); then
+        echo "ha-cluster: installing ${missing[*]}" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    # The Debian package may start an etcd of its own on 2379; ours uses 23790, and the nodes
+    # 55431-55432 and 58001-58002: all must be free (a cluster left running by an earlier run
+    # is stopped with `stop DIR`).
+    for port in 23790 23800 55431 55432 58001 58002; do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "ha-cluster: port $port is in use" >&2
+            exit 1
+        fi
+    done
+    ;;
 start)
     mkdir -p "$dir"
     chown postgres "$dir"

@@ -120,7 +120,8 @@ def _create(**attributes: str) -> CreateRun:
 async def rule_run_lifecycle(ctx: Context, store: EventStore) -> None:
     """Run rules: `CreateRun` once (again: `EntityConflict`); `StartRun` on pending starts it and
     on running is a no-op; `CompleteRun` ends it; afterwards `StartRun` is `RunExpired` and
-    another `CompleteRun` is `TerminalState`; the history is exactly the accepted events."""
+    another `CompleteRun` is `TerminalState` (the same one again a no-op); the history is
+    exactly the accepted events."""
     s = _Scenario(store)
     await s.accepts(_create(), "run_created")
     await s.refuses(_create(), EntityConflict)
@@ -131,6 +132,7 @@ async def rule_run_lifecycle(ctx: Context, store: EventStore) -> None:
     await s.accepts(CompleteRun(output=b"out"), "run_completed")
     await s.refuses(StartRun(), RunExpired)
     await s.refuses(CompleteRun(output=b"again"), TerminalState)
+    await s.accepts(CompleteRun(output=b"out"))  # the same end, sent again: a no-op
     await s.refuses(RecordLog(level="info", message="late"), TerminalState)
     assert await s.history() == ["run_created", "run_started", "log_recorded", "run_completed"]
     snapshot = await s.handler.snapshot(RUN)
@@ -186,8 +188,8 @@ async def rule_cancellation(ctx: Context, store: EventStore) -> None:
 @check("rules")
 async def rule_attributes(ctx: Context, store: EventStore) -> None:
     """Attribute rules: `SetAttributes` merges into the run's attributes (initial ones included,
-    None removes a key) and the summary shows the result; a seen `write_id` is `EntityConflict`;
-    on an ended run it is `TerminalState`."""
+    None removes a key) and the summary shows the result; a seen `write_id` is a no-op (the
+    first write stands, even on an ended run); a new write on an ended run is `TerminalState`."""
     s = _Scenario(store)
     await s.accepts(
         StartRun(create=_create(region="eu", tier="free")), "run_created", "run_started"
@@ -195,10 +197,11 @@ async def rule_attributes(ctx: Context, store: EventStore) -> None:
     await s.accepts(
         SetAttributes(changes={"tier": "pro", "region": None}, write_id="w1"), "attributes_set"
     )
-    await s.refuses(SetAttributes(changes={"other": "x"}, write_id="w1"), EntityConflict)
+    await s.accepts(SetAttributes(changes={"other": "x"}, write_id="w1"))
     [summary] = await store.get_runs([RUN])
     assert summary is not None and dict(summary.attributes) == {"tier": "pro"}
     await s.accepts(CompleteRun(output=b""), "run_completed")
+    await s.accepts(SetAttributes(changes={"other": "x"}, write_id="w1"))
     await s.refuses(SetAttributes(changes={"late": "x"}), TerminalState)
     await s.assert_indexes([RUN])
 
@@ -211,7 +214,7 @@ async def rule_step_retry_and_redelivery(ctx: Context, store: EventStore) -> Non
     """Step rules: a lazy `StartStep` creates and starts an unknown step (the caller won); a
     `RetryStep` with `retry_after` makes a retry wakeup and an earlier `StartStep` is `TooEarly`;
     once due the next attempt starts, a crash redelivery starts yet another, `CompleteStep`
-    completes it, and a second outcome is `TerminalState`."""
+    completes it, and a second outcome is `TerminalState` (the same one again a no-op)."""
     s = _Scenario(store)
     await s.accepts(StartRun(create=_create()), "run_created", "run_started")
     lazy = LazyStep(step_name="charge", input=b"card", retry=_RETRY)
@@ -230,6 +233,7 @@ async def rule_step_retry_and_redelivery(ctx: Context, store: EventStore) -> Non
     assert redelivered.snapshot.steps["s"].attempt == 3
     await s.accepts(CompleteStep(step_id="s", output=b"ok"), "step_completed")
     await s.refuses(CompleteStep(step_id="s", output=b"again"), TerminalState)
+    await s.accepts(CompleteStep(step_id="s", output=b"ok"))  # the same outcome again: a no-op
     await s.assert_indexes([RUN])
 
 
@@ -276,7 +280,7 @@ async def rule_late_step_outcome(ctx: Context, store: EventStore) -> None:
 async def rule_wait_wakeups(ctx: Context, store: EventStore) -> None:
     """Wait rules: `CreateWait` makes a wait wakeup at `resume_at` (next to the run's deadline
     wakeup); `CompleteWait` completes it (due or not) and the wakeup goes; completing it again is
-    `EntityConflict`; when the run ends the deadline wakeup goes too."""
+    a no-op; when the run ends the deadline wakeup goes too."""
     s = _Scenario(store)
     deadline = T0 + 2 * HOUR
     create = CreateRun(workflow_name="wf", input=b"", deadline=deadline)
@@ -289,7 +293,7 @@ async def rule_wait_wakeups(ctx: Context, store: EventStore) -> None:
     ]
     assert await store.due_wakeups(T0 + HOUR - timedelta(microseconds=1)) == []
     await s.accepts(CompleteWait(wait_id="w"), "wait_completed")
-    await s.refuses(CompleteWait(wait_id="w"), EntityConflict)
+    await s.accepts(CompleteWait(wait_id="w"))  # completed already: a no-op
     assert await store.next_wakeup() == wakeup(RUN, "deadline", RUN, deadline)
     await s.accepts(CompleteRun(output=b""), "run_completed")
     assert await store.next_wakeup() is None
@@ -301,7 +305,7 @@ async def rule_hook_delivery(ctx: Context, store: EventStore) -> None:
     """Hook rules: `deliver(token)` finds the live hook through the store and records a
     delivery; the same delivery id and payload again is a no-op, another payload
     `EntityConflict`; after `DisposeHook` the token finds nothing (`HookNotFound`) and disposing
-    again is `EntityConflict`."""
+    again is a no-op."""
     s = _Scenario(store)
     await s.accepts(StartRun(create=_create()), "run_created", "run_started")
     await s.accepts(CreateHook(hook_id="h", token="tok"), "hook_created")
@@ -318,7 +322,7 @@ async def rule_hook_delivery(ctx: Context, store: EventStore) -> None:
     await raises(
         HookNotFound, s.handler.deliver("tok", b"late"), "a delivery to a disposed hook's token"
     )
-    await s.refuses(DisposeHook(hook_id="h"), EntityConflict)
+    await s.accepts(DisposeHook(hook_id="h"))  # disposed already: a no-op
     assert await s.history() == [
         "run_created",
         "run_started",

@@ -392,9 +392,10 @@ class Engine:
         """Deliver `payload` to the live hook holding `token`, then drive its run.
 
         A repeated `delivery_id` with the same payload is recorded once. A run of a fleet is
-        driven only by its workers: without a `lease`, once a worker ever claimed the run, the
-        delivery is recorded and a worker takes the run on (its `ready` wakeup). A run of a
-        workflow the engine does not serve is not driven here either.
+        driven only by its workers: without a `lease`, once a worker ever claimed the run, or
+        while it is queued (pending), the delivery is recorded and a worker takes the run on
+        (its `ready` wakeup). A run of a workflow the engine does not serve is not driven here
+        either.
 
         Raises:
             HookNotFound: No live hook holds the token.
@@ -428,12 +429,13 @@ class Engine:
         """Drive a run that input (a delivery, a cancellation request) just reached, unless it
         is a fleet's and this engine is none of its workers.
 
-        A run a worker ever claimed belongs to the fleet: an engine without a lease (a web
-        process, say) leaves it be, and the run's `ready` wakeup hands it to a worker. With a
+        A run a worker ever claimed belongs to the fleet, and so does a queued run no worker
+        has started yet (pending): an engine without a lease (a web process, say) leaves it
+        be, and the run's `ready` wakeup (or its queue) hands it to a worker. With a
         lease, a run another live worker owns is left to it: the owner sees the input. A run
         of a workflow this engine does not serve is left to a process that does.
         """
-        if (self.lease is None and snapshot.owner_epoch > 0) or (
+        if (self.lease is None and (snapshot.owner_epoch > 0 or snapshot.status == "pending")) or (
             snapshot.workflow_name not in self.workflow_names
         ):
             return snapshot

@@ -155,6 +155,15 @@ class StartChildCall:
     timeout: timedelta | None = None
 
 
+CANCEL_CHILD_STEP = "runfold.cancel_child"
+"""The name of the step `ChildHandle.cancel` records."""
+
+
+async def cancel_child(flow: Any, run_id: str, reason: str) -> None:
+    """The body of `ChildHandle.cancel`'s step, which the parent's `Flow` runs with itself."""
+    await flow.cancel_child(run_id, reason)
+
+
 @attrs.frozen(kw_only=True)
 class ChildHandle:
     """A child run started by `start_child`: its `run_id`, and `await handle.result()`."""
@@ -171,6 +180,16 @@ class ChildHandle:
             ChildWorkflowError: The child failed, was cancelled or timed out.
         """
         return Pending(ChildResultCall(handle=self))
+
+    def cancel(self, reason: str | None = None) -> Any:
+        """Ask the child run to cancel, as `Flow.cancel` does, once: a step of this run.
+
+        The step (named `runfold.cancel_child`) records the request; a child that already
+        ended, or is already cancelling, is left as it is. `await handle.result()` then
+        raises `ChildWorkflowError` for a child that ended cancelled.
+        """
+        why = reason if reason is not None else "cancelled by its parent run"
+        return step(cancel_child, self.run_id, why, name=CANCEL_CHILD_STEP)
 
 
 @attrs.frozen(kw_only=True)

@@ -34,6 +34,7 @@ from runfold.engine import (
     Worker,
     WorkflowInvocation,
 )
+from runfold.flow.calls import cancel_child
 from runfold.flow.continuation import continued_as, follow, last_run
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
@@ -42,7 +43,7 @@ from runfold.flow.events import EventBoard
 from runfold.flow.family import Family
 from runfold.flow.fork import fork_run, restart_at
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
-from runfold.flow.interpreter import Interpreter
+from runfold.flow.interpreter import OBSERVED, Interpreter
 from runfold.flow.messages import mailbox_hook
 from runfold.flow.versions import code_version
 from runfold.handler import CommandHandler
@@ -56,6 +57,7 @@ from runfold.kernel import (
     RunFailed,
     RunTimedOut,
     Snapshot,
+    TerminalState,
 )
 from runfold.stores.protocol import EventStore
 
@@ -67,6 +69,9 @@ _FAMILY_DECISIONS = frozenset({LinkChildOperation, AwaitHook})
 
 # What a step body commonly returns, and can never be awaited: `inspect.isawaitable` is skipped.
 _NEVER_AWAITABLE = frozenset({str, bytes, int, float, bool, type(None), list, dict, tuple})
+
+_REMEMBERED_BODIES = 1024
+"""How many step functions a Flow remembers the kind of (`async def` or not)."""
 
 _CURRENT_STEP: ContextVar[StepInvocation | None] = ContextVar("runfold_flow_step", default=None)
 
@@ -141,6 +146,7 @@ class Flow:
         self.hashed_version = version is None
         """Whether `version` is the default, `code_version` of the served workflows."""
         self._threads: ThreadPoolExecutor | None = None  # made on the first `def` step
+        self._async_bodies: dict[Callable[..., Any], bool] = {}  # step bodies: `async def`?
         self.codec: PayloadCodec = codec if codec is not None else JsonCodec()
         self.handler = (
             CommandHandler(store) if clock is None else CommandHandler(store, clock=clock)
@@ -291,6 +297,17 @@ class Flow:
         """
         run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
         return await self.settled(await self.engine.request_cancel(run_id, reason))
+
+    async def cancel_child(self, run_id: str, reason: str) -> None:
+        """Ask a child run to cancel from its parent's step (`ChildHandle.cancel`).
+
+        As `cancel`, without driving anything but the child: the parent's drive is running.
+        A child that continued as new stands for the last run of its chain; one that ended or
+        is already cancelling is left as it is.
+        """
+        run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
+        with contextlib.suppress(TerminalState, EntityConflict):
+            await self.engine.request_cancel(run_id, reason)
 
     async def fork(self, run_id: str, *, from_step: int, new_run_id: str | None = None) -> FlowRun:
         """A new run of `run_id`'s workflow and input, reusing its outcomes before `from_step`.
@@ -500,10 +517,16 @@ class Flow:
                 raise FlowError(f"no function is known for step {invocation.step_name!r}")
             fn, args = found, self.codec.decode(invocation.input)
             info = WorkflowInfo.of(await self.handler.snapshot(invocation.run_id))
+        if fn is cancel_child:  # `handle.cancel()`: the body acts through this Flow
+            args = (self, *args)
         token = _CURRENT_STEP.set(invocation)
         info_token = CURRENT_INFO.set(info)
         try:
-            if inspect.iscoroutinefunction(fn):
+            try:
+                is_async = self._async_bodies[fn]
+            except (KeyError, TypeError):  # not seen yet, or a callable that is not hashable
+                is_async = self._remember_kind(fn)
+            if is_async:
                 result = await fn(*args)
             elif not self.step_threads:  # bodies that never block: no thread hop
                 result = fn(*args)
@@ -527,6 +550,15 @@ class Flow:
             interpreter.ran(held, invocation.step_id, output, result)
         return output
 
+    def _remember_kind(self, fn: Callable[..., Any]) -> bool:
+        """Whether `fn` is an `async def`, remembered (for a bounded number of functions)."""
+        found = inspect.iscoroutinefunction(fn)
+        if len(self._async_bodies) >= _REMEMBERED_BODIES:
+            self._async_bodies.clear()
+        with contextlib.suppress(TypeError):
+            self._async_bodies[fn] = found
+        return found
+
     @property
     def threads(self) -> ThreadPoolExecutor:
         """The pool that runs plain `def` step bodies (`step_threads` threads at most)."""
@@ -538,7 +570,10 @@ class Flow:
 
     async def on_event(self, envelope: Envelope) -> None:
         """Confirm what the engine appended to the live sessions; note runs that ended."""
-        if type(envelope.event) in _RUN_ENDS:
+        kind = type(envelope.event)
+        if kind not in OBSERVED:  # a step's creation or start, most often: nothing to do
+            return
+        if kind in _RUN_ENDS:
             self.family.ended(envelope.run_id)
         self.interpreter.observe(envelope)
         self.events.saw(envelope)

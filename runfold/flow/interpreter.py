@@ -81,7 +81,7 @@ __all__ = ["Interpreter", "Session"]
 
 _log = logging.getLogger("runfold.flow")
 # The events `observe` acts on: outcomes a session may have consumed, and the run's ends.
-_OBSERVED = frozenset(
+OBSERVED = frozenset(
     {
         StepCompleted,
         StepFailed,
@@ -96,6 +96,7 @@ _OBSERVED = frozenset(
         RunTimedOut,
     }
 )
+"""The events `Interpreter.observe` looks at (a run's end included); the others pass by."""
 
 
 class Interpreter:
@@ -223,7 +224,7 @@ class Interpreter:
     def observe(self, envelope: Envelope) -> None:
         """Confirm what the engine appended; a mismatch or the run's end drops the session."""
         event = envelope.event
-        if type(event) not in _OBSERVED:  # most events: a step's creation or start
+        if type(event) not in OBSERVED:  # most events: a step's creation or start
             return
         session = self.sessions.get(envelope.run_id)
         if session is None:

@@ -278,7 +278,13 @@ class CommandHandler:
             after = batch.snapshot
             if not batch.events:
                 assert after is not None  # only an existing run can make a command a no-op
-                return Outcome(snapshot=after, appended=(), missed=missed)
+                # A lazy start found applied (its `start_id`) still tells its caller to run it.
+                return Outcome(
+                    snapshot=after,
+                    appended=(),
+                    missed=missed,
+                    created_step=bool(batch.created_steps),
+                )
             assert after is not None
             head = before.last_sequence if before is not None else 0
             try:

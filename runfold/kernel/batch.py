@@ -48,7 +48,8 @@ class BatchDecision:
 
     `events` are every command's events in order (empty when every command was a no-op);
     `snapshot` is the run after them (the snapshot given when there are none); `created_steps`
-    the ids of the steps a lazy `StartStep` of the batch created. `decided_on` and `now` are
+    the ids of the steps a lazy `StartStep` of the batch created (or had created: the same
+    command, `start_id` and all, found applied). `decided_on` and `now` are
     what it was decided on and when, so a caller holding the same snapshot can reuse it.
     """
 
@@ -57,6 +58,17 @@ class BatchDecision:
     created_steps: tuple[str, ...] = ()
     decided_on: Snapshot | None = attrs.field(default=None, eq=False, repr=False)
     now: datetime | None = None
+
+
+def _started_it(snapshot: Snapshot | None, command: Command) -> bool:
+    """Whether `command` is a lazy `StartStep` found applied: its step's first attempt its own.
+
+    Its caller created the step and runs the body, as when the command was first decided.
+    """
+    if not isinstance(command, StartStep) or command.lazy is None or command.start_id is None:
+        return False
+    record = snapshot.steps.raw(command.step_id) if snapshot is not None else None
+    return record is not None and record.attempt == 1 and record.start_id == command.start_id
 
 
 def decide_many(
@@ -147,6 +159,8 @@ def _decide_onto(
                 )
             raise
         if not decision.events:
+            if _started_it(current, command):
+                created.append(command.step_id)  # type: ignore[attr-defined]
             continue
         if isinstance(command, StartStep) and isinstance(decision.events[0], StepCreated):
             created.append(command.step_id)

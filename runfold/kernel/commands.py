@@ -6,6 +6,7 @@ keyword-only. Hook tokens never appear in a repr.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
@@ -53,6 +54,11 @@ __all__ = [
     "StartStep",
     "TimeOutRun",
 ]
+
+
+def new_log_id() -> str:
+    """A fresh identity for a log line: `log-` and 16 random hex digits (`RecordLog.log_id`)."""
+    return "log-" + os.urandom(8).hex()
 
 
 def _attribute_changes(
@@ -130,8 +136,9 @@ class StartRun(Command):
 class CompleteRun(Command):
     """End the run successfully with `output` (`RunCompleted`).
 
+    A no-op on a run completed with the same `output` (the command, applied already, sent again).
     `decide` rejects it with `TerminalState` on a cancelling run (it ends cancelled, failed or timed
-    out) and on a run that has ended.
+    out) and on a run that ended otherwise.
     """
 
     ends_run: ClassVar[bool] = True
@@ -142,7 +149,8 @@ class CompleteRun(Command):
 class FailRun(Command):
     """End the run as failed with `error` and an optional `error_code` (`RunFailed`).
 
-    `decide` rejects it with `TerminalState` once the run has ended.
+    A no-op on a run failed with the same `error` and `error_code`; `decide` rejects it with
+    `TerminalState` once the run has ended otherwise.
     """
 
     ends_run: ClassVar[bool] = True
@@ -178,7 +186,8 @@ class CancelRun(Command):
 class TimeOutRun(Command):
     """End the run as timed out because its `deadline` passed (`RunTimedOut`).
 
-    `decide` rejects it with `TerminalState` once the run has ended.
+    A no-op on a run that timed out; `decide` rejects it with `TerminalState` once the run has
+    ended otherwise.
     """
 
     ends_run: ClassVar[bool] = True
@@ -190,10 +199,11 @@ class TimeOutRun(Command):
 class SetAttributes(Command):
     """Change the run's attributes (`AttributesSet`); a change whose value is None removes the key.
 
-    `changes` also accepts a mapping (`{"key": "value", "gone": None}`). `decide` rejects it with
-    `InvalidAttributes` (a bad key or value, a `$` key without `allow_reserved`, too many
-    attributes), `EntityConflict` when `write_id` was already applied, and `TerminalState` once the
-    run has ended.
+    `changes` also accepts a mapping (`{"key": "value", "gone": None}`). A no-op, even once the run
+    has ended, when `write_id` was already applied (the first write stands) and, without a
+    `write_id`, when every change is in effect already: a write sent again after it was applied
+    is recorded once. `decide` rejects it with `InvalidAttributes` (a bad key or value, a `$` key
+    without `allow_reserved`, too many attributes) and `TerminalState` once the run has ended.
     """
 
     changes: tuple[AttributeChange, ...] = attrs.field(converter=_attribute_changes)
@@ -237,9 +247,12 @@ class LinkChild(Command):
 class RecordLog(Command):
     """Record a log line at `level`, from the workflow or the step `step_id` (`LogRecorded`).
 
-    `log_id`, chosen by the caller, names the line: a `RecordLog` whose `log_id` the run has
-    recorded already is a no-op (the line first recorded stands), even once the run has ended,
-    so a caller that lost the reply can send it again and the line is recorded once.
+    `log_id` names the line: a `RecordLog` whose `log_id` the run has recorded already is a
+    no-op (the line first recorded stands), even once the run has ended, so a caller that lost
+    the reply can send the command again, through any handler, and the line is recorded once.
+    Unless the caller names it, each `RecordLog` made gets an identity of its own (`log-` and 16
+    random hex digits): two commands are two lines, the same command sent twice one. An explicit
+    None records a line each time it is sent.
 
     `decide` rejects it with `InvalidCommand` for a level other than info, warning or error, and
     with `TerminalState` once the run has ended (unless its `log_id` was recorded).
@@ -249,7 +262,7 @@ class RecordLog(Command):
     message: str
     step_id: str | None = None
     data: bytes | None = None
-    log_id: str | None = None
+    log_id: str | None = attrs.field(factory=new_log_id)
 
 
 @attrs.frozen(kw_only=True)
@@ -315,20 +328,28 @@ class StartStep(Command):
     no `lazy`), `TerminalState` (the step has ended), `RunExpired` (the run has ended), `TooEarly`
     (a retry before its `retry_after`), `AttemptsExhausted` (the policy allows no further attempt)
     and `InvalidCommand` (`retry` with `lazy`: a new step takes its policy from `lazy.retry`).
+
+    `start_id`, chosen by the caller, names this start; it is recorded on the `StepStarted`. The
+    same command again, by any caller, after it was applied (a retry whose reply was lost) is a
+    no-op while the attempt it began is the step's latest: a lazy one then reports the step as
+    created by it (`BatchDecision.created_steps`), so its caller runs the body, and another
+    caller's lazy start (another `start_id`) is still the `EntityConflict` above.
     """
 
     step_id: str
     lazy: LazyStep | None = None
     retry: RetryPolicy | None = None
+    start_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class CompleteStep(Command):
     """End a pending or running step with `output` (`StepCompleted`).
 
-    A running step may still complete after its run ended (a late outcome). `decide` rejects it
-    with `StepNotFound`, `TerminalState` (the step has ended) and `RunExpired` (a pending step of
-    an ended run).
+    A running step may still complete after its run ended (a late outcome). A no-op on a step
+    completed with the same `output` (the command, applied already, sent again). `decide`
+    rejects it with `StepNotFound`, `TerminalState` (the step ended otherwise) and `RunExpired`
+    (a pending step of an ended run).
     """
 
     step_id: str
@@ -339,8 +360,9 @@ class CompleteStep(Command):
 class FailStep(Command):
     """End a pending or running step as failed with `error` (`StepFailed`).
 
-    `retryable` records how the runtime classified the error. `decide` rejects it like
-    `CompleteStep`: `StepNotFound`, `TerminalState`, `RunExpired`.
+    `retryable` records how the runtime classified the error. A no-op on a step failed with the
+    same `error`. `decide` rejects it like `CompleteStep`: `StepNotFound`, `TerminalState`,
+    `RunExpired`.
     """
 
     step_id: str
@@ -352,7 +374,9 @@ class FailStep(Command):
 class RetryStep(Command):
     """Send a running step back to pending after a failed attempt (`StepRetrying`).
 
-    The next `StartStep` is refused with `TooEarly` before `retry_after`. `decide` rejects it with
+    The next `StartStep` is refused with `TooEarly` before `retry_after`. A no-op on a step sent
+    back to pending with the same `error` and `retry_after` (this retry, recorded already; its
+    reply lost). `decide` rejects it with
     `StepNotFound`, `TerminalState` (the step has ended), `InvalidCommand` (the step is not running,
     or its retry budget is spent: use `FailStep`) and `RunExpired` (the run has ended).
     """
@@ -366,8 +390,8 @@ class RetryStep(Command):
 class CancelStep(Command):
     """Cancel a pending or running step (`StepCancelled`).
 
-    `decide` rejects it with `StepNotFound`, `TerminalState` (the step has ended) and `RunExpired`
-    (the run has ended).
+    A no-op on a cancelled step. `decide` rejects it with `StepNotFound`, `TerminalState` (the step
+    ended otherwise) and `RunExpired` (the run has ended).
     """
 
     step_id: str
@@ -393,7 +417,7 @@ class CreateWait(Command):
 class CompleteWait(Command):
     """Complete a waiting wait (`WaitCompleted`).
 
-    `decide` rejects it with `WaitNotFound`, `EntityConflict` (already completed), `TerminalState`
+    A no-op on a completed wait. `decide` rejects it with `WaitNotFound`, `TerminalState`
     (cancelled) and `RunExpired` (the run has ended).
     """
 
@@ -440,8 +464,8 @@ class ReceiveHook(Command):
 class DisposeHook(Command):
     """Close an active hook and free its token (`HookDisposed`).
 
-    `decide` rejects it with `HookNotFound` (unknown, or its run ended without retaining the
-    token), `EntityConflict` (already disposed) and `TerminalState` (cancelled).
+    A no-op on a disposed hook. `decide` rejects it with `HookNotFound` (unknown, or its run
+    ended without retaining the token) and `TerminalState` (cancelled).
     """
 
     hook_id: str
@@ -461,7 +485,6 @@ fast_inits(
         SetAttributes,
         RecordProgress,
         LinkChild,
-        RecordLog,
         CreateStep,
         StartStep,
         CompleteStep,

@@ -312,8 +312,10 @@ class StepStarted(_Catalogued):
     `after_interruption` says the attempt before was interrupted: the step was still `running`
     (its process died inside the body, and no outcome was recorded). `retry` is the step's retry
     policy from this attempt on, set only when it differs from the one before (a deploy changed
-    it); None keeps the policy. Both are trailing fields left out of the wire form when unset,
-    so a history without them reads as before, and they appear in the `repr` only when set.
+    it); None keeps the policy. `start_id` is the identity of the `StartStep` that began the
+    attempt (`StartStep.start_id`), when it had one: the same command again is then recognised
+    as applied. All three are trailing fields left out of the wire form when unset, so a history
+    without them reads as before, and they appear in the `repr` only when set.
     """
 
     event_type: ClassVar[str] = "step_started"
@@ -321,11 +323,14 @@ class StepStarted(_Catalogued):
     attempt: int
     after_interruption: bool = False
     retry: RetryPolicy | None = None
+    start_id: str | None = None
 
     def __repr__(self) -> str:
         extra = ", after_interruption=True" if self.after_interruption else ""
         if self.retry is not None:
             extra += f", retry={self.retry!r}"
+        if self.start_id is not None:
+            extra += f", start_id={self.start_id!r}"
         return f"StepStarted(step_id={self.step_id!r}, attempt={self.attempt!r}{extra})"
 
 

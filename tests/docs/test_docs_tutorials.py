@@ -79,6 +79,24 @@ def test_every_tutorial_has_examples_and_outputs() -> None:
                 assert blocks[i - 1][0] in ("python", "console"), page
 
 
+def test_every_durable_functions_section_shows_dbos_beside_runfold() -> None:
+    # Each section of the durable-functions tutorial runs runfold's version and shows DBOS's.
+    text = (TUTORIALS / "durable-functions.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    assert len(sections) >= 12
+    for section in sections:
+        title = section.splitlines()[0]
+        fences = re.findall(r"^```(\w*)\n(.*?)^```", section, re.DOTALL | re.MULTILINE)
+        dbos = [code for language, code in fences if language == "py" and "DBOS" in code]
+        if title == "The rules":  # no example: the rules, then DBOS's in a sentence
+            assert "DBOS asks the same" in section
+        elif title == "runfold and DBOS, side by side":
+            assert "| DBOS |" in section
+        else:
+            assert dbos, f"section {title!r} shows no DBOS version"
+            assert any(language == "python" for language, _ in fences), title
+
+
 @pytest.mark.parametrize(("where", "source", "shown"), EXAMPLES, ids=[e[0] for e in EXAMPLES])
 def test_example_prints_what_the_page_shows(
     where: str, source: str, shown: str | None, monkeypatch: pytest.MonkeyPatch

@@ -137,8 +137,8 @@ def test_a_rate_limit_spaces_the_starts_across_workers(backend: str, tmp_path: P
         asyncio.run(go())
     starts = [row[3] for row in read_ledger(ledger) if row[0] == "start"]
     assert len(starts) == 6
-    assert starts[-1] - starts[0] >= 1.9e9, "6 starts at 2 a second took under 2 seconds"
     slack = 0.25e9  # between a hand-out and its body's start
+    assert starts[-1] - starts[0] >= 2e9 - slack, "6 starts at 2 a second took under 2 seconds"
     assert all(
         late - early >= 1e9 - slack for early, late in zip(starts, starts[2:], strict=False)
     ), starts

@@ -120,6 +120,52 @@ async def test_cancelling_or_timing_out_the_parent_cancels_its_children(
     assert (await flow.result("T/1")).status == "cancelled"
 
 
+@workflow(name="test-order-cancels-a-line")
+async def order_cancelling_a_line(items: list[str]) -> list[Any]:
+    handles = [await start_child(order_line, item) for item in items]
+    await wait_for_event("go", token=f"go-{workflow_info().run_id}")  # the lines ran meanwhile
+    await handles[0].cancel("the customer dropped it")
+    await handles[0].cancel()  # a line already cancelling (or cancelled) is left alone
+    lines: list[Any] = []
+    for handle in handles:
+        try:
+            lines.append(await handle.result())
+        except ChildWorkflowError as exc:
+            lines.append(exc.child_status)
+    return lines
+
+
+async def test_a_parent_cancels_a_child_through_its_handle(store: EventStore) -> None:
+    flow = Flow(store, [order_cancelling_a_line, order_line])
+    await flow.start(order_cancelling_a_line, ["wait-6", "pen"], run_id="X")
+    assert (await flow.result("X/1")).status == "running"  # waiting to be packed
+    run = await flow.deliver("go-X", True)
+    assert run.status == "completed", run.error
+    assert run.output[0] == "cancelled" and run.output[1]["item"] == "pen"
+    line = await flow.result("X/1")
+    assert line.snapshot.cancellation is not None
+    assert line.snapshot.cancellation.reason == "the customer dropped it"
+    names = [s.step_name for s in run.snapshot.steps.values()]
+    assert names.count("runfold.cancel_child") == 2  # each recorded once, as a step
+
+
+@settings(max_examples=10)
+@given(schedule=fault_schedules(max_write=16, max_faults=2))
+async def test_a_child_cancelled_by_its_parent_survives_any_fault_schedule(
+    schedule: tuple[Fault, ...],
+) -> None:
+    outcome = await crash_and_resume(
+        order_cancelling_a_line,
+        ["wait-7", "pen"],
+        store=MemoryStore(),
+        schedule=schedule,
+        workflows=[order_line],
+        events={"go-Y": True},
+        run_id="Y",
+    )
+    assert outcome.same, outcome
+
+
 @settings(max_examples=15)
 @given(schedule=fault_schedules(max_write=16, max_faults=2))
 async def test_parent_and_children_survive_any_fault_schedule(schedule: tuple[Fault, ...]) -> None:

@@ -67,3 +67,34 @@ async def test_no_step_threads_runs_def_bodies_on_the_loop() -> None:
 
     done = await Flow(MemoryStore(), [on_the_loop], step_threads=0).start(on_the_loop, None)
     assert done.output == threading.current_thread().name
+
+
+class _Body:
+    """A callable step body that cannot be hashed (it defines `__eq__` alone)."""
+
+    def __init__(self, asynchronous: bool) -> None:
+        self.asynchronous = asynchronous
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Body) and other.asynchronous == self.asynchronous
+
+    def __call__(self) -> str:
+        return threading.current_thread().name
+
+
+async def _on_the_loop() -> str:
+    return threading.current_thread().name
+
+
+async def test_each_body_runs_where_its_kind_says_hashable_or_not() -> None:
+    @workflow(name="test-body-kinds")
+    async def kinds(_: None) -> list[str]:
+        names: list[str] = []
+        for _round in range(2):  # the second time, the kinds are remembered
+            names.append(await step(_Body(False), name="unhashable"))
+            names.append(await step(_on_the_loop))
+        return names
+
+    done = await Flow(MemoryStore(), [kinds]).start(kinds, None)
+    loop_thread = threading.current_thread().name
+    assert [name == loop_thread for name in done.output] == [False, True, False, True]

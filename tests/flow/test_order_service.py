@@ -7,7 +7,6 @@ messages, and shows progress and results from another process."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import signal
 import subprocess
@@ -23,8 +22,7 @@ import pytest
 
 from runfold import EventStore
 from runfold.flow import Flow
-from runfold.kernel import RunNotFound, TerminalState
-from runfold.stores import open_store
+from runfold.kernel import TerminalState
 from tests.conftest import Clock, _open
 from tests.support.postgres_support import DSN, admin, schema_name
 from tests.support.ui_support import free_port
@@ -177,15 +175,19 @@ def test_no_double_charge_after_a_sigkill_at_any_step(
 # --- the web app, in its own process -------------------------------------------------------------
 
 
-@pytest.fixture
-def web(tmp_path: Path, orders_ledger: Path) -> Iterator[tuple[str, str]]:
-    url, port = f"sqlite:///{tmp_path / 'web.db'}", free_port()
+@pytest.fixture(params=["sqlite", "postgres"])
+def web(
+    request: pytest.FixtureRequest, tmp_path: Path, orders_ledger: Path
+) -> Iterator[tuple[str, str]]:
+    url, port = store_url(request.param, tmp_path), free_port()
     env = {"ORDERS_LEDGER": str(orders_ledger), "PATH": "/usr/bin:/bin"}
+    # Its output goes to a file: a pipe nobody reads blocks the server once 64 KiB are logged.
+    log = (tmp_path / "web.log").open("wb")
     server = subprocess.Popen(
         [sys.executable, str(EXAMPLE), url, "web", str(port)],
         env={**env, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -199,7 +201,8 @@ def web(tmp_path: Path, orders_ledger: Path) -> Iterator[tuple[str, str]]:
         yield base, url
     finally:
         server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=20)
+        server.wait(timeout=20)
+        log.close()
 
 
 def call(base: str, path: str, body: Any = None) -> Any:
@@ -208,16 +211,54 @@ def call(base: str, path: str, body: Any = None) -> Any:
         return json.loads(r.read())
 
 
+def test_the_web_app_answers_what_is_not_there_yet_with_a_404(web: tuple[str, str]) -> None:
+    # Senders poll until an order's line exists: each refusal used to be a 500 with a logged
+    # traceback (3 KB), and a server whose output nobody read stopped after about twenty.
+    base, _ = web
+    for attempt in range(100):
+        for path, body in (
+            ("/orders/w9", None),
+            ("/warehouse/packed", {"id": "1", "line": "w9/9"}),
+        ):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                call(base, path, {**body, "box": "b"} if body else None)
+            refused.value.close()
+            assert refused.value.code == 404, (attempt, path)
+    assert call(base, "/orders", an_order("w9")) == {"order": "w9", "status": "pending"}
+    assert call(base, "/orders/w9")["status"] == "pending"
+
+
+async def test_a_message_to_a_line_no_worker_took_up_yet_is_kept(store: EventStore) -> None:
+    # The web app's path: a Flow that does not serve sends to a queued child run before any
+    # worker claimed it; the send returns with the message kept, and leaves the line to the
+    # fleet (the web process ran the line's steps itself), which takes the message.
+    web = Flow(store, [service.checkout, service.fulfil_line])
+    line = await web.start(service.fulfil_line, LINES[0], run_id="q1/9", queued=True)
+    assert line.status == "pending"
+    sent = await asyncio.wait_for(web.send("q1/9", "b", topic="packed", idempotency_key="p"), 30)
+    assert sent.snapshot.hooks["mailbox:packed"].deliveries[0].payload == b'"b"'
+    assert sent.status == "pending"  # queued for the fleet: the sender runs none of its steps
+    worker = Flow(store, [service.checkout, service.fulfil_line])
+    serving = asyncio.create_task(worker.serve(handle_signals=False, poll_interval=0.05))
+    try:
+        done = await worker.result("q1/9", wait=30)
+    finally:
+        worker.stop()
+        await serving
+    assert (done.status, done.output) == ("completed", "parcel-res-lamp")
+
+
 async def test_the_web_app_and_a_worker_serve_an_order_together(
     web: tuple[str, str], tmp_path: Path
 ) -> None:
     base, url = web
     assert call(base, "/orders", an_order("w1")) == {"order": "w1", "status": "pending"}
+    worker_log = (tmp_path / "worker.log").open("wb")
     worker_process = subprocess.Popen(
         [sys.executable, str(EXAMPLE), url, "worker"],
         env={"ORDERS_LEDGER": str(tmp_path / "ledger.jsonl"), "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=worker_log,
+        stderr=subprocess.STDOUT,
     )
     try:
         shown = call(base, "/orders/w1")
@@ -228,17 +269,14 @@ async def test_the_web_app_and_a_worker_serve_an_order_together(
             shown = call(base, "/orders/w1")
         assert shown == {"status": "running", "progress": "paying", "result": None}
         call(base, "/webhooks/payment", {"id": "evt-1", "order": "w1", "status": "succeeded"})
-        async with await open_store(url, read_only=True) as store:
-            looking = Flow(store, [service.checkout, service.fulfil_line])
-            for line_call in ("9", "10"):
-                line = f"w1/{line_call}"
-                # The warehouse packs a line the worker took up (a fleet's run is its workers').
-                for _ in range(400):
-                    with contextlib.suppress(RunNotFound):
-                        if (await looking.result(line)).status == "running":
-                            break
-                    await asyncio.sleep(0.05)
-                call(base, "/warehouse/packed", {"id": line, "line": line, "box": "b"})
+        for line_call in ("9", "10"):
+            line = f"w1/{line_call}"
+            for _ in range(400):
+                try:
+                    call(base, "/warehouse/packed", {"id": line, "line": line, "box": "b"})
+                    break
+                except urllib.error.HTTPError:  # not created yet
+                    time.sleep(0.05)
         for _ in range(400):
             shown = call(base, "/orders/w1")
             if shown["status"] == "completed":
@@ -248,4 +286,5 @@ async def test_the_web_app_and_a_worker_serve_an_order_together(
         assert shown["result"]["parcels"] == ["parcel-res-lamp", "parcel-res-desk"]
     finally:
         worker_process.send_signal(signal.SIGTERM)
-        worker_process.communicate(timeout=30)
+        worker_process.wait(timeout=30)
+        worker_log.close()

@@ -156,8 +156,8 @@ def reason_of(event_type: str, schema_version: int, payload: bytes) -> str:
         (2, cbor2.dumps({"step_id": "s", "attempt": 1}), "not an array"),
         (2, cbor2.dumps("step_started"), "not an array"),
         (2, cbor2.dumps(None), "not an array"),
-        (2, cbor2.dumps(["s"]), "expected 2 to 4 fields, found 1"),
-        (2, cbor2.dumps(["s", 1, False, None, 0]), "expected 2 to 4 fields, found 5"),
+        (2, cbor2.dumps(["s"]), "expected 2 to 5 fields, found 1"),
+        (2, cbor2.dumps(["s", 1, False, None, None, 0]), "expected 2 to 5 fields, found 6"),
         (2, cbor2.dumps(["s", 1, 2]), "after_interruption: expected bool, found int"),
         (2, cbor2.dumps(["s", 1, True, 3]), "retry: "),
         (1, b"\xa1", "not CBOR"),  # a map header with nothing after it

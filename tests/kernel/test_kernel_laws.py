@@ -779,6 +779,7 @@ def model(history: Sequence[Envelope]) -> dict[str, Any]:
                 started_at=step.started_at or at,
                 retry_after=None,
                 updated_at=at,
+                start_id=ev.start_id,  # the start that began the latest attempt
             )
         elif isinstance(ev, StepCompleted | StepFailed | StepCancelled):
             step = steps[ev.step_id]

@@ -317,6 +317,7 @@ _CANCELLED_NO_OPS = ("RequestCancel", "CancelRun")
         for name in NEEDS_LIVE_RUN
         for status in TERMINAL
         if not (status == "cancelled" and name in _CANCELLED_NO_OPS)
+        and not (status == "timed_out" and name == "TimeOutRun")
     ],
 )
 async def test_run_commands_on_an_ended_run_are_terminal_state(
@@ -448,16 +449,33 @@ async def test_set_attributes_merges_with_the_initial_attributes(handler: Comman
     assert dict(outcome.snapshot.attributes) == {"x": "1", "y": "20", "z": "3"}
 
 
+@pytest.mark.parametrize("status", ["running", "completed"])
 @pytest.mark.parametrize("changes", [{"k": "v"}, {"other": "x"}])
-async def test_set_attributes_with_a_seen_write_id_is_an_entity_conflict(
-    handler: CommandHandler, changes: dict[str, str]
+async def test_set_attributes_with_a_seen_write_id_is_a_no_op_the_first_write_stands(
+    handler: CommandHandler, changes: dict[str, str], status: str
 ) -> None:
-    await run_with(handler, "running", SetAttributes(changes={"k": "v"}, write_id="w-1"))
+    await run_with(handler, status, SetAttributes(changes={"k": "v"}, write_id="w-1"))
+    before = await handler.history(RUN)
 
-    await assert_rejected(
-        handler, SetAttributes(changes=changes, write_id="w-1"), EntityConflict, "'w-1'"
-    )
+    outcome = await handler.execute(RUN, SetAttributes(changes=changes, write_id="w-1"))
+
+    assert outcome.appended == ()
+    assert await handler.history(RUN) == before
     assert dict((await handler.snapshot(RUN)).attributes) == {"k": "v"}
+
+
+async def test_set_attributes_without_a_write_id_already_in_effect_is_a_no_op(
+    handler: CommandHandler,
+) -> None:
+    await run_with(handler, "running", SetAttributes(changes={"k": "v", "gone": None}))
+    before = await handler.history(RUN)
+
+    same = await handler.execute(RUN, SetAttributes(changes={"k": "v", "gone": None}))
+    other = await handler.execute(RUN, SetAttributes(changes={"k": "v", "new": "1"}))
+
+    assert same.appended == ()
+    assert await handler.history(RUN) == [*before, *other.appended]
+    assert kinds(other) == ["attributes_set"]
 
 
 def _many(count: int, prefix: str = "k") -> dict[str, str | None]:
@@ -694,9 +712,9 @@ async def test_record_log_on_a_live_run(handler: CommandHandler, status: str) ->
     again = await handler.execute(RUN, RecordLog(level="info", message="careful"))
 
     assert outcome.appended[0].event == LogRecorded(
-        level="warning", message="careful", step_id="s1", data=b"{}"
+        level="warning", message="careful", step_id="s1", data=b"{}", log_id=first.log_id
     )
-    assert kinds(again) == ["log_recorded"]  # logs are not deduplicated
+    assert kinds(again) == ["log_recorded"]  # two commands are two lines
     assert (outcome.snapshot.log_count, again.snapshot.log_count) == (1, 2)
 
 

@@ -612,11 +612,23 @@ async def test_retrying_an_ended_step_is_terminal_state(
     )
 
 
+async def test_the_same_retry_again_is_a_no_op(handler: CommandHandler) -> None:
+    await run_with_step(handler, "running", "running")
+    retry = RetryStep(step_id=STEP, error=b"e", retry_after=T0 + LATER)
+    first = await handler.execute(RUN, retry)
+
+    again = await handler.execute(RUN, retry)
+
+    assert [e.event.event_type for e in first.appended] == ["step_retrying"]
+    assert again.appended == ()
+    assert (await handler.history(RUN))[-1] == first.appended[-1]  # nothing after it
+
+
 @pytest.mark.parametrize("retried", [False, True], ids=["never started", "already retrying"])
 async def test_retrying_a_pending_step_is_invalid(handler: CommandHandler, retried: bool) -> None:
     await run_with_step(handler, "running", "running" if retried else "pending")
     if retried:
-        await handler.execute(RUN, RetryStep(step_id=STEP, error=b"e"))
+        await handler.execute(RUN, RetryStep(step_id=STEP, error=b"first"))
 
     await assert_rejected(
         handler,
@@ -737,7 +749,7 @@ async def test_cancelling_a_live_step(
     assert outcome.snapshot.status == status
 
 
-@pytest.mark.parametrize("step_status", STEP_TERMINAL)
+@pytest.mark.parametrize("step_status", [s for s in STEP_TERMINAL if s != "cancelled"])
 async def test_cancelling_an_ended_step_is_terminal_state(
     handler: CommandHandler, step_status: str
 ) -> None:
@@ -749,6 +761,16 @@ async def test_cancelling_an_ended_step_is_terminal_state(
         "cannot modify step",
         f"in terminal state {step_status!r}",
     )
+
+
+async def test_cancelling_a_cancelled_step_again_is_a_no_op(handler: CommandHandler) -> None:
+    await run_with_step(handler, "running", "cancelled")
+    before = await handler.history(RUN)
+
+    outcome = await handler.execute(RUN, CancelStep(step_id=STEP))
+
+    assert outcome.appended == ()
+    assert await handler.history(RUN) == before
 
 
 async def test_cancelling_an_unknown_step_is_step_not_found(handler: CommandHandler) -> None:

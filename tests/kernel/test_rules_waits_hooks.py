@@ -131,11 +131,14 @@ async def test_completing_an_unknown_wait_is_wait_not_found(handler: CommandHand
     await assert_rejected(handler, CompleteWait(wait_id=WAIT), WaitNotFound, repr(WAIT))
 
 
-async def test_completing_a_completed_wait_is_an_entity_conflict(handler: CommandHandler) -> None:
+async def test_completing_a_completed_wait_again_is_a_no_op(handler: CommandHandler) -> None:
     await run_with(handler, "running", DEFINE_WAIT, CompleteWait(wait_id=WAIT))
-    await assert_rejected(
-        handler, CompleteWait(wait_id=WAIT), EntityConflict, f"wait {WAIT!r}", "already completed"
-    )
+    before = await handler.history(RUN)
+
+    outcome = await handler.execute(RUN, CompleteWait(wait_id=WAIT))
+
+    assert outcome.appended == ()
+    assert await handler.history(RUN) == before
 
 
 async def test_completing_a_cancelled_wait_is_terminal_state(handler: CommandHandler) -> None:
@@ -582,11 +585,14 @@ async def test_disposing_an_unknown_hook_is_hook_not_found(handler: CommandHandl
     await assert_rejected(handler, DisposeHook(hook_id=HOOK), HookNotFound, repr(HOOK))
 
 
-async def test_disposing_a_disposed_hook_is_an_entity_conflict(handler: CommandHandler) -> None:
+async def test_disposing_a_disposed_hook_again_is_a_no_op(handler: CommandHandler) -> None:
     await run_with(handler, "running", DEFINE_HOOK, DisposeHook(hook_id=HOOK))
-    await assert_rejected(
-        handler, DisposeHook(hook_id=HOOK), EntityConflict, f"hook {HOOK!r}", "already disposed"
-    )
+    before = await handler.history(RUN)
+
+    outcome = await handler.execute(RUN, DisposeHook(hook_id=HOOK))
+
+    assert outcome.appended == ()
+    assert await handler.history(RUN) == before
 
 
 @pytest.mark.parametrize("status", LIVE)

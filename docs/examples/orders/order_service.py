@@ -5,10 +5,9 @@ provider deduplicates by), waits up to 24 hours for the provider's webhook and r
 does not come, then fulfils each order line as a child workflow, which waits for the warehouse's
 "packed" message. Each order has a two-day deadline. A web app starts orders, takes the webhooks
 and the warehouse's messages, and shows an order's progress and result; `worker` processes run
-the workflows. Run `python order_service.py STORE_URL worker` and `... STORE_URL web PORT`.
-
-The payment provider and the warehouse are stand-ins that append what they are asked to a
-ledger file (`ORDERS_LEDGER`), as a real API would keep it.
+the workflows: `python order_service.py STORE_URL worker` and `... STORE_URL web PORT`. The
+payment provider and the warehouse are stand-ins that append what they are asked to a ledger
+file (`ORDERS_LEDGER`), as a real API would keep it.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from runfold.flow import (
     workflow,
     workflow_info,
 )
-from runfold.kernel import RetryPolicy
+from runfold.kernel import RetryPolicy, RunNotFound
 from runfold.stores import open_store
 
 PAYMENT_RETRY = RetryPolicy(max_attempts=5, initial_interval=timedelta(seconds=2))
@@ -147,13 +146,14 @@ def web(flow: Flow) -> Any:
         await flow.send(event["line"], event["box"], topic="packed", idempotency_key=event["id"])
         return JSONResponse({"received": event["id"]})
 
-    return Starlette(
+    return Starlette(  # an order (or a line) not placed yet is a 404, not a 500
+        exception_handlers={RunNotFound: lambda _, exc: JSONResponse({"error": str(exc)}, 404)},
         routes=[
             Route("/orders", place, methods=["POST"]),
             Route("/orders/{order_id}", show),
             Route("/webhooks/payment", payment_webhook, methods=["POST"]),
             Route("/warehouse/packed", packed, methods=["POST"]),
-        ]
+        ],
     )
 
 

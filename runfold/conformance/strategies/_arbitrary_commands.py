@@ -178,7 +178,12 @@ def _command_strategies(
             retry=optional(retry_policies(invalid)),
         ),
         StartStep: st.one_of(
-            st.builds(StartStep, step_id=steps, lazy=optional(lazy_steps(invalid))),
+            st.builds(
+                StartStep,
+                step_id=steps,
+                lazy=optional(lazy_steps(invalid)),
+                start_id=optional(ids(("start-1", "start-2"), invalid)),
+            ),
             st.builds(StartStep, step_id=steps, retry=retry_policies(invalid)),
         ),
         CompleteStep: st.builds(CompleteStep, step_id=steps, output=payload),

@@ -204,9 +204,13 @@ def _guided_command(
         if live_steps and draw(st.integers(0, 3)) != 0:
             # Now and then a deploy changed the step's retry policy: it applies from now on.
             retry = draw(_GUIDED_RETRY) if draw(st.integers(0, 4)) == 0 else None
-            return StartStep(step_id=draw(st.sampled_from(live_steps)), retry=retry), None
+            # Now and then the start names itself (a fresh `start_id`: never one applied).
+            start_id = f"start-{snap.last_sequence}" if draw(st.booleans()) else None
+            step_id = draw(st.sampled_from(live_steps))
+            return StartStep(step_id=step_id, retry=retry, start_id=start_id), None
         lazy = LazyStep(step_name="lazy", input=b"", retry=draw(_GUIDED_RETRY))
-        return StartStep(step_id=_fresh("s", snap.steps), lazy=lazy), None
+        start_id = f"start-{snap.last_sequence}" if draw(st.booleans()) else None
+        return StartStep(step_id=_fresh("s", snap.steps), lazy=lazy, start_id=start_id), None
     if kind in ("complete_step", "fail_step", "cancel_step"):
         # Outcomes go mostly to running steps (pending ones get an instant outcome).
         targets = running if running and kind != "cancel_step" and draw(st.booleans()) else []

@@ -353,6 +353,7 @@ def _validate_create_step(c: FieldCheck, cmd: CreateStep) -> None:
 
 def _validate_start_step(c: FieldCheck, cmd: StartStep) -> None:
     c.ident(cmd.step_id, "step_id")
+    c.ident(cmd.start_id, "start_id", optional=True)
     c.retry(cmd.retry)
     if cmd.lazy is not None:
         if not isinstance(cmd.lazy, LazyStep):

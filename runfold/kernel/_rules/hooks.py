@@ -101,9 +101,7 @@ def _dispose_hook(ctx: RuleContext, cmd: DisposeHook) -> NewEvents:
     if record is None:
         raise _hook_not_found(snap, cmd.hook_id)
     if record.status == "disposed":
-        raise EntityConflict(
-            f"hook {cmd.hook_id!r} of run {snap.run_id!r} already disposed", run_id=snap.run_id
-        )
+        return NOOP  # disposed already (a retry whose reply was lost)
     if record.status == "cancelled":
         raise TerminalState(
             f"cannot dispose hook {cmd.hook_id!r} of run {snap.run_id!r} in terminal state "

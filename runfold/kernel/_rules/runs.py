@@ -4,7 +4,10 @@ A run is created once (`CreateRun`, or `StartRun` with its definition, which mus
 run's if it exists), started once, and ended once: completed (never once cancelling), failed,
 cancelled or timed out; a cancellation is requested once, for one reason. Attributes, progress,
 children and logs are recorded on a live run; a progress or child recorded again with the same
-content is a no-op, with other content `NonDeterministic`.
+content is a no-op, with other content `NonDeterministic`. A command applied already and sent
+again (its reply lost) is recognised by what it recorded and is a no-op, not a refusal: an end
+by its content, an attribute write by its `write_id` (or its changes being in effect), a log
+line by its `log_id`.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ def _start_run(ctx: RuleContext, cmd: StartRun) -> NewEvents:
 
 def _complete_run(ctx: RuleContext, cmd: CompleteRun) -> NewEvents:
     snap = ctx.run()
+    if snap.status == "completed" and snap.output == cmd.output:
+        return NOOP  # the same end, recorded already (a retry whose reply was lost)
     if snap.status == "cancelling":
         raise TerminalState(
             f"cannot complete run {snap.run_id!r}: a cancelling run ends as cancelled, failed "
@@ -123,6 +128,9 @@ def _complete_run(ctx: RuleContext, cmd: CompleteRun) -> NewEvents:
 
 
 def _fail_run(ctx: RuleContext, cmd: FailRun) -> NewEvents:
+    snap = ctx.run()
+    if snap.status == "failed" and (snap.error, snap.error_code) == (cmd.error, cmd.error_code):
+        return NOOP
     ctx.live_run("transition")
     return (RunFailed(error=cmd.error, error_code=cmd.error_code),)
 
@@ -152,6 +160,8 @@ def _cancel_run(ctx: RuleContext, cmd: CancelRun) -> NewEvents:
 
 
 def _time_out_run(ctx: RuleContext, cmd: TimeOutRun) -> NewEvents:
+    if ctx.run().status == "timed_out":
+        return NOOP
     ctx.live_run("transition")
     return (RunTimedOut(deadline=cmd.deadline, reason=cmd.reason),)
 
@@ -159,12 +169,13 @@ def _time_out_run(ctx: RuleContext, cmd: TimeOutRun) -> NewEvents:
 def _set_attributes(ctx: RuleContext, cmd: SetAttributes) -> NewEvents:
     snap = ctx.run()
     ctx.attribute_count(snap.attributes, cmd.changes)
-    ctx.live_run("set attributes on")
     if cmd.write_id is not None and cmd.write_id in snap.attribute_write_ids:
-        raise EntityConflict(
-            f"attribute write {cmd.write_id!r} was already applied to run {snap.run_id!r}",
-            run_id=snap.run_id,
-        )
+        return NOOP  # applied already (a retry whose reply was lost): the first write stands
+    if cmd.write_id is None and all(
+        snap.attributes.get(change.key) == change.value for change in cmd.changes
+    ):
+        return NOOP  # every change in effect already: a write sent again is recorded once
+    ctx.live_run("set attributes on")
     return (
         AttributesSet(
             changes=cmd.changes,

@@ -3,14 +3,16 @@
 A step's identity is its name and input, and it is created once (`CreateStep`, or a lazy
 `StartStep`). An attempt starts no earlier than a retry allows and only while the step's retry
 policy leaves one; a step ends once (completed, failed or cancelled), and only a running step is
-retried. A step still running when its run ended may still record its outcome.
+retried. A step still running when its run ended may still record its outcome. A command
+applied already and sent again (its reply lost) is recognised by what it recorded: an outcome
+by its content, a start by its `start_id`; it is a no-op, not a refusal.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from runfold.kernel._rules.context import NewEvents, Rule, RuleContext
+from runfold.kernel._rules.context import NOOP, NewEvents, Rule, RuleContext
 from runfold.kernel.commands import (
     CancelStep,
     Command,
@@ -94,6 +96,8 @@ def _step_terminal(snap: Snapshot, step_id: str, status: str) -> TerminalState:
 def _start_step(ctx: RuleContext, cmd: StartStep) -> NewEvents:
     snap = ctx.run()
     record = snap.steps.raw(cmd.step_id)
+    if record is not None and cmd.start_id is not None and record.start_id == cmd.start_id:
+        return NOOP  # this very start began the step's latest attempt: applied already
     run_ended = snap.status not in LIVE_RUN_STATUSES
     if record is None:
         if cmd.lazy is None:
@@ -111,7 +115,7 @@ def _start_step(ctx: RuleContext, cmd: StartStep) -> NewEvents:
             StepCreated(
                 step_id=cmd.step_id, step_name=lazy.step_name, input=lazy.input, retry=lazy.retry
             ),
-            StepStarted(step_id=cmd.step_id, attempt=1),
+            StepStarted(step_id=cmd.step_id, attempt=1, start_id=cmd.start_id),
         )
     if cmd.lazy is not None:
         raise EntityConflict(
@@ -151,6 +155,7 @@ def _start_step(ctx: RuleContext, cmd: StartStep) -> NewEvents:
             attempt=record.attempt + 1,
             after_interruption=interrupted,
             retry=changed,
+            start_id=cmd.start_id,
         ),
     )
 
@@ -171,11 +176,17 @@ def _step_outcome_allowed(ctx: RuleContext, step_id: str) -> Any:
 
 
 def _complete_step(ctx: RuleContext, cmd: CompleteStep) -> NewEvents:
+    record = ctx.run().steps.raw(cmd.step_id)
+    if record is not None and record.status == "completed" and record.output == cmd.output:
+        return NOOP  # the same outcome, recorded already (a retry whose reply was lost)
     _step_outcome_allowed(ctx, cmd.step_id)
     return (StepCompleted(step_id=cmd.step_id, output=cmd.output),)
 
 
 def _fail_step(ctx: RuleContext, cmd: FailStep) -> NewEvents:
+    record = ctx.run().steps.raw(cmd.step_id)
+    if record is not None and record.status == "failed" and record.error == cmd.error:
+        return NOOP  # the same outcome, recorded already
     _step_outcome_allowed(ctx, cmd.step_id)
     return (StepFailed(step_id=cmd.step_id, error=cmd.error, retryable=cmd.retryable),)
 
@@ -183,6 +194,12 @@ def _fail_step(ctx: RuleContext, cmd: FailStep) -> NewEvents:
 def _retry_step(ctx: RuleContext, cmd: RetryStep) -> NewEvents:
     snap = ctx.run()
     record = _step_record(ctx, cmd.step_id)
+    if (
+        record.status == "pending"
+        and record.attempt
+        and (record.error, record.retry_after) == (cmd.error, cmd.retry_after)
+    ):
+        return NOOP  # this retry, recorded already (its reply lost)
     if record.status in ("completed", "failed", "cancelled"):
         raise _step_terminal(snap, cmd.step_id, record.status)
     if record.status != "running":
@@ -209,6 +226,8 @@ def _retry_step(ctx: RuleContext, cmd: RetryStep) -> NewEvents:
 def _cancel_step(ctx: RuleContext, cmd: CancelStep) -> NewEvents:
     snap = ctx.run()
     record = _step_record(ctx, cmd.step_id)
+    if record.status == "cancelled":
+        return NOOP
     if record.status not in ("pending", "running"):
         raise _step_terminal(snap, cmd.step_id, record.status)
     if snap.status not in LIVE_RUN_STATUSES:

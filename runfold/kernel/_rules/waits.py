@@ -6,7 +6,7 @@ A wait is created on a live run with its `resume_at` (again with another time is
 
 from __future__ import annotations
 
-from runfold.kernel._rules.context import NewEvents, Rule, RuleContext
+from runfold.kernel._rules.context import NOOP, NewEvents, Rule, RuleContext
 from runfold.kernel.commands import Command, CompleteWait, CreateWait
 from runfold.kernel.errors import (
     EntityConflict,
@@ -45,9 +45,7 @@ def _complete_wait(ctx: RuleContext, cmd: CompleteWait) -> NewEvents:
             f"wait {cmd.wait_id!r} not found in run {snap.run_id!r}", run_id=snap.run_id
         )
     if record.status == "completed":
-        raise EntityConflict(
-            f"wait {cmd.wait_id!r} of run {snap.run_id!r} already completed", run_id=snap.run_id
-        )
+        return NOOP  # completed already (a retry whose reply was lost)
     if record.status == "cancelled":
         raise TerminalState(
             f"cannot complete wait {cmd.wait_id!r} of run {snap.run_id!r} in terminal state "

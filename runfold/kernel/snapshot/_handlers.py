@@ -173,6 +173,7 @@ def _on_step_started(
     attempt: int,
     after_interruption: bool,
     retry: RetryPolicy | None,
+    start_id: str | None,
 ) -> None:
     if b.status not in LIVE_RUN_STATUSES:
         raise b.fail(f"step_started after the run ended ({b.status})")
@@ -191,6 +192,7 @@ def _on_step_started(
         step.retry = retry  # the policy from this attempt on
     step.status = "running"
     step.attempt = attempt
+    step.start_id = start_id
     if step.started_at is None:
         step.started_at = at
     if step.retry_after is not None:

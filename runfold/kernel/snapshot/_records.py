@@ -67,6 +67,7 @@ class StepRecord(_Record):
         "output",
         "retry",
         "retry_after",
+        "start_id",
         "started_at",
         "status",
         "step_id",
@@ -79,6 +80,7 @@ class StepRecord(_Record):
     retry: RetryPolicy | None
     retry_after: datetime | None
     started_at: datetime | None
+    start_id: str | None
     output: bytes | None
     error: bytes | None
     completed_at: datetime | None
@@ -99,6 +101,7 @@ class StepRecord(_Record):
         self.retry_after = None
         self.created_at = at
         self.started_at = None
+        self.start_id = None
         self.completed_at = None
         self.updated_at = at
 

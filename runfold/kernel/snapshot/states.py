@@ -75,6 +75,8 @@ class StepState:
     started_at: datetime | None
     completed_at: datetime | None
     updated_at: datetime
+    start_id: str | None = None
+    """The `StartStep.start_id` of the command that began the latest attempt, if it had one."""
 
 
 @attrs.frozen(kw_only=True)
