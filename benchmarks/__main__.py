@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
+from benchmarks.citus import bench_citus
 from benchmarks.commands import bench_commands
 from benchmarks.deploys import bench_deploys
 from benchmarks.engine_cost import bench_engine_cost
@@ -39,6 +40,7 @@ BENCHMARKS: dict[str, Callable[[bool], Sequence[Result | Remark]]] = {
     "postgres-append": partial(bench_append, POSTGRES),
     "sqlite-contention": partial(bench_contention, SQLITE),
     "postgres-contention": partial(bench_contention, POSTGRES),
+    "citus": bench_citus,
     "scale": bench_scale,
     "commands": bench_commands,
     "workflows": bench_workflows,

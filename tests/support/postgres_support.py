@@ -27,6 +27,8 @@ SESSION = f"runfold_test_{uuid.uuid4().hex[:10]}"
 SUITE_SCHEMA = f"{SESSION}_suite"
 """The schema the generic suite shares."""
 
+CITUS = os.environ.get("RUNFOLD_TEST_CITUS") == "1"
+"""Whether `DSN` is a Citus coordinator whose suite schema is distributed (`make test-citus`)."""
 _SUITE_DSN = make_conninfo(DSN, options="-c synchronous_commit=off")
 _TABLES = (
     "events",
@@ -67,7 +69,7 @@ async def suite_store() -> PostgresStore:
     wait for the disk (`synchronous_commit=off`): nothing here survives a server crash anyway,
     and hundreds of tests append."""
     admin()
-    store = await PostgresStore.open(_SUITE_DSN, schema=SUITE_SCHEMA, pool_max=4)
+    store = await PostgresStore.open(_SUITE_DSN, schema=SUITE_SCHEMA, pool_max=4, distributed=CITUS)
     admin().execute("; ".join(f'DELETE FROM "{SUITE_SCHEMA}".{table}' for table in _TABLES))
     return store
 

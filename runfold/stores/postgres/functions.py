@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from runfold.stores.postgres.citus import one_row_inserts, read_feed_function, row_by_row
 from runfold.stores.postgres.due_work import claim_due_function
 
 __all__ = [
@@ -131,7 +132,31 @@ def _insert_events(s: str, field: Fields, *, base: str, events: str = _EVENTS) -
     )
 
 
-def _append_events(s: str) -> str:
+def _append_events(s: str, *, row_by_row: bool = False) -> str:
+    """`append_events`; `row_by_row` inserts hook and wakeup rows one per statement (on a
+    cluster, where Citus writes an `INSERT ... SELECT` with `COPY`, then in two phases)."""
+    hooks = (
+        f"INSERT INTO {s}.hooks (run_id, token, hook_id, retained_until) "
+        "SELECT r.run_id, c.token, c.id, c.until "
+        "FROM unnest(r.tokens, r.hook_ids, r.retained_until) AS c(token, id, until);"
+    )
+    wakeups = (
+        f"INSERT INTO {s}.wakeups (run_id, kind, subject_id, due_at) "
+        "SELECT r.run_id, w.kind, w.subject_id, w.due_at "
+        "FROM unnest(r.wakeup_kinds, r.wakeup_subjects, r.wakeup_due) "
+        "AS w(kind, subject_id, due_at);"
+    )
+    if row_by_row:
+        hooks = (
+            "FOR v_i IN 1..cardinality(r.tokens) LOOP "
+            f"INSERT INTO {s}.hooks (run_id, token, hook_id, retained_until) "
+            "VALUES (r.run_id, r.tokens[v_i], r.hook_ids[v_i], r.retained_until[v_i]); END LOOP;"
+        )
+        wakeups = (
+            "FOR v_i IN 1..cardinality(r.wakeup_kinds) LOOP "
+            f"INSERT INTO {s}.wakeups (run_id, kind, subject_id, due_at) VALUES (r.run_id, "
+            "r.wakeup_kinds[v_i], r.wakeup_subjects[v_i], r.wakeup_due[v_i]); END LOOP;"
+        )
     move = _move_head(
         s,
         _function_field,
@@ -165,6 +190,9 @@ def _append_events(s: str) -> str:
         v_head integer;
         v_head_position bigint;
         v_holder record;
+        v_tokens bytea[];
+        v_gone text;
+        v_i integer;
     BEGIN
         -- `old` is the row as this statement found it: a commit since then would have moved
         -- the head, and the head check would have failed.
@@ -199,32 +227,39 @@ def _append_events(s: str) -> str:
 
         -- Hook claims. The run's rows in `hooks` are replaced; in `tokens` only the claims
         -- that changed are touched, so a run keeping its hooks writes nothing there.
+        -- No statement reads one of `hooks` and `tokens` and writes the other: on a cluster
+        -- they are distributed apart (by run, by token), and each statement stays on one.
         IF v_had_hooks OR cardinality(r.tokens) > 0 THEN
             WITH old AS (
                 DELETE FROM {s}.hooks WHERE run_id = r.run_id
                 RETURNING token, hook_id, retained_until
             )
-            DELETE FROM {s}.tokens t USING old
-            WHERE t.token = old.token AND t.run_id = r.run_id AND NOT EXISTS (
+            SELECT array_agg(old.token) INTO v_tokens FROM old WHERE NOT EXISTS (
                 SELECT FROM unnest(r.tokens, r.hook_ids, r.retained_until) AS c(token, id, until)
                 WHERE (c.token, c.id, c.until)
                     IS NOT DISTINCT FROM (old.token, old.hook_id, old.retained_until));
+            -- One token per statement, here and below: each goes to one shard on a cluster.
+            FOR v_i IN 1..coalesce(cardinality(v_tokens), 0) LOOP
+                DELETE FROM {s}.tokens WHERE token = v_tokens[v_i] AND run_id = r.run_id;
+            END LOOP;
         END IF;
         IF cardinality(r.tokens) > 0 THEN
             -- A holder whose retention has passed is not live: it gives way.
-            WITH gone AS (
-                DELETE FROM {s}.tokens WHERE token = ANY(r.tokens) AND run_id <> r.run_id
+            FOR v_i IN 1..cardinality(r.tokens) LOOP
+                DELETE FROM {s}.tokens WHERE token = r.tokens[v_i] AND run_id <> r.run_id
                     AND retained_until <= r.recorded_at
-                RETURNING run_id, token
-            )
-            DELETE FROM {s}.hooks h USING gone
-            WHERE h.run_id = gone.run_id AND h.token = gone.token;
+                RETURNING run_id INTO v_gone;
+                IF FOUND THEN
+                    DELETE FROM {s}.hooks WHERE run_id = v_gone AND token = r.tokens[v_i];
+                END IF;
+            END LOOP;
             -- DO NOTHING waits for a concurrent claim of the token to commit; the check below
             -- then sees its row.
-            INSERT INTO {s}.tokens (token, run_id, hook_id, retained_until)
-            SELECT c.token, r.run_id, c.id, c.until
-            FROM unnest(r.tokens, r.hook_ids, r.retained_until) AS c(token, id, until)
-            ON CONFLICT (token) DO NOTHING;
+            FOR v_i IN 1..cardinality(r.tokens) LOOP
+                INSERT INTO {s}.tokens (token, run_id, hook_id, retained_until)
+                VALUES (r.tokens[v_i], r.run_id, r.hook_ids[v_i], r.retained_until[v_i])
+                ON CONFLICT (token) DO NOTHING;
+            END LOOP;
             SELECT t.run_id, t.hook_id, array_position(r.tokens, t.token) AS claim
             INTO v_holder FROM {s}.tokens t
             WHERE t.token = ANY(r.tokens) AND t.run_id <> r.run_id LIMIT 1;
@@ -234,19 +269,14 @@ def _append_events(s: str) -> str:
                     DETAIL = json_build_object('claim', v_holder.claim,
                         'run_id', v_holder.run_id, 'hook_id', v_holder.hook_id)::text;
             END IF;
-            INSERT INTO {s}.hooks (run_id, token, hook_id, retained_until)
-            SELECT r.run_id, c.token, c.id, c.until
-            FROM unnest(r.tokens, r.hook_ids, r.retained_until) AS c(token, id, until);
+            {hooks}
         END IF;
 
         IF v_had_wakeups THEN
             DELETE FROM {s}.wakeups WHERE run_id = r.run_id;
         END IF;
         IF cardinality(r.wakeup_kinds) > 0 THEN
-            INSERT INTO {s}.wakeups (run_id, kind, subject_id, due_at)
-            SELECT r.run_id, w.kind, w.subject_id, w.due_at
-            FROM unnest(r.wakeup_kinds, r.wakeup_subjects, r.wakeup_due)
-                AS w(kind, subject_id, due_at);
+            {wakeups}
         END IF;
         RETURN v_base;
     END
@@ -348,19 +378,34 @@ def _read_feed(s: str) -> str:
 """
 
 
-def functions(s: str) -> str:
+def functions(s: str, *, distributed: bool = False) -> list[str]:
     """The server-side functions of the store in schema `s`, as this runfold calls them.
 
+    One `CREATE OR REPLACE FUNCTION` statement each.
+
     They are (re)created in the transaction of every migration, so that each is written once,
-    here, and a schema at any version ends with the current definitions.
+    here, and a schema at any version ends with the current definitions. `distributed` (a Citus
+    cluster) takes the feed's bound on the coordinator (`citus.read_feed_function`).
     """
-    return (
-        _append_events(s)
-        + _append_batch(s)
-        + _read_feed(s)
-        + _append_plain_batch(s)
-        + claim_due_function(s)
-    )
+    if not distributed:
+        return [
+            _append_events(s),
+            _append_batch(s),
+            _read_feed(s),
+            _append_plain_batch(s),
+            claim_due_function(s),
+        ]
+    inserts = {
+        _insert_events(s, _function_field, base=base): row_by_row(s, base)
+        for base in ("v_base", f"v_xact * {_P} + v_ordinal")
+    }
+    return [
+        one_row_inserts(_append_events(s, row_by_row=True), inserts),
+        _append_batch(s),
+        read_feed_function(s, _P),
+        one_row_inserts(_append_plain_batch(s), inserts),
+        claim_due_function(s),
+    ]
 
 
 _STATEMENT_CASTS = {"expected": "::integer", "expected_position": "::bigint"}

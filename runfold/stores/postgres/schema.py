@@ -8,6 +8,7 @@ version is only read, so the running application needs no DDL rights.
 from __future__ import annotations
 
 from runfold.kernel import StoreOpenError
+from runfold.stores.postgres import citus
 from runfold.stores.postgres.connections import Connection
 from runfold.stores.postgres.functions import functions
 
@@ -160,8 +161,13 @@ def quote(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
-async def prepare_schema(conn: Connection, schema: str, migrate: bool) -> int | None:
+async def prepare_schema(
+    conn: Connection, schema: str, migrate: bool, *, distributed: bool = False
+) -> int | None:
     """Check the version of `schema` on `conn`, migrating it first if `migrate`.
+
+    With `distributed` (a Citus coordinator), the schema's tables are distributed too, if they
+    are not yet (`citus.distribute`).
 
     Returns the version migrated from (0: the schema was created), or None when it was current.
     Raises `StoreOpenError` for a schema written by a newer runfold, one that is not runfold's,
@@ -169,13 +175,16 @@ async def prepare_schema(conn: Connection, schema: str, migrate: bool) -> int | 
     """
     version = await _version(conn, schema)
     _refuse_newer(schema, version)
-    if version == SCHEMA_VERSION:
+    to_distribute = distributed and not (version and await citus.is_distributed(conn, schema))
+    if version == SCHEMA_VERSION and not to_distribute:
         return None
     if not migrate:
         found = (
             "holds no runfold store"
             if version == 0
             else f"is at version {version}, this runfold needs {SCHEMA_VERSION}"
+            if version < SCHEMA_VERSION
+            else "is not distributed"
         )
         raise StoreOpenError(
             f"schema {schema!r} {found}: migrate it first "
@@ -188,7 +197,7 @@ async def prepare_schema(conn: Connection, schema: str, migrate: bool) -> int | 
     await conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", lock)
     try:
         async with conn.transaction():
-            return await _migrate_locked(conn, schema)
+            return await _migrate_locked(conn, schema, distributed)
     finally:
         await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", lock)
 
@@ -204,12 +213,18 @@ async def request_types(conn: Connection, schema: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-async def _migrate_locked(conn: Connection, schema: str) -> int | None:
+async def _migrate_locked(conn: Connection, schema: str, distributed: bool) -> int | None:
     """Apply the missing migrations (the caller holds the migration lock); the version
-    migrated from, or None if another process migrated meanwhile."""
+    migrated from, or None if another process migrated meanwhile.
+
+    A distributed schema (asked for, or found) takes its migrations one statement at a time,
+    then has its new tables distributed."""
     s = quote(schema)
     version = await _version(conn, schema)  # another process may have migrated meanwhile
     _refuse_newer(schema, version)
+    distributed = distributed or bool(version and await citus.is_distributed(conn, schema))
+    if distributed and version == SCHEMA_VERSION and await citus.is_distributed(conn, schema):
+        return None
     if version == 0:
         await _refuse_foreign(conn, schema)
         await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
@@ -218,10 +233,17 @@ async def _migrate_locked(conn: Connection, schema: str) -> int | None:
             "applied_at timestamptz NOT NULL DEFAULT now())"
         )
     for number in range(version + 1, SCHEMA_VERSION + 1):
-        await conn.execute(MIGRATIONS[number - 1].format(s=s))
+        migration = MIGRATIONS[number - 1].format(s=s)
+        for statement in citus.statements(migration) if distributed else [migration]:
+            await conn.execute(statement)
         await conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (number,))
-    await conn.execute(functions(s))
-    return version if version < SCHEMA_VERSION else None
+    if distributed:
+        await citus.distribute(conn, schema)
+        for function in functions(s, distributed=True):
+            await conn.execute(function)
+    else:
+        await conn.execute("".join(functions(s)))
+    return version if version < SCHEMA_VERSION or distributed else None
 
 
 async def _version(conn: Connection, schema: str) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -40,9 +40,12 @@ from runfold.stores._sql import (
     wakeups_query,
 )
 from runfold.stores.base import StoreBase
+from runfold.stores.due_work import DEDUP_GRACE
+from runfold.stores.postgres import citus
 from runfold.stores.postgres.connections import (
     Connection,
     Connections,
+    Deadline,
     Pool,
     ReconnectingPool,
 )
@@ -50,6 +53,7 @@ from runfold.stores.postgres.due_work import PostgresDueWork
 from runfold.stores.postgres.feed import Feed
 from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.leases import PostgresLeases
+from runfold.stores.postgres.placement import Placement
 from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.retention import DELETE_RUNS, DROP_UNBORN_RUN
 from runfold.stores.postgres.schema import (
@@ -81,6 +85,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
         self._fetch = self._connections.fetch
         self._writer = GroupCommitWriter(self._connections, schema)
         self._feed = Feed(self._connections, schema, feed_wait=feed_wait)
+        self._distributed = False  # asked for at open, or found: see `runfold...citus`
         self.migrated_from: int | None = None
         """The schema version this store found and migrated from (0: it created the schema), or
         None while it has migrated nothing (the schema was current)."""
@@ -98,6 +103,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
         feed_wait: float = 0.1,
         migrate: bool = True,
         call_timeout: float = 30.0,
+        distributed: bool = False,
     ) -> PostgresStore:
         """Open the store in `schema` of the database `dsn` names, or on an existing `pool`.
 
@@ -114,6 +120,11 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
         `migrate` (the default) the schema is created or upgraded first (see `migrate`); without
         it, a schema that is missing or older is refused, so an application without DDL rights
         can run on a schema migrated beforehand.
+
+        `distributed` lays the schema out on a Citus cluster (`dsn` names its coordinator):
+        `migrate` distributes its tables by run (hook tokens by token) if they are not yet. A
+        schema found distributed is served as one whatever `distributed` says
+        (docs/scaling.md).
 
         `call_timeout` is every call's deadline, in seconds: a call that has not finished by then
         (a hung server, a network gone silent) raises `StoreTimeout`, a `StoreUnavailable`; an
@@ -140,6 +151,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
         schema = schema or "runfold"
         if pool is not None:
             store = cls(pool, schema, owns_pool=False, feed_wait=feed_wait)
+            store._distributed = distributed
             store._connections.call_timeout = call_timeout
             try:
                 async with store._connections.connection() as conn:
@@ -176,6 +188,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
                 configure=_server_deadline(call_timeout),
             )
             store = cls(pool, schema, owns_pool=True, feed_wait=feed_wait)
+            store._distributed = distributed
             store._connections.call_timeout = call_timeout
             try:
                 await pool.open(wait=False)  # its connections are made in the background meanwhile
@@ -231,9 +244,13 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
         """Check the schema's version on `conn`, migrating it first if `migrate`; learn the
         type of `append_request`."""
         try:
-            found = await prepare_schema(conn, self._schema, migrate)
+            found = await prepare_schema(conn, self._schema, migrate, distributed=self._distributed)
             if found is not None:
                 self.migrated_from = found
+            self._distributed = await citus.is_distributed(conn, self._schema)
+            if self._distributed:
+                placement = await Placement.read(conn, self._s)
+                self._writer.group_by_worker(placement.group, placement.workers)
             self._connections.learn_types(*await request_types(conn, self._schema))
         except psycopg.Error as exc:
             raise self._connections.translate(exc) from exc
@@ -405,7 +422,11 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
         """
         arguments.check_rewrite_index(run_id, index, now=now)
         if index is None:
-            [(head,)] = await self._fetch(DROP_UNBORN_RUN.format(s=self._s), {"run_id": run_id})
+            if self._distributed:
+                async with self._cluster_connection() as conn:
+                    head = await citus.drop_unborn_run(conn, self._s, run_id)
+            else:
+                [(head,)] = await self._fetch(DROP_UNBORN_RUN.format(s=self._s), {"run_id": run_id})
             if head:
                 raise SequenceConflict(run_id, 0, head)
             return
@@ -415,19 +436,40 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
         request.deadline = self._connections.deadline()
         await self._writer.append_one(request)
 
+    async def _hold_dedup(
+        self, queue_name: str, dedup_id: str, run_id: str, now: datetime, /
+    ) -> bool:
+        """Hold the deduplication id for the run, unless a live run holds it (`DueWork`)."""
+        if not self._distributed:
+            return await super()._hold_dedup(queue_name, dedup_id, run_id, now)
+        params: dict[str, Any] = {"queue": queue_name, "dedup": dedup_id, "run": run_id}
+        params |= {"now": time_key(now), "grace": time_key(now - DEDUP_GRACE)}
+        async with self._cluster_connection() as conn:
+            return await citus.hold_dedup(conn, self._s, params)
+
+    @contextlib.asynccontextmanager
+    async def _cluster_connection(self) -> AsyncIterator[Connection]:
+        """A connection for a call made of several transactions (on a cluster), bounded by the
+        call's deadline, its errors translated."""
+        self._check_open()
+        deadline = Deadline(self._connections.deadline(), "a call")
+        async with deadline, self._connections.connection() as conn:
+            yield conn
+
     async def _delete_runs(
         self, terminal_before: datetime, limit: int, run_ids: Collection[str] | None, /
     ) -> int:
         """Delete up to `limit` runs that ended before `terminal_before` (the protocol's rules)."""
-        [(count,)] = await self._fetch(
-            DELETE_RUNS.format(s=self._s),
-            {
-                "before": time_key(terminal_before),
-                "terminal": sorted(TERMINAL_RUN_STATUSES),
-                "limit": max(limit, 0),
-                "chosen": None if run_ids is None else sorted(run_ids),
-            },
-        )
+        params = {
+            "before": time_key(terminal_before),
+            "terminal": sorted(TERMINAL_RUN_STATUSES),
+            "limit": max(limit, 0),
+            "chosen": None if run_ids is None else sorted(run_ids),
+        }
+        if self._distributed:
+            async with self._cluster_connection() as conn:
+                return await citus.delete_runs(conn, self._s, params)
+        [(count,)] = await self._fetch(DELETE_RUNS.format(s=self._s), params)
         return int(count)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -99,6 +99,8 @@ class GroupCommitWriter:
         # Set while appends arrive together: each then waits a loop round for the others to
         # queue, so that they share a transaction instead of one going ahead alone.
         self._contended = False
+        self._group_of: Callable[[str], int] | None = None  # a cluster's worker of a run
+        self._one_statement = True  # a plain append as `plain_append` (not on a cluster)
         self.idle = asyncio.Event()
         """Set while no append is being written or waits to be."""
         self.idle.set()
@@ -108,6 +110,17 @@ class GroupCommitWriter:
         self._batch_sql = f"SELECT state, base, detail FROM {s}.append_batch(%b)"
         self._plain_batch_sql = f"SELECT * FROM {s}.append_plain_batch(%b)"
         self._head_sql = f"SELECT head FROM {s}.runs WHERE run_id = %s"
+
+    def group_by_worker(self, group_of: Callable[[str], int], workers: int) -> None:
+        """On a cluster: a group commit takes the appends of one worker only.
+
+        `group_of` gives a run id's worker, so that no group commit is a two-phase commit; two
+        write slots per worker. A plain append
+        goes through `append_events` too: Citus plans the one statement in several steps and
+        commits it in two phases."""
+        self._group_of = group_of
+        self._one_statement = False
+        self._max_writes = min(MAX_WRITES * max(workers, 1), self._connections.pool.max_size)
 
     async def append(self, request: AppendRequest) -> int:
         """Write `request`; its base position (its events follow at base + 1, …).
@@ -167,18 +180,24 @@ class GroupCommitWriter:
             batch: list[AppendRequest] = []
             rest: list[AppendRequest] = []
             events = 0
+            group, group_of_batch = self._group_of, 0
             for request in self._queue:
                 if (
                     len(batch) < share
                     and request.run_id not in self._in_flight
+                    and (not batch or group is None or group_of_batch == group(request.run_id))
                     and (not batch or batch[-1].run_id != request.run_id)
                     and (not batch or events + request.count < POSITIONS_PER_TRANSACTION)
                 ):
+                    if not batch and group is not None:
+                        group_of_batch = group(request.run_id)
                     batch.append(request)
                     events += request.count
                 else:
                     rest.append(request)
             self._queue = rest
+            if not batch:
+                return
             self._start_write(batch)
             self._batches += 1
             self._connections.background(self._write_batch(batch))
@@ -235,7 +254,7 @@ class GroupCommitWriter:
                     identity = self._connections.identities.get(conn)
                     try:
                         cursor = self._connections.cursors[conn]
-                        if request.single:
+                        if request.single and self._one_statement:
                             await cursor.execute(self._plain_sql, request.plain_parameters())
                             row = await cursor.fetchone()
                             assert row is not None

@@ -1,0 +1,285 @@
+"""The PostgreSQL store on a run-sharded Citus cluster: its layout, its feed bound, its retention.
+
+`PostgresStore.open(..., distributed=True)` on a Citus coordinator lays the schema out itself:
+the per-run tables distributed by `run_id` in one colocation group (a run's rows, and so all of
+an append's statements, on one worker), the hook tokens distributed by `token` in a group of
+their own (a token's row on one shard, so its primary key keeps it held by one hook), and the
+fleet's small tables (`leases`, the queues' starts and deduplication ids) left on the coordinator.
+Migrations are sent one statement at a time (Citus propagates each DDL statement by itself), and
+after them `distribute` distributes every table of the layout that is not yet distributed, so a
+table a later migration adds is distributed by the same step.
+
+Two things change on a cluster, each written here once:
+
+- **The feed's bound.** Positions stay the coordinator's transaction id × 1,000,000 + ordinal,
+  one integer store-wide. `read_feed` takes its bound (the oldest transaction still running) on
+  the coordinator, where those ids are issued, and then waits for the transactions below it that
+  still hold their id's lock: Citus commits a transaction that wrote two workers (a hook claim on
+  another worker's token shard, say) in two phases, and tells the workers `COMMIT PREPARED` only
+  after the coordinator's commit, while it still holds its locks. Until then its rows are not
+  visible on the workers, though its id is no longer running.
+- **Retention.** A statement may not lock rows of several shards (`FOR UPDATE`), nor mix a
+  distributed read with writes to a table of another distribution: `delete_runs` chooses its
+  candidates without locks, then deletes each run in a transaction of its own, locking its runs
+  row by `run_id` and rechecking it, as the single-server statement does for all at once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from runfold.stores._sql import holds_at
+from runfold.stores.postgres.connections import Connection
+
+__all__ = [
+    "DISTRIBUTED_TABLES",
+    "delete_runs",
+    "distribute",
+    "drop_unborn_run",
+    "is_distributed",
+    "one_row_inserts",
+    "read_feed_function",
+    "row_by_row",
+    "statements",
+]
+
+DISTRIBUTED_TABLES: tuple[tuple[str, str, str], ...] = (
+    ("runs", "run_id", "default"),
+    ("events", "run_id", "runs"),
+    ("hooks", "run_id", "runs"),
+    ("wakeups", "run_id", "runs"),
+    ("due_holds", "run_id", "runs"),
+    ("tokens", "token", "none"),
+)
+"""The distributed tables: (table, distribution column, colocated with).
+
+In the order they are distributed: `runs` starts the run group; `tokens` is alone in its group
+(`none`)."""
+
+
+def statements(sql: str) -> list[str]:
+    """The statements of a migration, one by one: its `--` comments dropped, split at `;`.
+
+    Migrations hold no function bodies or string literals with a `;` (functions are created
+    apart, one statement each).
+    """
+    text = re.sub(r"--[^\n]*", "", sql)
+    return [part.strip() for part in text.split(";") if part.strip()]
+
+
+async def is_distributed(conn: Connection, schema: str) -> bool:
+    """Whether `schema`'s `events` table is distributed by Citus on the server of `conn`."""
+    cursor = await conn.execute("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
+    row = await cursor.fetchone()
+    if row is None or not row[0]:
+        return False
+    cursor = await conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = to_regclass(%s))",
+        (f"{_quote(schema)}.events",),
+    )
+    row = await cursor.fetchone()
+    return bool(row and row[0])
+
+
+async def distribute(conn: Connection, schema: str) -> list[str]:
+    """Distribute the tables of the layout that are not yet distributed; the ones it did.
+
+    Raises `psycopg` errors as they come (no Citus on the server among them).
+    """
+    s = _quote(schema)
+    cursor = await conn.execute(
+        "SELECT logicalrelid::regclass::text FROM pg_dist_partition "
+        "WHERE logicalrelid::regclass::text = ANY(%s)",
+        ([f"{s}.{table}" for table, _, _ in DISTRIBUTED_TABLES],),
+    )
+    done = {row[0] for row in await cursor.fetchall()}
+    made: list[str] = []
+    for table, column, group in DISTRIBUTED_TABLES:
+        name = f"{s}.{table}"
+        if name in done:
+            continue
+        colocate = group if group in ("default", "none") else f"{s}.{group}"
+        await conn.execute(
+            "SELECT create_distributed_table(%s, %s, colocate_with => %s)",
+            (name, column, colocate),
+        )
+        made.append(table)
+    return made
+
+
+def row_by_row(s: str, base: str) -> str:
+    """The events of `append_request` `r` inserted one row per statement.
+
+    Their positions are `base` + n. One `INSERT ... SELECT` would do on one server, but Citus
+    writes it with `COPY` and commits any transaction that used it in two phases, even on one
+    worker; a row of `VALUES` with the run id given is routed to the run's shard."""
+    return f"""FOR v_n IN 1..cardinality(r.types) LOOP
+            INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id,
+                payload, recorded_at, position)
+            VALUES (r.run_id, r.expected + v_n, r.types[v_n], r.versions[v_n],
+                r.correlation_ids[v_n], r.payloads[v_n], r.recorded_at, {base} + v_n);
+        END LOOP"""
+
+
+def one_row_inserts(function: str, inserts: dict[str, str]) -> str:
+    """`function` (plpgsql) with each statement of `inserts` replaced by its loop.
+
+    The loops are `row_by_row`'s; their counter is declared."""
+    for statement, loop in inserts.items():
+        function = function.replace(statement, loop)
+    return function.replace("DECLARE\n", "DECLARE\n        v_n integer;\n", 1)
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def read_feed_function(s: str, positions: int) -> str:
+    """`read_feed` for a cluster: the bound taken on the coordinator, two-phase commits awaited.
+
+    See the module; `positions` is `POSITIONS_PER_TRANSACTION`."""
+    # A 32-bit xid of pg_locks as a 64-bit one, in the epoch of v_next (the next id to assign).
+    full = (
+        "((v_next & ~4294967295::bigint) | l.transactionid::text::bigint)"
+        " - CASE WHEN l.transactionid::text::bigint > (v_next & 4294967295::bigint)"
+        " THEN 4294967296 ELSE 0 END"
+    )
+    return f"""
+    -- The global feed after p_after on a Citus cluster: only transactions older than the
+    -- oldest one still running on the coordinator (whose ids the positions are), and among
+    -- those only once none still holds its id's lock (a two-phase commit telling the workers
+    -- to commit). It first waits (up to p_wait_ms) for the transactions running when it was
+    -- called. The bound is computed here, then passed to the workers as a constant.
+    CREATE OR REPLACE FUNCTION {s}.read_feed(p_after bigint, p_limit integer, p_wait_ms integer)
+    RETURNS SETOF {s}.events LANGUAGE plpgsql AS $fn$
+    DECLARE
+        v_called xid8 := pg_snapshot_xmax(pg_current_snapshot());
+        v_until timestamptz := clock_timestamp() + p_wait_ms * interval '1 millisecond';
+        v_bound bigint;
+        v_next bigint;
+    BEGIN
+        WHILE pg_snapshot_xmin(pg_current_snapshot()) < v_called
+                AND clock_timestamp() < v_until LOOP
+            PERFORM pg_sleep(0.001);
+        END LOOP;
+        v_bound := pg_snapshot_xmin(pg_current_snapshot())::text::bigint;
+        v_next := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+        -- Ended below the bound but still finishing (their locks not yet released): wait for
+        -- them, up to 2 s more (a worker that cannot be reached keeps a commit unfinished).
+        v_until := clock_timestamp() + interval '2 seconds';
+        WHILE EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'transactionid'
+                    AND l.mode = 'ExclusiveLock' AND {full} < v_bound)
+                AND clock_timestamp() < v_until LOOP
+            PERFORM pg_sleep(0.001);
+        END LOOP;
+        RETURN QUERY EXECUTE format(
+            'SELECT * FROM {s}.events e WHERE e.position > %s AND e.position < %s '
+            'ORDER BY e.position LIMIT %s', p_after, v_bound * {positions}, p_limit);
+    END
+    $fn$;
+"""
+
+
+_CANDIDATES = """SELECT run_id FROM {s}.runs r
+    WHERE completed_at IS NOT NULL AND completed_at < %(before)s
+        AND status = ANY(%(terminal)s::text[])
+        AND NOT EXISTS (SELECT FROM {s}.hooks h WHERE h.run_id = r.run_id
+            AND {holds})
+        AND (%(chosen)s::text[] IS NULL OR run_id = ANY(%(chosen)s::text[]))
+    ORDER BY completed_at, run_id LIMIT %(limit)s""".replace(
+    "{holds}", holds_at("%(before)s", "h.")
+)
+"""Runs `delete_runs` may delete, oldest first, unlocked (each rechecked under its lock)."""
+
+_LOCK_DOOMED = f"""SELECT r.run_id FROM {{s}}.runs r
+    WHERE r.run_id = %(run_id)s AND r.completed_at IS NOT NULL AND r.completed_at < %(before)s
+        AND r.status = ANY(%(terminal)s::text[])
+        AND NOT EXISTS (SELECT FROM {{s}}.hooks h WHERE h.run_id = %(run_id)s
+            AND {holds_at("%(before)s", "h.")})
+    FOR UPDATE"""
+"""The candidate's runs row, locked, if it is still to be deleted."""
+
+_LOCK_UNBORN = "SELECT run_id FROM {s}.runs WHERE run_id = %(run_id)s AND head = 0 FOR UPDATE"
+
+
+async def _drop_run(conn: Connection, s: str, run_id: str) -> None:
+    """Delete the rows of `run_id` (its runs row locked by the caller), each statement by key."""
+    params = {"run_id": run_id}
+    cursor = await conn.execute(
+        f"DELETE FROM {s}.hooks WHERE run_id = %(run_id)s RETURNING token", params
+    )
+    tokens = [row[0] for row in await cursor.fetchall()]
+    if tokens:
+        await conn.execute(
+            f"DELETE FROM {s}.tokens WHERE token = ANY(%(tokens)s) AND run_id = %(run_id)s",
+            {"tokens": tokens, "run_id": run_id},
+        )
+    for table in ("events", "wakeups", "runs"):
+        await conn.execute(f"DELETE FROM {s}.{table} WHERE run_id = %(run_id)s", params)
+
+
+async def delete_runs(conn: Connection, s: str, params: dict[str, Any]) -> int:
+    """`delete_runs` on a cluster (`DELETE_RUNS`'s parameters); how many runs it deleted."""
+    cursor = await conn.execute(_CANDIDATES.format(s=s), params)
+    candidates: Sequence[str] = [row[0] for row in await cursor.fetchall()]
+    deleted = 0
+    for run_id in candidates:
+        async with conn.transaction():
+            cursor = await conn.execute(_LOCK_DOOMED.format(s=s), {**params, "run_id": run_id})
+            if await cursor.fetchone() is None:
+                continue
+            await _drop_run(conn, s, run_id)
+            deleted += 1
+    return deleted
+
+
+async def drop_unborn_run(conn: Connection, s: str, run_id: str) -> int:
+    """`DROP_UNBORN_RUN` on a cluster: drop the index rows of a run without events; its head."""
+    async with conn.transaction():
+        cursor = await conn.execute(_LOCK_UNBORN.format(s=s), {"run_id": run_id})
+        if await cursor.fetchone() is not None:
+            await _drop_run(conn, s, run_id)
+            return 0
+        cursor = await conn.execute(
+            f"SELECT coalesce(max(head), 0) FROM {s}.runs WHERE run_id = %(run_id)s",
+            {"run_id": run_id},
+        )
+        row = await cursor.fetchone()
+        return int(row[0]) if row is not None else 0
+
+
+async def hold_dedup(conn: Connection, s: str, params: dict[str, Any]) -> bool:
+    """`hold_dedup` on a cluster (`HOLD_DEDUP`'s parameters): the id's row (on the coordinator)
+    locked first, its holder's run (on a worker) read by `run_id` after, in one transaction."""
+    async with conn.transaction():
+        cursor = await conn.execute(
+            f"INSERT INTO {s}.queue_dedups (queue_name, dedup_id, run_id, held_at) "
+            "VALUES (%(queue)s, %(dedup)s, %(run)s, %(now)s) "
+            "ON CONFLICT (queue_name, dedup_id) DO NOTHING RETURNING true",
+            params,
+        )
+        if await cursor.fetchone() is not None:
+            return True
+        cursor = await conn.execute(
+            f"SELECT run_id, held_at FROM {s}.queue_dedups "
+            "WHERE queue_name = %(queue)s AND dedup_id = %(dedup)s FOR UPDATE",
+            params,
+        )
+        row = await cursor.fetchone()
+        assert row is not None  # the insert found it, and no statement deletes such rows
+        holder, held_at = row
+        if holder != params["run"]:
+            cursor = await conn.execute(
+                f"SELECT completed_at IS NOT NULL FROM {s}.runs WHERE run_id = %s", (holder,)
+            )
+            run = await cursor.fetchone()
+            if (run is not None and not run[0]) or (run is None and held_at > params["grace"]):
+                return False  # a live run holds it, or one not yet created within the grace
+        await conn.execute(
+            f"UPDATE {s}.queue_dedups SET run_id = %(run)s, held_at = %(now)s "
+            "WHERE queue_name = %(queue)s AND dedup_id = %(dedup)s",
+            params,
+        )
+        return True

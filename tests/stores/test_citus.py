@@ -1,0 +1,217 @@
+"""PostgresStore on a run-sharded Citus cluster: the whole conformance kit, and the feed under load.
+
+Runs only where `RUNFOLD_TEST_CITUS_DSN` names a Citus coordinator (`make test-citus` starts a
+coordinator and two workers on loopback with `scripts/citus-cluster.sh` and sets it); elsewhere
+every test here is skipped with that reason. Each kit check opens the store with
+`distributed=True` on a schema of its own: the store distributes its tables itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from runfold.conformance import Capabilities, StoreConformance
+from runfold.conformance._support import envelopes_for, hook, index_after, log, started, write
+from runfold.stores import PostgresStore
+from runfold.stores.postgres.placement import Placement, hashtext
+from runfold.stores.protocol import EventStore
+
+DSN = os.environ.get("RUNFOLD_TEST_CITUS_DSN", "")
+pytestmark = pytest.mark.skipif(
+    not DSN, reason="no Citus cluster: RUNFOLD_TEST_CITUS_DSN is unset (`make test-citus`)"
+)
+_PREFIX = f"runfold_citus_{uuid.uuid4().hex[:8]}"
+_made: list[str] = []
+
+
+def _schema(label: str) -> str:
+    name = f"{_PREFIX}_{label}_{uuid.uuid4().hex[:6]}"
+    _made.append(name)
+    return name
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_schemas() -> Any:
+    yield
+    if not DSN:
+        return
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        for name in _made:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+_NO_CLAIM_DUE = pytest.mark.xfail(
+    strict=True,
+    reason="claim_due locks candidate runs of every shard in one statement (FOR UPDATE SKIP "
+    "LOCKED over a join), which Citus refuses: not yet supported on a cluster",
+)
+
+
+class TestCitusStore(StoreConformance):
+    """The kit on the cluster: tables distributed by run, tokens by token.
+
+    The three checks of `claim_due` are expected to fail (strictly: one that passes fails the
+    test, so the marker goes when `claim_due` runs on a cluster).
+    """
+
+    @_NO_CLAIM_DUE
+    def test_claim_due_hands_out_each_due_run_to_one_worker(self) -> None:
+        self.run_check("test_claim_due_hands_out_each_due_run_to_one_worker")
+
+    @_NO_CLAIM_DUE
+    def test_racing_claimers_never_get_one_run_twice(self) -> None:
+        self.run_check("test_racing_claimers_never_get_one_run_twice")
+
+    @_NO_CLAIM_DUE
+    def test_queues_hand_out_within_their_limits(self) -> None:
+        self.run_check("test_queues_hand_out_within_their_limits")
+
+    capabilities = Capabilities(
+        reopen=True, corruption=True, sharing=True, rewrite_index=True, replay=True
+    )
+
+    async def make_store(self) -> EventStore:
+        return await PostgresStore.open(DSN, schema=_schema("kit"), pool_max=4, distributed=True)
+
+    async def reopen_store(self, store: EventStore) -> EventStore:
+        assert isinstance(store, PostgresStore)
+        return await PostgresStore.open(DSN, schema=store._schema, pool_max=4)
+
+    async def share_store(self, store: EventStore) -> EventStore:
+        assert isinstance(store, PostgresStore)
+        return await PostgresStore.open(DSN, schema=store._schema, pool_max=4)
+
+    async def corrupt_payload(self, store: EventStore, run_id: str, sequence: int) -> None:
+        assert isinstance(store, PostgresStore)
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(
+                f'UPDATE "{store._schema}".events SET payload = %s '
+                "WHERE run_id = %s AND sequence = %s",
+                (b"\xff\x00", run_id, sequence),
+            )
+
+
+async def test_the_layout_is_distributed_by_run_and_tokens_by_token() -> None:
+    schema = _schema("layout")
+    store = await PostgresStore.open(DSN, schema=schema, distributed=True)
+    await store.close()
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT logicalrelid::regclass::text, column_to_column_name(logicalrelid, partkey), "
+            "colocationid FROM pg_dist_partition WHERE logicalrelid::regclass::text LIKE %s",
+            (f"{schema}.%",),
+        ).fetchall()
+    layout = {name.split(".")[-1]: (column, group) for name, column, group in rows}
+    assert {table: column for table, (column, _) in layout.items()} == {
+        "runs": "run_id",
+        "events": "run_id",
+        "hooks": "run_id",
+        "wakeups": "run_id",
+        "due_holds": "run_id",
+        "tokens": "token",
+    }
+    run_group = {group for table, (_, group) in layout.items() if table != "tokens"}
+    assert len(run_group) == 1
+    assert layout["tokens"][1] not in run_group
+
+
+LAST = ""
+"""What the last race wrote (printed by the benchmark of the feed)."""
+FEED_RACE_SECONDS = float(os.environ.get("RUNFOLD_CITUS_RACE_SECONDS", "20"))
+
+
+async def test_tailing_readers_skip_nothing_under_sixteen_writers() -> None:
+    """16 writers append for `FEED_RACE_SECONDS` (20 s) while two readers tail `read_all`: every
+    committed event reaches both, in position order, none skipped."""
+    store = await PostgresStore.open(
+        DSN, schema=_schema("race"), pool_max=24, distributed=True, feed_wait=0.05
+    )
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    written: list[int] = []
+    stop = time.monotonic() + FEED_RACE_SECONDS
+
+    async def writer(n: int) -> None:
+        run_id = f"w{n}-{uuid.uuid4().hex[:6]}"
+        history = await write(store, run_id, *started(), at=at)
+        written.extend(e.position for e in history if e.position is not None)
+        while time.monotonic() < stop:
+            # Every fifth append of odd writers claims a token: on another worker's shard, a
+            # two-phase commit.
+            count = len(history)
+            claim = n % 2 == 1 and count % 5 == 0
+            events = [hook(f"h{count}", f"{run_id}-{count}") if claim else log(f"{count}")]
+            new = envelopes_for(run_id, count, events, at)
+            history += await store.append_if_sequence(
+                run_id, count, events, index=index_after(history, new), recorded_at=at
+            )
+            written.extend(e.position for e in history[count:] if e.position is not None)
+
+    async def reader() -> list[int]:
+        seen: list[int] = []
+        after = 0
+        while time.monotonic() < stop + 2 or len(seen) < len(written):
+            batch = await store.read_all(after_position=after, limit=500)
+            for envelope in batch:
+                assert envelope.position is not None and envelope.position > after
+                after = envelope.position
+                seen.append(after)
+            if not batch:
+                if time.monotonic() > stop + 10:
+                    break
+                await asyncio.sleep(0.01)
+        return seen
+
+    try:
+        readers = [asyncio.create_task(reader()) for _ in range(2)]
+        await asyncio.gather(*(writer(n) for n in range(16)))
+        seen = await asyncio.gather(*readers)
+    finally:
+        await store.close()
+    global LAST
+    LAST = f"{len(written)} events by 16 writers in {FEED_RACE_SECONDS:g} s, two readers"
+    assert len(written) > 100
+    for tail in seen:
+        missed = set(written) - set(tail)
+        assert not missed, f"a tailing reader skipped {len(missed)} of {len(written)} events"
+        assert tail == sorted(written)
+
+
+async def test_the_client_places_runs_on_the_workers_citus_does() -> None:
+    """`Placement.group` (the writer's grouping of group commits by worker) agrees with the
+    cluster's own routing for every run id tried."""
+    schema = _schema("placement")
+    store = await PostgresStore.open(DSN, schema=schema, distributed=True)
+    try:
+        async with store._connections.connection() as conn:
+            placement = await Placement.read(conn, f'"{schema}"')
+    finally:
+        await store.close()
+    assert placement.workers == 2
+    run_ids = [f"run-{n}" for n in range(200)] + ["", "é" * 13, "x" * 40]
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT id, p.groupid FROM unnest(%s::text[]) AS id, "
+            "LATERAL get_shard_id_for_distribution_column(%s, id) AS s(shardid) "
+            "JOIN pg_dist_placement p USING (shardid)",
+            (run_ids, f"{schema}.runs"),
+        ).fetchall()
+    assert {run_id: placement.group(run_id) for run_id in run_ids} == dict(rows)
+    assert len(set(dict(rows).values())) == 2
+
+
+def test_hashtext_is_the_servers() -> None:
+    words = ["", "a", "abcdefghijk", "abcdefghijkl", "abcdefghijklm", "é", "run-1", "ü" * 30]
+    words += [f"w{n}-{uuid.uuid4().hex[: n % 30]}" for n in range(100)]
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT w, hashtext(w) FROM unnest(%s::text[]) AS w", (words,)
+        ).fetchall()
+    assert {word: hashtext(word) for word in words} == dict(found)
