@@ -22,7 +22,8 @@ from runfold.flow.errors import ChildWorkflowError
 from runfold.kernel import Snapshot
 
 if TYPE_CHECKING:
-    from runfold.flow.interpreter import Interpreter, Session
+    from runfold.flow.interpreting import Interpreting
+    from runfold.flow.session import Session
 
 __all__ = [
     "CHILD_KIND",
@@ -60,7 +61,7 @@ def result_payload(status: str, body: bytes | None) -> bytes:
 
 
 def on_start_child(
-    interpreter: Interpreter,
+    interpreter: Interpreting,
     session: Session,
     snapshot: Snapshot,
     durable: Snapshot | None,
@@ -88,7 +89,7 @@ def on_start_child(
 
 
 def on_child_result(
-    interpreter: Interpreter,
+    interpreter: Interpreting,
     session: Session,
     snapshot: Snapshot,
     call: ChildResultCall,

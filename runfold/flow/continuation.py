@@ -26,30 +26,26 @@ from typing import TYPE_CHECKING, Any
 
 from runfold.engine import (
     Complete,
-    Fail,
     LinkChildOperation,
-    RunDefinitionConflict,
     RuntimeDecision,
 )
-from runfold.engine.raised import error_payload, error_text
+from runfold.engine.raised import error_text
 from runfold.flow.calls import ContinueCall, Pending
 from runfold.flow.errors import ContinueAsNewError, PayloadError
+from runfold.flow.info import FIRST_RUN, GENERATION
 from runfold.handler import CommandHandler
-from runfold.kernel import CreateRun, EntityConflict, Snapshot
+from runfold.kernel import Snapshot
 from runfold.kernel.limits import DEFAULT_LIMITS
 from runfold.stores.signals import RunSignals
 
 if TYPE_CHECKING:
     from runfold.flow.definition import Workflow
-    from runfold.flow.family import Family
-    from runfold.flow.interpreter import Interpreter, Session
+    from runfold.flow.interpreting import Interpreting
+    from runfold.flow.session import Session
 
 __all__ = [
-    "CONTINUED_FROM",
     "CONTINUED_OUTPUT",
     "CONTINUE_KIND",
-    "FIRST_RUN",
-    "GENERATION",
     "RESULT_RECHECK",
     "continue_as_new",
     "continued_as",
@@ -57,7 +53,6 @@ __all__ = [
     "follow",
     "last_run",
     "on_continue",
-    "start_successor",
     "successor_run_id",
 ]
 
@@ -65,12 +60,6 @@ CONTINUE_KIND = "runfold.flow.continued"
 """The `kind` of the link from a run to the successor it continued as."""
 CONTINUED_OUTPUT = b"runfold.flow.continued-as:"
 """What the output of a run that continued as new starts with (then its link's reference id)."""
-CONTINUED_FROM = "$continued_from"
-"""The successor's attribute naming the run it continues."""
-FIRST_RUN = "$first_run"
-"""The successor's attribute naming the chain's first run."""
-GENERATION = "$generation"
-"""The successor's attribute counting the continuations before it (the first run's is 0)."""
 
 _MAX_ID = DEFAULT_LIMITS.max_id_length
 _MAX_VALUE = DEFAULT_LIMITS.max_attribute_value_bytes
@@ -135,7 +124,7 @@ def continued_as(snapshot: Snapshot) -> str | None:
 
 
 def on_continue(
-    interpreter: Interpreter,
+    interpreter: Interpreting,
     session: Session,
     snapshot: Snapshot,
     durable: Snapshot | None,
@@ -178,47 +167,6 @@ def on_continue(
     ):
         interpreter.mismatch(session, snapshot, f"continue_as_new as {link.operation_id!r}")
     return Complete(output=CONTINUED_OUTPUT + call_id.encode())
-
-
-async def start_successor(
-    family: Family, run: Snapshot, link: LinkChildOperation
-) -> RuntimeDecision:
-    """Create the successor `link` names, queued, unless it exists; have it driven.
-
-    The decision to apply: `link`, or, when a run of that id exists and is not this run's
-    successor, the run's failure with `RunDefinitionConflict`.
-    """
-    successor_id = link.child_run_id
-    assert successor_id is not None and link.metadata is not None
-    handler = family.handler
-    existing = await handler.lookup(successor_id)
-    if existing is None:
-        create = CreateRun(
-            workflow_name=link.operation_id,
-            input=link.metadata,
-            workflow_version=family.version(),
-            parent_run_id=run.parent_run_id,
-            deadline=run.deadline,
-            attributes={
-                CONTINUED_FROM: run.run_id,
-                FIRST_RUN: first_run_id(run),
-                GENERATION: str(generation(run) + 1),
-            },
-            allow_reserved=True,
-        )
-        try:
-            await handler.execute(successor_id, create)
-        except EntityConflict:  # created meanwhile (another process replaying the run)
-            existing = await handler.lookup(successor_id)
-    if existing is not None and existing.attributes.get(CONTINUED_FROM) != run.run_id:
-        conflict = RunDefinitionConflict(
-            f"run {successor_id!r}, the successor of run {run.run_id!r}, exists as another run "
-            f"(workflow {existing.workflow_name!r})",
-            run_id=successor_id,
-        )
-        return Fail(error=error_payload(conflict), error_code=type(conflict).__name__)
-    family.push(("drive", successor_id, b""))
-    return link
 
 
 async def last_run(handler: CommandHandler, snapshot: Snapshot) -> Snapshot:

@@ -31,21 +31,24 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 from runfold.engine import (
     AwaitHook,
     Engine,
+    Fail,
     LinkChildOperation,
     RunDefinitionConflict,
     RuntimeDecision,
     Worker,
 )
+from runfold.engine.raised import error_payload
 from runfold.flow.calls import StartChildCall
 from runfold.flow.children import CHILD_KIND, RESULT_METADATA, result_payload, result_token
 from runfold.flow.continuation import (
     CONTINUE_KIND,
     continued_as,
     first_run_id,
+    generation,
     last_run,
-    start_successor,
 )
 from runfold.flow.encoding import PayloadCodec
+from runfold.flow.info import CONTINUED_FROM, FIRST_RUN, GENERATION
 from runfold.kernel import (
     CreateRun,
     EntityConflict,
@@ -58,7 +61,7 @@ from runfold.kernel import (
 )
 
 if TYPE_CHECKING:
-    from runfold.flow.interpreter import Interpreter
+    from runfold.flow.interpreting import Interpreting
 
 __all__ = ["Family"]
 
@@ -74,7 +77,7 @@ class Family:
     def __init__(
         self,
         engine: Engine,
-        interpreter: Interpreter,
+        interpreter: Interpreting,
         codec: PayloadCodec,
         version: Callable[[], str | None],
         worker: Callable[[], Worker | None],
@@ -100,7 +103,7 @@ class Family:
         if isinstance(decision, LinkChildOperation) and decision.kind == CHILD_KIND:
             await self.create_child(snapshot, decision)
         elif isinstance(decision, LinkChildOperation) and decision.kind == CONTINUE_KIND:
-            return await start_successor(self, snapshot, decision)
+            return await self.start_successor(snapshot, decision)
         elif (
             isinstance(decision, AwaitHook)
             and decision.metadata is not None
@@ -163,6 +166,44 @@ class Family:
             parent = await self.handler.lookup(parent_id)
             if parent is not None and parent.is_terminal:
                 self.push(("ended", parent_id, b""))
+
+    async def start_successor(self, run: Snapshot, link: LinkChildOperation) -> RuntimeDecision:
+        """Create the successor `link` names, queued, unless it exists; have it driven.
+
+        The decision to apply: `link`, or, when a run of that id exists and is not this run's
+        successor, the run's failure with `RunDefinitionConflict`.
+        """
+        successor_id = link.child_run_id
+        assert successor_id is not None and link.metadata is not None
+        handler = self.handler
+        existing = await handler.lookup(successor_id)
+        if existing is None:
+            create = CreateRun(
+                workflow_name=link.operation_id,
+                input=link.metadata,
+                workflow_version=self.version(),
+                parent_run_id=run.parent_run_id,
+                deadline=run.deadline,
+                attributes={
+                    CONTINUED_FROM: run.run_id,
+                    FIRST_RUN: first_run_id(run),
+                    GENERATION: str(generation(run) + 1),
+                },
+                allow_reserved=True,
+            )
+            try:
+                await handler.execute(successor_id, create)
+            except EntityConflict:  # created meanwhile (another process replaying the run)
+                existing = await handler.lookup(successor_id)
+        if existing is not None and existing.attributes.get(CONTINUED_FROM) != run.run_id:
+            conflict = RunDefinitionConflict(
+                f"run {successor_id!r}, the successor of run {run.run_id!r}, exists as another run "
+                f"(workflow {existing.workflow_name!r})",
+                run_id=successor_id,
+            )
+            return Fail(error=error_payload(conflict), error_code=type(conflict).__name__)
+        self.push(("drive", successor_id, b""))
+        return link
 
     # --- after a Flow operation ---------------------------------------------------------------
 

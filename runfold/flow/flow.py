@@ -41,7 +41,7 @@ from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import FlowError, UnknownWorkflow
 from runfold.flow.events import EventBoard
 from runfold.flow.family import Family
-from runfold.flow.fork import fork_run, restart_at
+from runfold.flow.fork import restart_at, write_fork
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
 from runfold.flow.interpreter import OBSERVED, Interpreter
 from runfold.flow.messages import mailbox_hook
@@ -323,7 +323,10 @@ class Flow:
             UnknownWorkflow: This Flow does not serve the run's workflow.
             EntityConflict: `new_run_id` is taken.
         """
-        return await fork_run(self, run_id, from_step, new_run_id)
+        new_id = await write_fork(
+            self.handler, self.workflows, self.version, run_id, from_step, new_run_id
+        )
+        return await self.settled(await self.engine.drive(new_id))
 
     async def restart(self, run_id: str, *, new_run_id: str | None = None) -> FlowRun:
         """Fork a failed or cancelled run from its first call that did not complete.
@@ -334,7 +337,7 @@ class Flow:
                 call, one whose outcome a new run cannot reuse.
         """
         old = await self.handler.snapshot(run_id)
-        return await fork_run(self, run_id, restart_at(old), new_run_id)
+        return await self.fork(run_id, from_step=restart_at(old), new_run_id=new_run_id)
 
     async def settled(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` reported once the follow-ups of children and parents are done.

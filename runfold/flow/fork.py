@@ -24,7 +24,7 @@ workflow code runs again past its last call). It is refused for a live or comple
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from runfold.flow.errors import ForkRefused, UnknownWorkflow
@@ -49,9 +49,9 @@ from runfold.kernel import (
 )
 
 if TYPE_CHECKING:
-    from runfold.flow.flow import Flow, FlowRun
+    from runfold.handler import CommandHandler
 
-__all__ = ["FORKED_AT", "FORKED_FROM", "fork_commands", "fork_run", "restart_at"]
+__all__ = ["FORKED_AT", "FORKED_FROM", "fork_commands", "restart_at", "write_fork"]
 
 FORKED_FROM = "$forked_from"
 """The reserved attribute of a fork: the id of the run it was forked from."""
@@ -203,15 +203,26 @@ def restart_at(old: Snapshot) -> int:
     return position
 
 
-async def fork_run(flow: Flow, run_id: str, from_step: int, new_run_id: str | None) -> FlowRun:
-    """Write the fork of `run_id` from `from_step` as `new_run_id`, then drive it."""
-    old = await flow.handler.snapshot(run_id)
-    if old.workflow_name not in flow.workflows:  # refused before anything is written
+async def write_fork(
+    handler: CommandHandler,
+    workflows: Collection[str],
+    version: str,
+    run_id: str,
+    from_step: int,
+    new_run_id: str | None,
+) -> str:
+    """Write the fork of `run_id` from `from_step` as `new_run_id` (else a new id); its id.
+
+    `workflows` are the names the caller serves (a fork of another workflow's run is refused
+    before anything is written); `version` is the code version the new run records.
+    """
+    old = await handler.snapshot(run_id)
+    if old.workflow_name not in workflows:
         raise UnknownWorkflow(
             f"run {run_id!r} is of workflow {old.workflow_name!r}, which this Flow does not serve"
         )
-    history = await flow.handler.history(run_id)
-    commands = fork_commands(old, history, from_step, version=flow.version)
+    history = await handler.history(run_id)
+    commands = fork_commands(old, history, from_step, version=version)
     new_id = new_run_id if new_run_id is not None else f"{run_id}-fork-{uuid.uuid4().hex[:8]}"
-    await flow.handler.execute_many(new_id, commands)
-    return await flow.settled(await flow.engine.drive(new_id))
+    await handler.execute_many(new_id, commands)
+    return new_id

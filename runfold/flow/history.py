@@ -22,7 +22,7 @@ from runfold.flow.calls import (
     StepCall,
 )
 from runfold.flow.continuation import CONTINUE_KIND
-from runfold.flow.parallel import Gathered
+from runfold.flow.gathering import Gathered
 from runfold.flow.session import Consumed, Expected
 from runfold.kernel import Snapshot
 

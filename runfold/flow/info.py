@@ -13,11 +13,17 @@ from datetime import datetime
 
 import attrs
 
-from runfold.flow.continuation import CONTINUED_FROM, FIRST_RUN, GENERATION
 from runfold.flow.errors import NotInWorkflow
 from runfold.kernel import Snapshot
 
-__all__ = ["WorkflowInfo", "workflow_info"]
+__all__ = ["CONTINUED_FROM", "FIRST_RUN", "GENERATION", "WorkflowInfo", "workflow_info"]
+
+CONTINUED_FROM = "$continued_from"
+"""The successor's attribute naming the run it continues."""
+FIRST_RUN = "$first_run"
+"""The successor's attribute naming the chain's first run."""
+GENERATION = "$generation"
+"""The successor's attribute counting the continuations before it (the first run's is 0)."""
 
 
 @attrs.frozen(kw_only=True)

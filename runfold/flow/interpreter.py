@@ -52,10 +52,11 @@ from runfold.flow.encoding import (
     round_trips,
 )
 from runfold.flow.errors import FlowNonDeterminism, UnknownWorkflow
+from runfold.flow.gathering import Gathered
 from runfold.flow.history import agrees, describe_call, describe_recorded, is_recorded
 from runfold.flow.info import WorkflowInfo
 from runfold.flow.messages import on_recv
-from runfold.flow.parallel import Gathered, on_gathered
+from runfold.flow.parallel import on_gathered
 from runfold.flow.patches import on_patch
 from runfold.flow.records import on_record
 from runfold.flow.session import Consumed, Expected, Session

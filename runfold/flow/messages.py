@@ -24,7 +24,8 @@ from runfold.flow.calls import RecvCall
 from runfold.kernel import Snapshot
 
 if TYPE_CHECKING:
-    from runfold.flow.interpreter import Interpreter, Session
+    from runfold.flow.interpreting import Interpreting
+    from runfold.flow.session import Session
 
 __all__ = ["MAILBOX_METADATA", "mailbox_hook", "on_recv"]
 
@@ -40,7 +41,7 @@ def mailbox_hook(run_id: str, topic: str | None) -> tuple[str, str, bytes]:
 
 
 def on_recv(
-    interpreter: Interpreter,
+    interpreter: Interpreting,
     session: Session,
     snapshot: Snapshot,
     durable: Snapshot | None,

@@ -2,7 +2,8 @@
 
 `step(...)` returns a `Pending` that passes for an asyncio future, so `asyncio.gather` keeps
 it as it is (no task on the event loop) and returns a gathering future, which the workflow
-awaits: the coroutine yields it to the interpreter. `gathered` recognises it; the steps are
+awaits: the coroutine yields it to the interpreter. `gathered` recognises it
+(`runfold.flow.gathering`); the steps are
 then a `Gathered` call, whose steps take the next call ids in argument order (not in the
 order they finish), so a replay finds each where the code asks for it.
 
@@ -15,76 +16,23 @@ the errors in the list), the same on every replay.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from runfold.engine import RuntimeDecision, ScheduleStep, ScheduleSteps
-from runfold.flow.calls import Pending, StepCall
+from runfold.flow.calls import StepCall
 from runfold.flow.errors import FlowNonDeterminism, StepError
+from runfold.flow.gathering import Gathered
 from runfold.kernel import Snapshot
 
 if TYPE_CHECKING:
-    from runfold.flow.interpreter import Interpreter, Session
+    from runfold.flow.interpreting import Interpreting
+    from runfold.flow.session import Session
 
-__all__ = ["Gathered", "gathered", "on_gathered"]
-
-
-class Gathered:
-    """The steps of one `asyncio.gather`, at call ids `first`, `first + 1`, ..."""
-
-    __slots__ = ("children", "first", "inputs", "label")
-
-    def __init__(
-        self, children: tuple[Pending, ...], first: int, label: str = "asyncio.gather"
-    ) -> None:
-        self.children = children
-        self.first = first
-        self.label = label  # what grouped them, as `FlowNonDeterminism` names it
-        self.inputs: list[bytes] | None = None  # each step's arguments, encoded once
-
-    def __repr__(self) -> str:
-        return f"Gathered(first={self.first}, steps={len(self.children)})"
-
-    def at(self, step_id: str) -> StepCall | None:
-        """The step call at id `step_id`, if it is one of these."""
-        if not step_id.isdigit():
-            return None
-        offset = int(step_id) - self.first
-        if 0 <= offset < len(self.children):
-            call = self.children[offset].call
-            assert isinstance(call, StepCall)
-            return call
-        return None
-
-
-def gathered(yielded: object) -> tuple[Pending, ...] | None:
-    """The step calls of the `asyncio.gather` the workflow awaits, or None if it is not one.
-
-    A gather of anything else (a coroutine, which gather has made a task on the event loop; a
-    sleep) is not durable: its tasks are cancelled and None is returned.
-    """
-    if not isinstance(yielded, asyncio.Future):
-        return None
-    children = getattr(yielded, "_children", None)
-    if not isinstance(children, list) or not children:
-        return None
-    unique = tuple(dict.fromkeys(children))  # the same awaitable twice is one call
-    if all(isinstance(c, Pending) and isinstance(c.call, StepCall) for c in unique):
-        return unique
-    for child in unique:
-        if isinstance(child, asyncio.Task):
-            child.cancel()
-    yielded.add_done_callback(_retrieve)  # its error (the cancellation) is not news
-    return None
-
-
-def _retrieve(future: asyncio.Future[object]) -> None:
-    if not future.cancelled():
-        future.exception()
+__all__ = ["on_gathered"]
 
 
 def on_gathered(
-    interpreter: Interpreter,
+    interpreter: Interpreting,
     session: Session,
     snapshot: Snapshot,
     durable: Snapshot | None,

@@ -29,7 +29,8 @@ from runfold.flow.calls import PatchCall, Pending
 from runfold.kernel import Snapshot
 
 if TYPE_CHECKING:
-    from runfold.flow.interpreter import Interpreter, Session
+    from runfold.flow.interpreting import Interpreting
+    from runfold.flow.session import Session
 
 __all__ = [
     "PATCH_KEY_PREFIX",
@@ -92,7 +93,7 @@ def patches_of(snapshot: Snapshot) -> tuple[str, ...]:
 
 
 def on_patch(
-    interpreter: Interpreter,
+    interpreter: Interpreting,
     session: Session,
     snapshot: Snapshot,
     durable: Snapshot | None,

@@ -18,8 +18,8 @@ from typing import Any, TypeAlias
 from runfold.engine.raised import CODE_BASE_EXCEPTIONS, error_text
 from runfold.flow.calls import CALL_TYPES, IN_WORKFLOW, Call, PatchCall
 from runfold.flow.errors import UnsupportedAwait
+from runfold.flow.gathering import Gathered, gathered
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
-from runfold.flow.parallel import Gathered, gathered
 from runfold.flow.tasks import WorkflowLoop, WorkflowTask, abandoned, grouped
 
 __all__ = ["Consumed", "Expected", "Session"]

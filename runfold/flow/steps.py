@@ -16,14 +16,14 @@ from runfold.flow.errors import StepError
 from runfold.kernel import Snapshot
 
 if TYPE_CHECKING:
-    from runfold.flow.interpreter import Interpreter
+    from runfold.flow.interpreting import Interpreting
     from runfold.flow.session import Session
 
 __all__ = ["on_step"]
 
 
 def on_step(
-    interpreter: Interpreter,
+    interpreter: Interpreting,
     session: Session,
     snapshot: Snapshot,
     durable: Snapshot | None,

@@ -19,14 +19,14 @@ from runfold.flow.history import describe_recorded
 from runfold.kernel import Snapshot
 
 if TYPE_CHECKING:
-    from runfold.flow.interpreter import Interpreter
+    from runfold.flow.interpreting import Interpreting
     from runfold.flow.session import Session
 
 __all__ = ["on_event", "on_sleep"]
 
 
 def on_sleep(
-    interpreter: Interpreter,
+    interpreter: Interpreting,
     session: Session,
     snapshot: Snapshot,
     durable: Snapshot | None,
@@ -51,7 +51,7 @@ def on_sleep(
 
 
 def on_event(
-    interpreter: Interpreter,
+    interpreter: Interpreting,
     session: Session,
     snapshot: Snapshot,
     durable: Snapshot | None,
