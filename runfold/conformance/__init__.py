@@ -37,7 +37,7 @@ from runfold.conformance._core import CHECK_MODULES
 # Before the check modules are imported: pytest rewrites only modules registered by then. Outside
 # a pytest run this merely records the names.
 pytest.register_assert_rewrite(
-    *(f"runfold.conformance.{module}" for module in (*CHECK_MODULES, "_support"))
+    *(f"runfold.conformance.{module}" for module in (*CHECK_MODULES, "builders"))
 )
 
 from runfold.conformance import strategies

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     MINUTE,
     T0,
     created,

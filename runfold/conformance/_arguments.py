@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     ALL,
     T0,
     caught_up_feed,

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     ALL,
     MINUTE,
     T0,

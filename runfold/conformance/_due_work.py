@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import MINUTE, T0, started, write
+from runfold.conformance.builders import MINUTE, T0, started, write
 from runfold.kernel import (
     Event,
     RunClaimed,

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     ALL,
     HOUR,
     MINUTE,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     ALL,
     MINUTE,
     T0,

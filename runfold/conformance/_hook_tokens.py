@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     HOUR,
     MINUTE,
     RUN_ENDINGS,

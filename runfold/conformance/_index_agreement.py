@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from runfold.conformance import strategies
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     ALL,
     FAR,
     HOUR,

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import MINUTE, T0, created, kernel_summary, started, write
+from runfold.conformance.builders import MINUTE, T0, created, kernel_summary, started, write
 from runfold.handler import CommandHandler, Outcome
 from runfold.kernel import (
     ClaimRun,

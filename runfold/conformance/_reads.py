@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from runfold.conformance import strategies
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     HOUR,
     MINUTE,
     T0,

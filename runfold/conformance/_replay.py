@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import HOUR, MINUTE, T0, hook, log, raises, started, write
+from runfold.conformance.builders import HOUR, MINUTE, T0, hook, log, raises, started, write
 from runfold.kernel import (
     AttributeChange,
     AttributesSet,

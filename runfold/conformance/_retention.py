@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     HOUR,
     MINUTE,
     T0,

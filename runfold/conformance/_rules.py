@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     HOUR,
     MINUTE,
     T0,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     HOUR,
     MINUTE,
     T0,

@@ -4,7 +4,7 @@ share a store each ask for their own) and the deletion of runs named by id."""
 from __future__ import annotations
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import FAR, MINUTE, T0, created, write
+from runfold.conformance.builders import FAR, MINUTE, T0, created, write
 from runfold.kernel import RunCompleted, RunStarted, WaitCreated
 from runfold.stores.protocol import EventStore
 

@@ -12,7 +12,7 @@ from typing import cast
 import attrs
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     FAR,
     HOUR,
     MINUTE,

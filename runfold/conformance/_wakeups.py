@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from runfold.conformance._core import Context, check
-from runfold.conformance._support import FAR, HOUR, MINUTE, T0, created, started, wakeup, write
+from runfold.conformance.builders import FAR, HOUR, MINUTE, T0, created, started, wakeup, write
 from runfold.kernel import (
     RunCompleted,
     RunStarted,

@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 
 from runfold.conformance import strategies
 from runfold.conformance._core import Capabilities, Context, check
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     ALL,
     caught_up_feed,
     created,

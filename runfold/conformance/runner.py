@@ -21,7 +21,7 @@ from typing import Any, Literal, NoReturn, TypeAlias, cast
 import attrs
 import pytest
 
-from runfold.conformance import _support
+from runfold.conformance import builders
 from runfold.conformance._core import CAPABILITIES, GROUPS, Capabilities, Effort, parse_seed
 from runfold.conformance.kit import CHECK_NAMES, CHECKS, StoreConformance
 from runfold.stores.protocol import EventStore
@@ -45,7 +45,7 @@ a fresh store or an awaitable of one.
 Outcome: TypeAlias = Literal["passed", "failed", "not offered"]
 """What became of one check."""
 
-_HELPERS = Path(_support.__file__).resolve()
+_HELPERS = Path(builders.__file__).resolve()
 
 
 @attrs.frozen(kw_only=True)

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from runfold.conformance import Capabilities, StoreConformance
-from runfold.conformance._support import envelopes_for, hook, index_after, log, started, write
+from runfold.conformance.builders import envelopes_for, hook, index_after, log, started, write
 from runfold.stores import PostgresStore
 from runfold.stores.postgres.placement import Placement, hashtext
 from runfold.stores.protocol import EventStore

@@ -134,7 +134,7 @@ def test_the_kit_fails_a_broken_store_by_name(broken: type[MemoryStore], check: 
     assert check in report.failed, f"{check} passed {broken.__name__}:\n{report}"
     detail = report.result(check).detail
     # The line named is the check's (or the store's), never the kit's assertion helper.
-    assert "(raised at " in detail and "_support.py" not in detail, detail
+    assert "(raised at " in detail and "builders.py" not in detail, detail
     assert not report.ok
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runfold.conformance._support import write
+from runfold.conformance.builders import write
 from runfold.kernel import InvalidArgument, RunCreated
 from runfold.stores import DueWork, EventStore
 from runfold.stores.due_work import Queue

@@ -38,7 +38,7 @@ from runfold.commands import (
     SetAttributes,
     StartRun,
 )
-from runfold.conformance._support import (
+from runfold.conformance.builders import (
     created,
     envelopes_for,
     hook,

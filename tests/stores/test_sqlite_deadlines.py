@@ -19,7 +19,7 @@ import pytest
 
 from runfold import CommandHandler
 from runfold.commands import CreateRun, RecordLog, StartRun
-from runfold.conformance._support import created, envelopes_for, index_after, log
+from runfold.conformance.builders import created, envelopes_for, index_after, log
 from runfold.errors import CommitUnknown, StoreTimeout, StoreUnavailable
 from runfold.store_retry import StoreRetry
 from runfold.stores import SQLiteStore

@@ -22,7 +22,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from runfold.conformance._support import created, envelopes_for, index_after, log
+from runfold.conformance.builders import created, envelopes_for, index_after, log
 from runfold.errors import CommitUnknown, SequenceConflict, StoreTimeout, StoreUnavailable
 from runfold.events import Envelope
 from runfold.stores import PostgresStore, SQLiteStore

@@ -1,4 +1,4 @@
-"""Helpers the checks share: event builders, kernel-indexed writes, and views of a store's state.
+"""Event builders, kernel-indexed writes and views of a store's state, shared by the checks.
 
 Index rows are always the kernel's: `write` folds the run's stored history plus the new events
 and hands `run_index(...)` to `append_if_sequence`, exactly as `CommandHandler` does.
@@ -34,13 +34,45 @@ from runfold.kernel import (
 )
 from runfold.stores.protocol import EventStore
 
+__all__ = [
+    "ALL",
+    "FAR",
+    "FEED_PATIENCE",
+    "HOUR",
+    "MINUTE",
+    "T0",
+    "all_run_ids",
+    "caught_up_feed",
+    "created",
+    "envelopes_for",
+    "everything",
+    "feed_after",
+    "holder",
+    "hook",
+    "index_after",
+    "kernel_summary",
+    "log",
+    "plain",
+    "positions",
+    "raises",
+    "run_state",
+    "sequences",
+    "settle",
+    "started",
+    "wakeup",
+    "walk",
+    "write",
+]
+
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 """The time the hand-written checks start at."""
 MINUTE = timedelta(minutes=1)
+"""One minute, the step most checks move the clock by."""
 HOUR = timedelta(hours=1)
+"""One hour."""
 FAR = T0 + timedelta(days=3650)
 """Later than anything a check writes: `due_wakeups(FAR)` lists every wakeup."""
 ALL = 1_000_000
