@@ -8,8 +8,9 @@ the ledger (each body's start and end, with its process) and the runs' histories
 
 - `ran_twice`: step bodies started more than once; `explained` those of them whose earlier body
   was in flight at a kill or a stop of its process (from its start until the step's next body
-  began: its outcome was not durable yet), the only re-runs allowed; `lapses`: leases that
-  lapsed in a worker nobody paused (a loaded machine), which also re-run bodies;
+  began: its outcome was not durable yet), the only re-runs allowed; `lapses`: the workers that
+  found their lease lapsed (each one stopped past its lease, on resuming; one starved on a
+  loaded machine too, whose bodies are then re-run as well);
 - `overlaps_live`: two bodies of one step running at once in two processes, neither of them
   stopped or killed meanwhile (never allowed: two workers that both held a lease);
 - `zombie_outcomes`: step outcomes recorded from a body that was not the run's owner's;
