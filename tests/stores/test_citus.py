@@ -48,31 +48,8 @@ def _drop_schemas() -> Any:
             conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
-_NO_CLAIM_DUE = pytest.mark.xfail(
-    strict=True,
-    reason="claim_due locks candidate runs of every shard in one statement (FOR UPDATE SKIP "
-    "LOCKED over a join), which Citus refuses: not yet supported on a cluster",
-)
-
-
 class TestCitusStore(StoreConformance):
-    """The kit on the cluster: tables distributed by run, tokens by token.
-
-    The three checks of `claim_due` are expected to fail (strictly: one that passes fails the
-    test, so the marker goes when `claim_due` runs on a cluster).
-    """
-
-    @_NO_CLAIM_DUE
-    def test_claim_due_hands_out_each_due_run_to_one_worker(self) -> None:
-        self.run_check("test_claim_due_hands_out_each_due_run_to_one_worker")
-
-    @_NO_CLAIM_DUE
-    def test_racing_claimers_never_get_one_run_twice(self) -> None:
-        self.run_check("test_racing_claimers_never_get_one_run_twice")
-
-    @_NO_CLAIM_DUE
-    def test_queues_hand_out_within_their_limits(self) -> None:
-        self.run_check("test_queues_hand_out_within_their_limits")
+    """The kit on the cluster: tables distributed by run, tokens by token; every check."""
 
     capabilities = Capabilities(
         reopen=True, corruption=True, sharing=True, rewrite_index=True, replay=True

@@ -216,7 +216,7 @@ async def _drop_run(conn: Connection, s: str, run_id: str) -> None:
             f"DELETE FROM {s}.tokens WHERE token = ANY(%(tokens)s) AND run_id = %(run_id)s",
             {"tokens": tokens, "run_id": run_id},
         )
-    for table in ("events", "wakeups", "runs"):
+    for table in ("events", "wakeups", "due_holds", "runs"):
         await conn.execute(f"DELETE FROM {s}.{table} WHERE run_id = %(run_id)s", params)
 
 

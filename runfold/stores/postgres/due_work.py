@@ -9,12 +9,16 @@ run, the second's upsert finds the first's hold and takes nothing. A queue with 
 counted under a transaction lock of its own, taken first, so that the counts of two claimers
 of one queue see each other's holds (each statement of the function reads what committed
 before it). `{s}` is the quoted schema name.
+
+A distributed schema (a Citus cluster) claims through `citus_due` instead: Citus refuses row
+locks in a statement over several shards.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Collection
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +28,8 @@ from runfold.stores.due_work import (
     DueWorkBase,
     Queue,
 )
+from runfold.stores.postgres import citus_due
+from runfold.stores.postgres.connections import Connection
 from runfold.stores.time_keys import time_key
 
 __all__ = ["PostgresDueWork", "claim_due_function"]
@@ -218,6 +224,8 @@ class PostgresDueWork(DueWorkBase):
 
     _s: str
     _fetch: Callable[..., Awaitable[list[tuple[Any, ...]]]]
+    _distributed: bool
+    _cluster_connection: Callable[[], AbstractAsyncContextManager[Connection]]
 
     async def _claim_due(
         self,
@@ -233,6 +241,18 @@ class PostgresDueWork(DueWorkBase):
         chosen = sorted(queues, key=lambda queue: queue.name)
         limited = [q for q in chosen if q.concurrency or q.worker_concurrency or q.rate_limit]
         locks = sorted(_lock_key(f"runfold queue {self._s} {queue.name}") for queue in limited)
+        if self._distributed:
+            claim = citus_due.Claim(
+                worker=worker_id,
+                now=time_key(now),
+                until=time_key(hold_until),
+                limit=limit,
+                served=None if workflow_names is None else sorted(set(workflow_names)),
+                queues=chosen,
+                locks=locks,
+            )
+            async with self._cluster_connection() as conn:
+                return await citus_due.claim_due(conn, self._s, claim)
         rows = await self._fetch(
             f"SELECT run_id, reason, displacing FROM {self._s}.claim_due("
             "%(worker)s, %(now)s, %(until)s, %(limit)s, %(served)s::text[], %(queues)s::text[], "
