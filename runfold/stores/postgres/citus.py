@@ -9,7 +9,7 @@ Migrations are sent one statement at a time (Citus propagates each DDL statement
 after them `distribute` distributes every table of the layout that is not yet distributed, so a
 table a later migration adds is distributed by the same step.
 
-Two things change on a cluster, each written here once:
+Two things change on a cluster, each written here once (a third, `claim_due`, is `citus_due`):
 
 - **The feed's bound.** Positions stay the coordinator's transaction id × 1,000,000 + ordinal,
   one integer store-wide. `read_feed` takes its bound (the oldest transaction still running) on
