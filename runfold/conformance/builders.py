@@ -218,9 +218,12 @@ async def caught_up_feed(store: EventStore, *, patience: float = FEED_PATIENCE) 
 async def feed_after(
     store: EventStore, after_position: int, count: int, *, patience: float = FEED_PATIENCE
 ) -> list[Envelope]:
-    """`read_all(after_position=…, limit=count)` once it returns `count` envelopes (or after
+    """The feed's next `count` envelopes after `after_position`, waiting while it lags.
+
+    `read_all(after_position=…, limit=count)` once it returns `count` envelopes (or after
     `patience` seconds): the envelopes just appended, however long the feed lags behind them
-    (see `caught_up_feed`)."""
+    (see `caught_up_feed`).
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + patience
     while True:
@@ -240,9 +243,11 @@ async def all_run_ids(store: EventStore, **filters: Any) -> list[str]:
 async def walk(
     fetch: Callable[[str | None], Awaitable[Any]], limit: int, bound: int = 10_000
 ) -> list[Any]:
-    """Every item of a cursor-paged listing, asserting the page laws on the way: at most `limit`
-    items a page, full pages while `has_more`, a cursor exactly when `has_more`, and a page
-    with items after every page that said `has_more`."""
+    """Every item of a cursor-paged listing, asserting the page laws on the way.
+
+    At most `limit` items a page, full pages while `has_more`, a cursor exactly when
+    `has_more`, and a page with items after every page that said `has_more`.
+    """
     seen: list[Any] = []
     cursor: str | None = None
     for _ in range(bound):
@@ -271,8 +276,10 @@ def wakeup(run_id: str, kind: Any, subject_id: str, due_at: datetime) -> Wakeup:
 
 
 async def raises(error: type[E], call: Awaitable[Any], what: str) -> E:
-    """The `error` awaiting `call` raises; `AssertionError` naming `what` if it returns instead
-    (any other error propagates)."""
+    """The `error` that awaiting `call` raises.
+
+    `AssertionError` naming `what` if it returns instead (any other error propagates).
+    """
     try:
         await call
     except error as exc:
@@ -281,8 +288,11 @@ async def raises(error: type[E], call: Awaitable[Any], what: str) -> E:
 
 
 async def settle(probe: Callable[[], Awaitable[T]], *, pause: float = 0.02, rounds: int = 200) -> T:
-    """`probe()`'s answer once it stops changing: work a cancelled caller left in flight (a write
-    a store shields from cancellation, say) is allowed to finish before outcomes are judged."""
+    """`probe()`'s answer once it stops changing.
+
+    Work a cancelled caller left in flight (a write a store shields from cancellation, say) is
+    allowed to finish before outcomes are judged.
+    """
     last = await probe()
     for _ in range(rounds):
         await asyncio.sleep(pause)
