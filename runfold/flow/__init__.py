@@ -9,6 +9,7 @@ crash: `Flow.recover()` in a fresh process carries every live run on from its hi
 """
 
 from runfold.engine import Queue, QueueDeduplicated
+from runfold.flow.bodies import current_step
 from runfold.flow.calls import (
     ChildHandle,
     child,
@@ -38,7 +39,7 @@ from runfold.flow.errors import (
     UnsupportedAwait,
 )
 from runfold.flow.events import set_event
-from runfold.flow.flow import Flow, FlowRun, current_step
+from runfold.flow.flow import Flow, FlowRun
 from runfold.flow.info import WorkflowInfo, workflow_info
 from runfold.flow.patches import deprecated_patch, patched
 from runfold.flow.replay import Divergence, ReplayChecker, ReplayResult

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
-import inspect
 from collections.abc import Callable, Collection, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +30,7 @@ from runfold.engine import (
     Worker,
     WorkflowInvocation,
 )
+from runfold.flow.bodies import StepBodies
 from runfold.flow.calls import cancel_child
 from runfold.flow.continuation import continued_as, follow, last_run
 from runfold.flow.definition import Workflow, registered_workflows
@@ -42,7 +39,7 @@ from runfold.flow.errors import FlowError, UnknownWorkflow
 from runfold.flow.events import EventBoard
 from runfold.flow.family import Family
 from runfold.flow.fork import restart_at, write_fork
-from runfold.flow.info import CURRENT_INFO, WorkflowInfo
+from runfold.flow.info import WorkflowInfo
 from runfold.flow.interpreter import OBSERVED, Interpreter
 from runfold.flow.messages import mailbox_hook
 from runfold.flow.versions import code_version
@@ -61,31 +58,11 @@ from runfold.kernel import (
 )
 from runfold.stores.protocol import EventStore
 
-__all__ = ["Flow", "FlowRun", "current_step"]
+__all__ = ["Flow", "FlowRun"]
 
 _RUN_ENDS = frozenset({RunCompleted, RunFailed, RunCancelled, RunTimedOut})
 # The decisions the Family acts on (a child's creation, a wait on a child).
 _FAMILY_DECISIONS = frozenset({LinkChildOperation, AwaitHook})
-
-# What a step body commonly returns, and can never be awaited: `inspect.isawaitable` is skipped.
-_NEVER_AWAITABLE = frozenset({str, bytes, int, float, bool, type(None), list, dict, tuple})
-
-_REMEMBERED_BODIES = 1024
-"""How many step functions a Flow remembers the kind of (`async def` or not)."""
-
-_CURRENT_STEP: ContextVar[StepInvocation | None] = ContextVar("runfold_flow_step", default=None)
-
-
-def current_step() -> StepInvocation:
-    """The attempt of the step body running now (its `idempotency_key`, its `attempt`).
-
-    Raises:
-        FlowError: No step body is running.
-    """
-    found = _CURRENT_STEP.get()
-    if found is None:
-        raise FlowError("current_step() is for step bodies run by a Flow")
-    return found
 
 
 @attrs.frozen(kw_only=True)
@@ -139,14 +116,10 @@ class Flow:
         served = tuple(workflows) if workflows is not None else registered_workflows()
         if not served:
             raise ValueError("a Flow needs at least one @workflow to serve")
-        if step_threads < 0:
-            raise ValueError("step_threads must be 0 (on the loop) or more")
-        self.step_threads = step_threads
         self.version = version if version is not None else code_version(served)
         self.hashed_version = version is None
         """Whether `version` is the default, `code_version` of the served workflows."""
-        self._threads: ThreadPoolExecutor | None = None  # made on the first `def` step
-        self._async_bodies: dict[Callable[..., Any], bool] = {}  # step bodies: `async def`?
+        self.bodies = StepBodies(step_threads)
         self.codec: PayloadCodec = codec if codec is not None else JsonCodec()
         self.handler = (
             CommandHandler(store) if clock is None else CommandHandler(store, clock=clock)
@@ -522,54 +495,11 @@ class Flow:
             info = WorkflowInfo.of(await self.handler.snapshot(invocation.run_id))
         if fn is cancel_child:  # `handle.cancel()`: the body acts through this Flow
             args = (self, *args)
-        token = _CURRENT_STEP.set(invocation)
-        info_token = CURRENT_INFO.set(info)
-        try:
-            try:
-                is_async = self._async_bodies[fn]
-            except (KeyError, TypeError):  # not seen yet, or a callable that is not hashable
-                is_async = self._remember_kind(fn)
-            if is_async:
-                result = await fn(*args)
-            elif not self.step_threads:  # bodies that never block: no thread hop
-                result = fn(*args)
-                if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
-                    result = await result
-            else:  # a plain `def` may block: it runs in the pool, with this context
-                context = contextvars.copy_context()
-                call = functools.partial(context.run, _outcome, fn, tuple(args))
-                raised, result = await asyncio.get_running_loop().run_in_executor(
-                    self.threads, call
-                )
-                if raised:  # raised here, on the loop, as an on-loop body's would be
-                    raise result
-                if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
-                    result = await result
-        finally:
-            CURRENT_INFO.reset(info_token)
-            _CURRENT_STEP.reset(token)
+        result = await self.bodies.call(invocation, info, fn, args)
         output = self.codec.encode(result)
         if held is not None:
             interpreter.ran(held, invocation.step_id, output, result)
         return output
-
-    def _remember_kind(self, fn: Callable[..., Any]) -> bool:
-        """Whether `fn` is an `async def`, remembered (for a bounded number of functions)."""
-        found = inspect.iscoroutinefunction(fn)
-        if len(self._async_bodies) >= _REMEMBERED_BODIES:
-            self._async_bodies.clear()
-        with contextlib.suppress(TypeError):
-            self._async_bodies[fn] = found
-        return found
-
-    @property
-    def threads(self) -> ThreadPoolExecutor:
-        """The pool that runs plain `def` step bodies (`step_threads` threads at most)."""
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(
-                max_workers=self.step_threads, thread_name_prefix="runfold-step"
-            )
-        return self._threads
 
     async def on_event(self, envelope: Envelope) -> None:
         """Confirm what the engine appended to the live sessions; note runs that ended."""
@@ -580,19 +510,6 @@ class Flow:
             self.family.ended(envelope.run_id)
         self.interpreter.observe(envelope)
         self.events.saw(envelope)
-
-
-def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
-    """`(False, fn(*args))`, or `(True, exception)` for any exception it raised.
-
-    A `BaseException` (`GeneratorExit`, `SystemExit`) that crossed from the pool's thread into
-    the loop's future would unwind the awaiting coroutines without their handlers; returned as a
-    value, it is raised on the loop, where the engine's rule for step bodies applies.
-    """
-    try:
-        return False, fn(*args)
-    except BaseException as exc:
-        return True, exc
 
 
 def _has_results(snapshot: Snapshot) -> bool:
