@@ -86,14 +86,15 @@ def settle(request: Append, outcome: list[Envelope] | BaseException) -> None:
 _RUN_STATE = (
     "SELECT (SELECT max(sequence) FROM events WHERE run_id = ?1), "
     "(SELECT position FROM events WHERE run_id = ?1 ORDER BY sequence DESC LIMIT 1), runs.status, "
-    "runs.completed_at, runs.owner_id, EXISTS (SELECT 1 FROM hooks WHERE run_id = ?1), "
+    "runs.completed_at, runs.owner_id, runs.attributes, "
+    "EXISTS (SELECT 1 FROM hooks WHERE run_id = ?1), "
     "EXISTS (SELECT 1 FROM wakeups WHERE run_id = ?1), "
     "max(coalesce((SELECT max(position) FROM events), 0), (SELECT position FROM feed_high_water)) "
     "FROM (SELECT 1) LEFT JOIN runs ON runs.run_id = ?1"
 )
-"""The run's head and its event's feed position; what its index rows hold now: status and end
-time and owner (None without a runs row), and whether it has hook and wakeup rows; and the last
-feed position handed out (retention may have deleted its event)."""
+"""The run's head and its event's feed position; what its index rows hold now: status, end time,
+owner and attributes (None without a runs row), and whether it has hook and wakeup rows; and the
+last feed position handed out (retention may have deleted its event)."""
 
 
 _INSERT_EVENT = (
@@ -104,9 +105,17 @@ _INSERT_EVENT = (
 
 def _append_one(cursor: sqlite3.Cursor, request: Append) -> list[Envelope]:
     run_id = request.run_id
-    last, head_position, status, completed_at, owner_id, has_hooks, has_wakeups, next_position = (
-        cursor.execute(_RUN_STATE, (run_id,)).fetchone()
-    )
+    (
+        last,
+        head_position,
+        status,
+        completed_at,
+        owner_id,
+        attributes,
+        has_hooks,
+        has_wakeups,
+        next_position,
+    ) = cursor.execute(_RUN_STATE, (run_id,)).fetchone()
     head = last or 0
     if head != request.expected or (
         request.expected_position is not None and head_position != request.expected_position
@@ -122,7 +131,9 @@ def _append_one(cursor: sqlite3.Cursor, request: Append) -> list[Envelope]:
         cursor.execute(_INSERT_EVENT, rows[0])
     else:
         cursor.executemany(_INSERT_EVENT, rows)
-    before = IndexRows(status, completed_at, owner_id, bool(has_hooks), bool(has_wakeups))
+    before = IndexRows(
+        status, completed_at, owner_id, attributes, bool(has_hooks), bool(has_wakeups)
+    )
     write_index(cursor, run_id, request.index, claims, before)
     return [
         make_envelope(run_id, head + n, event, request.recorded_at, next_position + n)
