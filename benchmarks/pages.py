@@ -260,9 +260,11 @@ def bench_pages(quick: bool) -> list[Result | Remark]:
             "each); PostgreSQL's the log records of the appends' transactions on the store's "
             "tables and indexes (full-page images after a checkpoint included, so it varies "
             "with the server's checkpoints) and the distinct pages they name. An append writes "
-            "its events into the events table and two of its indexes (position, correlation), "
-            "and the run's row (head and time of last change; its indexed columns only when "
-            "they change).",
+            "its events into the events table and two of its indexes (position, correlation). "
+            "On SQLite it writes the run's row only when the run's status, end time, owner or "
+            "attributes change (the head is the events' own); on PostgreSQL every append "
+            "updates it, since moving the head there is the run's lock and head check (a HOT "
+            "update: the row's indexes only when an indexed column changes).",
         )
     )
     return found + remarks + _split("PostgreSQL", postgres)
