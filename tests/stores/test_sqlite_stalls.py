@@ -10,64 +10,27 @@ is a real one, held by another process (`lock_holder`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import subprocess
-import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from runfold import CommandHandler
 from runfold.commands import ClaimRun, StartRun
+from runfold.flow import Flow, step, workflow
 from runfold.stores import SQLiteStore
 from tests.conftest import T0
+from tests.support.fleet_workflows import LEDGER_ENV, ledger_step, read_ledger
 from tests.support.rules_helpers import create
+from tests.support.sqlite_lock import let_go, lock_holder, take
 
 LEASE = timedelta(seconds=1)
 STALL = 2.0
 """Seconds the write lock is held: twice the lease."""
 
 
-_HOLDER = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-print("ready", flush=True)
-sys.stdin.readline()
-conn.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.readline()
-conn.execute("ROLLBACK")
-"""
-
-
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-@contextlib.contextmanager
-def lock_holder(path: str) -> Iterator[subprocess.Popen[str]]:
-    """Another process, started and ready to take the file's write lock (`step`)."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, path],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-        yield holder
-    finally:
-        assert holder.stdin is not None and holder.stdout is not None
-        holder.stdin.close()
-        holder.wait(timeout=10)
-        holder.stdout.close()
-
-
-def step(holder: subprocess.Popen[str]) -> None:
-    """Make the holder take the lock (the first time) or let it go (the second)."""
-    assert holder.stdin is not None and holder.stdout is not None
-    holder.stdin.write("\n")
-    holder.stdin.flush()
 
 
 async def test_a_lease_that_lapses_while_the_file_is_stalled_is_not_taken_over(
@@ -83,8 +46,7 @@ async def test_a_lease_that_lapses_while_the_file_is_stalled_is_not_taken_over(
         assert await claimer.renew_lease("claimer", lease_until=now() + 10 * LEASE, now=now())
         with lock_holder(path) as lock:
             assert await holder.renew_lease("holder", lease_until=now() + LEASE, now=now())
-            step(lock)
-            assert lock.stdout is not None and lock.stdout.readline().strip() == "locked"
+            take(lock)
             # Both workers' writes wait for the lock: the claimer's look for work, and the
             # holder's renewal, sent before its lease lapses.
             looking = asyncio.create_task(
@@ -95,7 +57,7 @@ async def test_a_lease_that_lapses_while_the_file_is_stalled_is_not_taken_over(
                 holder.renew_lease("holder", lease_until=now() + LEASE, now=now())
             )
             await asyncio.sleep(STALL - 0.5)  # the holder's lease lapses meanwhile
-            step(lock)
+            let_go(lock)
             assert await looking == []
             assert await renewal
         # The claimer's next look, after the stall: the holder's run is still the holder's.
@@ -125,3 +87,47 @@ async def test_a_lease_whose_run_was_taken_over_is_never_renewed_again(tmp_path:
         assert [lease.lease_until for lease in await store.list_leases()] == [
             datetime(1970, 1, 1, tzinfo=UTC)
         ]
+
+
+@workflow(name="test-stall")
+async def one_long_step(work: float) -> int:
+    done: int = await step(ledger_step, 3, work)
+    return done
+
+
+@pytest.mark.slow
+async def test_workers_run_no_step_twice_for_a_stall_longer_than_the_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = tmp_path / "ledger"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    path = str(tmp_path / "runs.db")
+    lease = 2 * LEASE  # a loaded machine's event loop may lag: well above that
+    stores = [await SQLiteStore.open(path, busy_timeout=30.0) for _ in range(2)]
+    flows = [Flow(store, [one_long_step]) for store in stores]
+    with lock_holder(path) as lock:  # started first: its start-up does not hold the loop
+        serving = [
+            asyncio.create_task(flow.serve(poll_interval=0.05, lease=lease, handle_signals=False))
+            for flow in flows
+        ]
+        try:
+            while not all(flow.worker is not None for flow in flows):
+                await asyncio.sleep(0.05)
+            stall = 2 * lease.total_seconds()
+            run = await flows[0].start(one_long_step, stall + 2.0)
+            while not ledger.exists():  # its step's body started
+                await asyncio.sleep(0.05)
+            take(lock)
+            await asyncio.sleep(stall)  # every renewal waits meanwhile
+            let_go(lock)
+            result = await flows[1].result(run.run_id, wait=60.0)
+            assert (result.status, result.output) == ("completed", 9)
+            starts = [row for row in read_ledger(ledger) if row[0] == "start"]
+            assert len(starts) == 1, starts  # the body ran once: no worker took the run over
+            assert [flow.worker.counts.lapses for flow in flows if flow.worker] == [0, 0]
+        finally:
+            for flow in flows:
+                flow.stop()
+            await asyncio.gather(*serving)
+            for store in stores:
+                await store.close()

@@ -29,9 +29,10 @@ __all__ = ["STALL_MIN", "Stalls"]
 
 T = TypeVar("T")
 
-STALL_MIN = 0.25
-"""Seconds a call must take to be a stall: SQLite's transactions take milliseconds, a lease
-renewed every third of its duration lapses only after a stall of two thirds of it."""
+STALL_MIN = 0.5
+"""Seconds a call must take to be a stall: SQLite's transactions take milliseconds (a loaded
+machine's lock waits, tenths of a second), and a lease renewed every third of its duration
+lapses only after a stall of two thirds of it."""
 _KEPT = 32
 """How many of the latest stalls a process remembers."""
 
@@ -70,12 +71,20 @@ class Stalls:
         return bool(self._seen)
 
     def lapsed_by(self, lease_until: int, now: int) -> bool:
-        """Whether a lease until `lease_until` lapsed by `now`, the stalls it lapsed in spared."""
+        """Whether a lease until `lease_until` lapsed by `now`, the stalls it lapsed in spared.
+
+        It is spared the time those stalls cover, counted once where they overlap (a claim's
+        wait for the lock is a stall, and so is the whole call it is part of).
+        """
         if lease_until > now:
             return False
-        spared = lease_until
-        for start, end in list(self._seen):
-            length = end - start
-            if start < lease_until <= end + length:
-                spared += length
-        return spared <= now
+        spared, reach = 0, None
+        for start, end in sorted(self._seen):
+            if not start < lease_until <= end + (end - start):
+                continue
+            if reach is None or start > reach:
+                spared += end - start
+            elif end > reach:
+                spared += end - reach
+            reach = end if reach is None else max(reach, end)
+        return lease_until + spared <= now
