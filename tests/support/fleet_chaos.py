@@ -174,10 +174,15 @@ async def _strike(
             chaos.locked.add(len(chaos.stops) - 1)
         chaos.spawned = max(chaos.spawned, time.monotonic() + pause)
 
+        stop = len(chaos.stops) - 1
+
         async def resume() -> None:
             await asyncio.sleep(pause)
             if victim.poll() is None:
                 victim.send_signal(signal.SIGCONT)
+            # A loaded loop resumes it late: the stop lasted until now.
+            pid, start, _ = chaos.stops[stop]
+            chaos.stops[stop] = (pid, start, time.monotonic_ns())
 
         asyncio.get_running_loop().create_task(resume())
 
@@ -224,32 +229,8 @@ async def _count(
     by_step: dict[tuple[str, str], list[tuple[int, int, int, int]]] = {}
     for (run, step_id, attempt, pid), (start, end) in bodies.items():
         by_step.setdefault((run, step_id), []).append((start, end, pid, attempt))
-    ran_twice = explained = overlaps_live = 0
-    takeover = 0.0
-    unexplained: list[tuple[str, str, list[tuple[int, int, int, int]]]] = []
-    for (run, step_id), spans in by_step.items():
-        spans.sort()
-        if len(spans) > 1:
-            ran_twice += 1
-            # A body is in flight from its start until its outcome is durable: until the next
-            # body of the step began, at the latest.
-            later = [span[0] for span in spans[1:]]
-            if all(
-                cut(pid, start, nxt)
-                for (start, _, pid, _), nxt in zip(spans[:-1], later, strict=True)
-            ):
-                explained += 1
-            else:
-                unexplained.append((run, step_id, spans))
-        for i, (start, end, pid, _) in enumerate(spans):
-            for other_start, other_end, other_pid, _ in spans[i + 1 :]:
-                finish = end if end >= 0 else 2**63
-                live = not cut(pid, start, end) and not cut(other_pid, other_start, other_end)
-                if other_pid != pid and other_start < finish and live:
-                    overlaps_live += 1
-            if end < 0 and pid in killed and i + 1 < len(spans):
-                takeover = max(takeover, (spans[i + 1][0] - killed[pid]) / 1e9)
     failed = zombies = past_budget = 0
+    decided: dict[tuple[str, str, int], int] = {}  # when each attempt began, monotonic ns
     for run_id in ids:
         result = await flow.result(run_id)
         if result.status != "completed" or result.output != EXPECTED:
@@ -266,11 +247,40 @@ async def _count(
             elif isinstance(event, StepStarted):
                 attempts[event.step_id] = event.attempt
                 past_budget += event.attempt > RETRY.max_attempts
+                at = int(envelope.recorded_at.timestamp() * 1e9) - chaos.wall_offset_ns
+                decided[(run_id, event.step_id, event.attempt)] = at
             elif isinstance(event, StepCompleted):
                 pid = int(owner.split(":")[-2]) if owner else -1
                 found = bodies.get((run_id, event.step_id, attempts[event.step_id], pid))
                 if found is None or found[1] < 0:
                     zombies += 1
+    ran_twice = explained = overlaps_live = 0
+    takeover = 0.0
+    unexplained: list[tuple[str, str, list[tuple[int, int, int, int]]]] = []
+    for (run, step_id), spans in by_step.items():
+        if len(spans) > 1:
+            ran_twice += 1
+            # A body is in flight from its attempt's start (a body a stop caught before its
+            # first line writes its start row on resuming) until its outcome is durable: until
+            # the next attempt's body began, at the latest.
+            tried = sorted(spans, key=lambda span: (span[3], span[0]))
+            later = [span[0] for span in tried[1:]]
+            if all(
+                cut(pid, min(start, decided.get((run, step_id, attempt), start)), nxt)
+                for (start, _, pid, attempt), nxt in zip(tried[:-1], later, strict=True)
+            ):
+                explained += 1
+            else:
+                unexplained.append((run, step_id, tried))
+        spans.sort()
+        for i, (start, end, pid, _) in enumerate(spans):
+            for other_start, other_end, other_pid, _ in spans[i + 1 :]:
+                finish = end if end >= 0 else 2**63
+                live = not cut(pid, start, end) and not cut(other_pid, other_start, other_end)
+                if other_pid != pid and other_start < finish and live:
+                    overlaps_live += 1
+            if end < 0 and pid in killed and i + 1 < len(spans):
+                takeover = max(takeover, (spans[i + 1][0] - killed[pid]) / 1e9)
     if unexplained:
         _explain(unexplained, await _claims(flow, unexplained), chaos, killed)
     return {
