@@ -111,16 +111,18 @@ class GroupCommitWriter:
         self._plain_batch_sql = f"SELECT * FROM {s}.append_plain_batch(%b)"
         self._head_sql = f"SELECT head FROM {s}.runs WHERE run_id = %s"
 
-    def group_by_worker(self, group_of: Callable[[str], int], workers: int) -> None:
+    def group_by_worker(self, group_of: Callable[[str], int]) -> None:
         """On a cluster: a group commit takes the appends of one worker only.
 
-        `group_of` gives a run id's worker, so that no group commit is a two-phase commit; two
-        write slots per worker. A plain append
-        goes through `append_events` too: Citus plans the one statement in several steps and
-        commits it in two phases."""
+        `group_of` gives a run id's worker, so that no group commit is a two-phase commit. Every
+        connection of the pool is a write slot: Citus sends a group commit's statements to the
+        worker one after another, a round trip each, so a batch saves commits but not time,
+        while appends in transactions side by side overlap their trips. A plain append goes
+        through `append_events` too: Citus plans the one statement in several steps and commits
+        it in two phases."""
         self._group_of = group_of
         self._one_statement = False
-        self._max_writes = min(MAX_WRITES * max(workers, 1), self._connections.pool.max_size)
+        self._max_writes = self._connections.pool.max_size
 
     async def append(self, request: AppendRequest) -> int:
         """Write `request`; its base position (its events follow at base + 1, …).
