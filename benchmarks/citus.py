@@ -1,7 +1,6 @@
 """A run-sharded Citus cluster against one of its nodes as a plain server, with the ceilings
-that bound any store there.
-
-Two groups of rows, each timed in one run (contenders in turns):
+that bound any store there; every row timed in one run (contenders in turns), so the ratios
+compare like with like on a shared machine.
 
 - **Ceilings** (`benchmarks.citus_raw`): bare psycopg, no runfold, 8 connections each appending
   to a run of its own, one call per append: a single-row `INSERT` through the coordinator
@@ -29,7 +28,6 @@ import psycopg
 
 from benchmarks.citus_raw import RawSchema, raw_appends
 from benchmarks.harness import (
-    Measurement,
     Remark,
     Result,
     Target,
@@ -97,8 +95,8 @@ def _dsn() -> str:
 
 
 def bench_citus(quick: bool) -> Sequence[Result | Remark]:
-    """The ceilings (bare psycopg), then 8 writers through the store: the cluster through its
-    coordinator, then a plain server."""
+    """The ceilings (bare psycopg) and 8 writers through the store, the cluster through its
+    coordinator and a plain server."""
     dsn = _dsn()
     if not dsn:
         text = "Not measured here: RUNFOLD_BENCH_CITUS_DSN names no Citus coordinator."
@@ -113,32 +111,47 @@ def bench_citus(quick: bool) -> Sequence[Result | Remark]:
         print(f"  {text}", file=sys.stderr)
         return [Remark(group=GROUP, text=text)]
     on = f"coordinator and {workers} workers on this machine's cores"
-    return [*_ceilings(dsn, quick, on), *_stores(dsn, quick, on)]
+    return _measured(dsn, quick, on)
 
 
-def _ceilings(dsn: str, quick: bool, on: str) -> list[Result]:
-    """The raw rows, all timed in one run."""
+def _measured(dsn: str, quick: bool, on: str) -> list[Result]:
+    """Every row, timed in one run: the raw contenders and the two stores take turns."""
     count = 8 if quick else 100
     repeats = 2 if quick else 5
     tag = uuid.uuid4().hex[:6]
+    schemas = [f"bench_citus_{tag}", f"bench_plain_{tag}"]
     closers: list[Callable[[], object]] = []
     with (
         event_loop() as loop,
-        RawSchema(dsn, f"bench_raw_plain_{tag}", distributed=False) as plain,
-        RawSchema(dsn, f"bench_raw_cluster_{tag}", distributed=True) as cluster,
+        RawSchema(dsn, f"bench_raw_plain_{tag}", distributed=False) as plain_raw,
+        RawSchema(dsn, f"bench_raw_cluster_{tag}", distributed=True) as cluster_raw,
     ):
-        trials: dict[str, Trial] = {}
         try:
+            trials: dict[str, Trial] = {}
             for name, distributed, case, _ in RAW_CASES:
-                prepare, run, close = raw_appends(
-                    loop, cluster if distributed else plain, case, writers=WRITERS, count=count
-                )
+                schema = cluster_raw if distributed else plain_raw
+                prepare, run, close = raw_appends(loop, schema, case, writers=WRITERS, count=count)
                 trials[name] = Trial(prepare=prepare, run=run)
                 closers.append(close)
-            rates = interleaved(trials, units=WRITERS * count, repeats=repeats)
+            cluster_store = opened(
+                loop,
+                PostgresStore.open(dsn, schema=schemas[0], pool_max=WRITERS, distributed=True),
+            )
+            plain_store = opened(loop, PostgresStore.open(dsn, schema=schemas[1], pool_max=WRITERS))
+            with cluster_store as cluster, plain_store as plain:
+                trials["plain server"] = store_appends(
+                    loop, plain, writers=WRITERS, count=count, batch=1
+                )
+                trials["cluster"] = store_appends(
+                    loop, cluster, writers=WRITERS, count=count, batch=1
+                )
+                rates = interleaved(trials, units=WRITERS * count, repeats=repeats)
         finally:
             for close in closers:
                 close()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                for schema_name in schemas:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{schema_name}" CASCADE')
     results = []
     for name, _, case, text in RAW_CASES:
         anchor = next(a for key, a in _ANCHORS.items() if key in case)
@@ -152,46 +165,15 @@ def _ceilings(dsn: str, quick: bool, on: str) -> list[Result]:
                 comparisons=() if name == anchor else compare(rates[name], anchor, rates[anchor]),
             )
         )
-    return results
-
-
-def _stores(dsn: str, quick: bool, on: str) -> list[Result]:
-    """The store rows: the cluster through the coordinator and the plain server, in one run."""
-    count = 8 if quick else 150
-    repeats = 2 if quick else 5
-    tag = uuid.uuid4().hex[:6]
-    schemas = [f"bench_citus_{tag}", f"bench_plain_{tag}"]
-    rates: dict[str, Measurement]
-    with event_loop() as loop:
-        try:
-            cluster_store = opened(
-                loop,
-                PostgresStore.open(dsn, schema=schemas[0], pool_max=WRITERS, distributed=True),
-            )
-            plain_store = opened(loop, PostgresStore.open(dsn, schema=schemas[1], pool_max=WRITERS))
-            with cluster_store as cluster, plain_store as plain:
-                rates = interleaved(
-                    {
-                        "cluster": store_appends(
-                            loop, cluster, writers=WRITERS, count=count, batch=1
-                        ),
-                        "plain": store_appends(loop, plain, writers=WRITERS, count=count, batch=1),
-                    },
-                    units=WRITERS * count,
-                    repeats=repeats,
-                )
-        finally:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                for schema in schemas:
-                    conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     case = f"{WRITERS} writers on distinct runs, ×{count} appends of one event each"
-    return [
+    results += [
         Result(
             group=GROUP,
             case=f"plain server (one node, schema not distributed): {case}",
             on=on,
             unit="appends/s",
-            value=rates["plain"],
+            value=rates["plain server"],
+            comparisons=compare(rates["plain server"], "plain append", rates["plain append"]),
         ),
         Result(
             group=GROUP,
@@ -199,6 +181,10 @@ def _stores(dsn: str, quick: bool, on: str) -> list[Result]:
             on=on,
             unit="appends/s",
             value=rates["cluster"],
-            comparisons=compare(rates["cluster"], "plain server", rates["plain"], TARGET),
+            comparisons=(
+                *compare(rates["cluster"], "plain server", rates["plain server"], TARGET),
+                *compare(rates["cluster"], "cluster routed", rates["cluster routed"]),
+            ),
         ),
     ]
+    return results
