@@ -15,7 +15,9 @@ choose, the server would plan the queued runs' statement anew on every call (its
 variable, so a generic plan looks dear to it), which cost more than running it. Each statement
 is written so that its generic plan reads its index (see `_QUEUED`), but for the due wakeups'
 one, which needs plans for its `now` and is left to choose. Orphans and due wakeups are looked
-for first (`_ORPHANED`, one probe): most calls find neither and skip their statements.
+for first (`_ORPHANED`; the earliest wakeup, read off `wakeups_due` whatever `now` is, where a
+generic plan of `EXISTS (... due_at <= now)` could scan every wakeup not due): most calls find
+neither and skip their statements.
 
 A distributed schema (a Citus cluster) claims through `citus_due` instead: Citus refuses row
 locks in a statement over several shards.
@@ -179,7 +181,7 @@ def claim_due_function(s: str) -> str:
         v_count := v_count + v_got;
         END IF;
         IF v_count < p_limit
-            AND EXISTS (SELECT 1 FROM {s}.wakeups w WHERE w.due_at <= p_now) THEN
+            AND (SELECT min(w.due_at) FROM {s}.wakeups w) <= p_now THEN
             PERFORM set_config('plan_cache_mode', 'auto', true);
             {rooms}
             RETURN QUERY WITH due AS (
