@@ -46,6 +46,8 @@ from tests.support.fleet_workflows import EXPECTED, LEDGER_ENV, RETRY, fleet_run
 ROOT = Path(__file__).resolve().parents[2]
 _STARTUP = 5.0
 """Seconds a worker process may take to start serving (imports, opening the store)."""
+_SERVING = " serving ["
+"""What a worker logs once it took its lease and handles SIGTERM."""
 _LOCK_TRIES = 500
 """How many times a stop with `locked_stops` tries to catch its worker holding the lock."""
 
@@ -56,7 +58,6 @@ class Chaos:
 
     kills: list[tuple[int, int]] = field(default_factory=list)  # (pid, at)
     stops: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, from, to)
-    spawned: float = 0.0  # when a worker last started or resumed (monotonic seconds)
     locked: set[int] = field(default_factory=set)  # stops (their index) of a lock holder
     began_ns: int = field(default_factory=time.monotonic_ns)
     wall_offset_ns: int = field(default_factory=lambda: time.time_ns() - time.monotonic_ns())
@@ -69,6 +70,16 @@ def _worker(store: str, lease: float, ledger: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, LEDGER_ENV: str(ledger)}
     with open(ledger.with_suffix(".log"), "ab") as log:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+
+
+async def _all_serving(log: Path, started: int) -> None:
+    """Wait until `started` workers logged that they serve (each does once), or `_STARTUP`
+    seconds past the last one's start at most per worker."""
+    deadline = time.monotonic() + _STARTUP * started
+    while log.read_text(errors="replace").count(_SERVING) < started:
+        if time.monotonic() > deadline:
+            return  # the exit codes will tell which one never served
+        await asyncio.sleep(0.05)
 
 
 async def run_chaos(
@@ -112,8 +123,9 @@ async def run_chaos(
                 next_chaos = time.monotonic() + every
                 await _strike(fleet, chaos, store_url, lease, ledger, locked_stops)
         seconds = time.monotonic() - began
-        # A worker SIGTERMed while it still imports dies of it: let the last one start serving.
-        await asyncio.sleep(max(0.0, chaos.spawned + _STARTUP - time.monotonic()))
+        # A worker SIGTERMed before Python runs runfold's code dies of it: let every worker
+        # started (the first ones and one per kill) reach serving, however loaded the machine.
+        await _all_serving(ledger.with_suffix(".log"), workers + len(chaos.kills))
         for process in fleet:
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)
@@ -157,7 +169,6 @@ async def _strike(
         victim.wait()
         chaos.kills.append((victim.pid, time.monotonic_ns()))
         fleet[place] = _worker(store, lease, ledger)
-        chaos.spawned = time.monotonic()
     else:
         pause = lease * 1.5
         for _ in range(_LOCK_TRIES if locked else 1):
@@ -172,7 +183,6 @@ async def _strike(
         chaos.stops.append((victim.pid, start, start + int(pause * 1e9)))
         if held:
             chaos.locked.add(len(chaos.stops) - 1)
-        chaos.spawned = max(chaos.spawned, time.monotonic() + pause)
 
         stop = len(chaos.stops) - 1
 
