@@ -470,11 +470,15 @@ class Flow:
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
         """The interpreter's decision; a replay first reads the stored run to trust it."""
         snapshot = invocation.snapshot
-        replay = self.interpreter.needs_replay(snapshot)
-        durable = None
-        if replay and _has_results(snapshot):
-            durable = await self.handler.lookup(snapshot.run_id)
-        decision = self.interpreter.decide(snapshot, durable, replay=replay)
+        interpreter = self.interpreter
+        session = interpreter.live(snapshot)
+        if session is not None:  # the run's coroutine goes on from where it stopped
+            decision = interpreter.go_on(session, snapshot)
+        else:
+            durable = None
+            if _has_results(snapshot):
+                durable = await self.handler.lookup(snapshot.run_id)
+            decision = interpreter.decide(snapshot, durable, replay=True)
         if type(decision) in _FAMILY_DECISIONS:
             decision = await self.family.decided(snapshot, decision)
         return decision
