@@ -505,6 +505,10 @@ class Flow:
             interpreter.ran(held, invocation.step_id, output, result)
         return output
 
+    observed_events = OBSERVED
+    """The events `on_event` acts on: the engine calls it for these only (not for a step's
+    creation or start, the most frequent)."""
+
     async def on_event(self, envelope: Envelope) -> None:
         """Confirm what the engine appended to the live sessions; note runs that ended."""
         kind = type(envelope.event)
@@ -513,7 +517,8 @@ class Flow:
         if kind in _RUN_ENDS:
             self.family.ended(envelope.run_id)
         self.interpreter.observe(envelope)
-        self.events.saw(envelope)
+        if self.events.waiting:  # someone waits in `get_event`
+            self.events.saw(envelope)
 
 
 def _has_results(snapshot: Snapshot) -> bool:
