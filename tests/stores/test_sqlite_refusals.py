@@ -54,7 +54,7 @@ async def test_a_group_commit_undoes_only_the_append_refused_after_its_first_row
             "CREATE TRIGGER no_run_b BEFORE INSERT ON runs WHEN NEW.run_id = 'b' "
             "BEGIN SELECT RAISE(ABORT, 'run b is refused here'); END"
         )
-        batch = []
+        batch: list[Append] = []
         for run_id in ("a", "b", "c", "a"):
             expected = 2 if batch and run_id == "a" else 0
             events = [log("more")] if expected else [created(), log("first")]
