@@ -12,8 +12,8 @@ One file (or `:memory:`), WAL, `busy_timeout`, `foreign_keys=ON`, `synchronous=F
   through a second connection (`inline`), unless the write lock is taken. Otherwise aiosqlite
   makes a thread hop per call, so the whole transaction runs as one function on its connection
   thread (one hop per transaction), and appends that arrive while a transaction is running are
-  combined into the next one (group commit), each inside its own SAVEPOINT so it keeps its own
-  all-or-nothing outcome and its own conflict.
+  combined into the next one (group commit), each with its own all-or-nothing outcome and its
+  own conflict (written without a SAVEPOINT each, unless a refused one must be undone alone).
 - **Feed**: SQLite has one writer at a time, so positions taken inside the write transaction
   commit in order: a tailing reader can never see a lower position appear later.
 - **Times** are stored as integer microseconds since the Unix epoch.
