@@ -118,8 +118,11 @@ async def distribute(conn: Connection, schema: str) -> list[str]:
     return made
 
 
-_POSITION_RECORD = "PERFORM pg_logical_emit_message(true, 'runfold', 'position');"
-"""A WAL record of this transaction on the coordinator: its commit is then flushed there."""
+_POSITION_RECORD = "PERFORM pg_logical_emit_message(false, 'runfold', 'position');"
+"""A WAL record of this transaction on the coordinator: its commit is then flushed there.
+
+Not transactional: in `append_batch`'s subtransactions a transactional one would take a
+subtransaction id per append."""
 
 
 def durable_position(function: str) -> str:
