@@ -247,3 +247,50 @@ def test_hashtext_is_the_servers() -> None:
             "SELECT w, hashtext(w) FROM unnest(%s::text[]) AS w", (words,)
         ).fetchall()
     assert {word: hashtext(word) for word in words} == dict(found)
+
+
+def _crash_the_coordinator() -> None:
+    """Kill a backend of the coordinator (SIGKILL, from the server itself): its postmaster ends
+    every process and recovers from its WAL on disk, as after a crash; back when it answers."""
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute(f"COPY (SELECT) TO PROGRAM 'kill -9 {int(pid)}'")
+    for _ in range(600):
+        try:
+            with psycopg.connect(DSN, autocommit=True, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return
+        except psycopg.OperationalError:
+            time.sleep(0.1)
+    raise AssertionError("the coordinator did not come back within 60 s")
+
+
+async def test_positions_outlive_a_crash_of_the_coordinator() -> None:
+    """Appends answered, then the coordinator crashed at once (before its WAL writer's next
+    round), three times: every append after recovery takes positions above all those answered
+    before, and the feed holds each position once, in order. (An append's transaction on the
+    coordinator writes no rows there; unless it writes a WAL record, its commit is not flushed,
+    and recovery hands its id, hence its positions, out again.)"""
+    schema = _schema("crash")
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    answered: list[int] = []
+    for _ in range(3):
+        store = await PostgresStore.open(DSN, schema=schema, pool_max=2, distributed=True)
+        try:
+            before = max(answered, default=0)
+            for _ in range(4):
+                history = await write(store, f"c-{uuid.uuid4().hex[:8]}", *started(), at=at)
+                positions = [e.position for e in history if e.position is not None]
+                assert min(positions) > before, "positions went back below ones answered"
+                answered += positions
+            _crash_the_coordinator()
+        finally:
+            await store.close()
+    store = await PostgresStore.open(DSN, schema=schema, pool_max=2)
+    try:
+        feed = [e.position or 0 for e in await store.read_all(after_position=0, limit=1000)]
+    finally:
+        await store.close()
+    assert feed == sorted(set(feed)), "the feed holds a position twice"
+    assert feed == answered

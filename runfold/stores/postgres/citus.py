@@ -9,7 +9,7 @@ Migrations are sent one statement at a time (Citus propagates each DDL statement
 after them `distribute` distributes every table of the layout that is not yet distributed, so a
 table a later migration adds is distributed by the same step.
 
-Two things change on a cluster, each written here once (a third, `claim_due`, is `citus_due`):
+Three things change on a cluster, each written here once (a fourth, `claim_due`, is `citus_due`):
 
 - **The feed's bound.** Positions stay the coordinator's transaction id × 1,000,000 + ordinal,
   one integer store-wide. `read_feed` takes its bound (the oldest transaction still running) on
@@ -18,6 +18,14 @@ Two things change on a cluster, each written here once (a third, `claim_due`, is
   another worker's token shard, say) in two phases, and tells the workers `COMMIT PREPARED` only
   after the coordinator's commit, while it still holds its locks. Until then its rows are not
   visible on the workers, though its id is no longer running.
+- **Positions outlive a crash of the coordinator.** An append's rows live on a worker, so its
+  transaction on the coordinator wrote no WAL there, and PostgreSQL does not flush the commit
+  record of such a transaction: killed within the next moment (before the WAL writer's next
+  round), the coordinator recovered without it and handed its ids out again, two appends
+  sharing positions and the feed going back below positions already read. Each append writes
+  a small WAL record on the coordinator first (`durable_position`), so that its commit there is
+  flushed before the store answers, as on one server. Left open: a crash while an append
+  commits (its worker already committed, the coordinator's flush not yet done).
 - **Retention.** A statement may not lock rows of several shards (`FOR UPDATE`), nor mix a
   distributed read with writes to a table of another distribution: `delete_runs` chooses its
   candidates without locks, then deletes each run in a transaction of its own, locking its runs
@@ -38,6 +46,7 @@ __all__ = [
     "delete_runs",
     "distribute",
     "drop_unborn_run",
+    "durable_position",
     "is_distributed",
     "one_row_inserts",
     "read_feed_function",
@@ -107,6 +116,21 @@ async def distribute(conn: Connection, schema: str) -> list[str]:
         )
         made.append(table)
     return made
+
+
+_POSITION_RECORD = "PERFORM pg_logical_emit_message(false, 'runfold', 'position');"
+"""A WAL record of this transaction on the coordinator: its commit is then flushed there.
+
+Not transactional: in `append_batch`'s subtransactions a transactional one would take a
+subtransaction id per append."""
+
+
+def durable_position(function: str) -> str:
+    """`function` (plpgsql, its positions this transaction's id) writing `_POSITION_RECORD` first.
+
+    See the module: without a WAL record of its own on the coordinator, an append's commit
+    there is not flushed, and a crash of the coordinator hands its id out again."""
+    return function.replace("\n    BEGIN\n", f"\n    BEGIN\n        {_POSITION_RECORD}\n", 1)
 
 
 def row_by_row(s: str, base: str) -> str:

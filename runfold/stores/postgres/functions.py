@@ -20,7 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runfold.stores.postgres.citus import one_row_inserts, read_feed_function, row_by_row
+from runfold.stores.postgres.citus import (
+    durable_position,
+    one_row_inserts,
+    read_feed_function,
+    row_by_row,
+)
 from runfold.stores.postgres.due_work import claim_due_function
 
 __all__ = [
@@ -385,7 +390,8 @@ def functions(s: str, *, distributed: bool = False) -> list[str]:
 
     They are (re)created in the transaction of every migration, so that each is written once,
     here, and a schema at any version ends with the current definitions. `distributed` (a Citus
-    cluster) takes the feed's bound on the coordinator (`citus.read_feed_function`).
+    cluster) takes the feed's bound on the coordinator (`citus.read_feed_function`), and its
+    appends write a WAL record there (`citus.durable_position`).
     """
     if not distributed:
         return [
@@ -400,10 +406,10 @@ def functions(s: str, *, distributed: bool = False) -> list[str]:
         for base in ("v_base", f"v_xact * {_P} + v_ordinal")
     }
     return [
-        one_row_inserts(_append_events(s, row_by_row=True), inserts),
+        durable_position(one_row_inserts(_append_events(s, row_by_row=True), inserts)),
         _append_batch(s),
         read_feed_function(s, _P),
-        one_row_inserts(_append_plain_batch(s), inserts),
+        durable_position(one_row_inserts(_append_plain_batch(s), inserts)),
         claim_due_function(s),
     ]
 
