@@ -68,6 +68,8 @@ def check_text(value: object, name: str) -> None:
 
     The message names the argument and never quotes its value: a hook token is a secret.
     """
+    if type(value) is str and value.isascii():
+        return  # most text: nothing more to ask
     if not isinstance(value, str):
         raise InvalidArgument(name, f"must be a str, not {type(value).__name__}")
     if not value.isascii():
@@ -106,6 +108,8 @@ def check_flag(value: object, name: str) -> None:
 
 def check_time(value: object, name: str) -> None:
     """`value` is a timezone-aware `datetime` that exists in UTC."""
+    if type(value) is datetime and value.tzinfo is UTC:
+        return  # what the clocks give: aware, and in UTC already
     if not isinstance(value, datetime):
         raise InvalidArgument(name, f"must be a datetime, not {type(value).__name__}")
     if value.utcoffset() is None:
@@ -142,7 +146,9 @@ def check_append_if_sequence(
     """
     check_text(run_id, "run_id")
     _check_fence(expected_sequence, "expected_sequence")
-    if isinstance(events, str | bytes) or not isinstance(events, Sequence):
+    if type(events) is not tuple and (  # a tuple, as the handler passes: a sequence
+        isinstance(events, str | bytes) or not isinstance(events, Sequence)
+    ):
         kind = type(events).__name__
         raise InvalidArgument("events", f"must be a sequence of events, not {kind}")
     for event in events:
