@@ -7,11 +7,14 @@ stopped gracefully. `runfold workers` shows each worker's lease and the live run
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
+import signal
 import sys
 from datetime import timedelta
 from pathlib import Path
+from types import FrameType
 
 import click
 
@@ -36,6 +39,27 @@ def import_app(module: str) -> None:
         raise CliError(
             f"cannot import --app {module!r}: {type(exc).__name__}: {exc}", EXIT_USAGE
         ) from None
+
+
+class _EarlyStop:
+    """SIGTERM and Ctrl-C while the worker starts (MODULE importing, the store opening).
+
+    Until the worker serves, the event loop's own handlers (`Flow.serve`) are not installed, and
+    Python's defaults would kill the process (-15) or raise `KeyboardInterrupt`: a supervisor
+    that stops a worker a moment after starting it would see a failure. Caught here instead, a
+    stop that arrives early is handed to the worker once it serves, and it exits 0 as after any
+    graceful stop, having claimed nothing.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.requested = False
+        for signum in self.SIGNALS:
+            signal.signal(signum, self._record)
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
 
 
 def _queues(module: str, names: tuple[str, ...]) -> list[Queue]:
@@ -126,6 +150,7 @@ def worker(
     a queue are served within the limits of the `Queue` of that name MODULE declares (a queue
     it does not declare has none).
     """
+    early = _EarlyStop()
     import_app(module)
     queues = _queues(module, queue_names)
     served = registered_workflows()
@@ -137,15 +162,21 @@ def worker(
         flow = Flow(store, served, version=version)
         only = "" if version is None else f", runs of version {version} only"
         terminal.line(f"serving {', '.join(sorted(flow.workflows))}{only} (Ctrl-C stops)")
-        await flow.serve(
-            worker_id=worker_id,
-            lease=timedelta(seconds=lease),
-            concurrency=concurrency,
-            poll_interval=poll,
-            grace=grace,
-            queues=queues,
-            versions=None if version is None else {version},
+        serving = asyncio.create_task(
+            flow.serve(
+                worker_id=worker_id,
+                lease=timedelta(seconds=lease),
+                concurrency=concurrency,
+                poll_interval=poll,
+                grace=grace,
+                queues=queues,
+                versions=None if version is None else {version},
+            )
         )
+        await asyncio.sleep(0)  # `serve` installs its signal handlers before its first wait
+        if early.requested:
+            flow.stop()
+        await serving
         return EXIT_OK
 
     return work_on_store(ctx, command_store, work, read_only=False)

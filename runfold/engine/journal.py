@@ -294,6 +294,9 @@ class Journal:
         commands = tuple(self.pending)
         proposed = list(self.proposed)
         decided = self.decision  # what the handler would decide again on the same snapshot
+        lease = self.lease
+        if lease is not None and self.acting_as is not None and not lease.holds():
+            await lease.settled()  # a renewal the store is late to take may make it hold
         self.check_lease()
         try:
             outcome = await self.execute(

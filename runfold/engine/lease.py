@@ -5,15 +5,21 @@ owns runs through their histories (`ClaimRun`). Before each append on a run it o
 asks the lease whether it still `holds`: judged by this process's monotonic clock, from the
 moment the last renewal was sent, so a process that was paused (SIGSTOP, a long GC, a laptop
 lid) past its lease knows it on waking, before it writes anything, even though the store would
-also fence it (`OwnershipLost`) once another worker took its runs over.
+also fence it (`OwnershipLost`) once another worker took its runs over. While a renewal is on
+its way to the store, an append that finds the lease lapsed waits for it (`settled`): a store
+that was busy (a SQLite file whose write lock a stopped process held) takes it late, and the
+worker, renewing again at once, holds the lease again by its own clock.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 
 __all__ = ["DEFAULT_LEASE", "Lease", "new_worker_id"]
@@ -39,7 +45,7 @@ class Lease:
         duration: How long the lease holds after each renewal.
     """
 
-    __slots__ = ("_until", "duration", "worker_id")
+    __slots__ = ("_renewing", "_until", "duration", "worker_id")
 
     def __init__(self, worker_id: str, duration: timedelta = DEFAULT_LEASE) -> None:
         if duration <= timedelta(0):
@@ -47,6 +53,7 @@ class Lease:
         self.worker_id = worker_id
         self.duration = duration
         self._until = float("-inf")
+        self._renewing: asyncio.Event | None = None  # set once the renewal on its way is done
 
     def holds(self) -> bool:
         """Whether the lease still holds by this process's clock (the last renewal + duration)."""
@@ -55,6 +62,21 @@ class Lease:
     def renewed(self, sent_at: float) -> None:
         """The store took a renewal sent at monotonic time `sent_at`."""
         self._until = max(self._until, sent_at + self.duration.total_seconds())
+
+    @contextlib.contextmanager
+    def renewing(self) -> Iterator[None]:
+        """A renewal is on its way to the store while in the block (`settled` waits for it)."""
+        done = self._renewing = asyncio.Event()
+        try:
+            yield
+        finally:
+            self._renewing = None
+            done.set()
+
+    async def settled(self) -> None:
+        """Return once the lease holds, or no renewal is on its way that could make it hold."""
+        while not self.holds() and self._renewing is not None:
+            await self._renewing.wait()
 
     def lapse(self, new_worker_id: str) -> None:
         """The lease lapsed: it holds no more, and the worker goes on under a new id."""

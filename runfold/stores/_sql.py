@@ -47,14 +47,12 @@ __all__ = [
     "IndexReads",
     "envelopes_from_rows",
     "holder_from_row",
-    "hook_page",
     "list_hooks_query",
     "list_runs_query",
     "optional_time",
     "replay_rows",
     "run_events_query",
     "summary_from_row",
-    "summary_page",
     "token_holder_query",
     "wakeup_from_row",
     "wakeups_query",
@@ -312,7 +310,8 @@ class IndexReads:
             cursor=cursor,
             limit=limit,
         )
-        return summary_page(await self._rows(query, params), limit)
+        rows = await self._rows(query, params)
+        return runs_page([summary_from_row(row) for row in rows], limit)
 
     async def _list_hooks(
         self, run_id: str | None, cursor: str | None, limit: int, now: datetime, /
@@ -321,7 +320,8 @@ class IndexReads:
         query, params = list_hooks_query(
             self.MARK, self._table("hooks"), run_id=run_id, cursor=cursor, limit=limit, now=now
         )
-        return hook_page(await self._rows(query, params), limit)
+        rows = await self._rows(query, params)
+        return hooks_page([holder_from_row(row) for row in rows], limit)
 
     async def _due_wakeups(
         self, now: datetime, limit: int, workflow_names: Collection[str] | None, /
@@ -425,11 +425,6 @@ def list_runs_query(
     )
 
 
-def summary_page(rows: Sequence[Any], limit: int) -> Page[RunSummary]:
-    """The page of `list_runs` from the rows of `list_runs_query`."""
-    return runs_page([summary_from_row(row) for row in rows], limit)
-
-
 def list_hooks_query(
     mark: str, table: str, *, run_id: str | None, cursor: str | None, limit: int, now: datetime
 ) -> tuple[str, list[Any]]:
@@ -466,8 +461,3 @@ def _page_query(
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     query = f"SELECT {columns} FROM {table}{where} ORDER BY {order} LIMIT {mark}"
     return query, [*params, min(max(limit, 0) + 1, MAX_COUNT)]
-
-
-def hook_page(rows: Sequence[Any], limit: int) -> Page[HookHolder]:
-    """The page of `list_hooks` from the rows of `list_hooks_query`."""
-    return hooks_page([holder_from_row(row) for row in rows], limit)

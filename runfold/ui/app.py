@@ -45,7 +45,7 @@ from runfold.stores import EventStore, open_store
 from runfold.ui.details import DELIVERIES_SHOWN, TABLES, run_details
 from runfold.ui.history import history_entry, payload_limit_for
 from runfold.ui.payloads import LISTED_LIMIT, show_payload
-from runfold.ui.rendered import Pages, Recent
+from runfold.ui.rendered import Recent, RenderedPages
 from runfold.ui.snapshots import SnapshotCache
 
 if typing.TYPE_CHECKING:
@@ -211,7 +211,7 @@ def create_app(
         assert store is not None, "the app's lifespan opens the store"
         return store
 
-    rendered = Pages()
+    rendered = RenderedPages()
     recent_counts: Recent[tuple[dict[str, int], bool]] = Recent()
 
     def the_snapshots() -> SnapshotCache:

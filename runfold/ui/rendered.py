@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from starlette.responses import HTMLResponse, Response
 
-__all__ = ["COUNTS_FRESH_FOR", "RENDERED_KEPT", "Kept", "Pages", "Recent"]
+__all__ = ["COUNTS_FRESH_FOR", "RENDERED_KEPT", "Kept", "Recent", "RenderedPages"]
 
 RENDERED_KEPT = 64
 """How many rendered pages the inspector keeps (the least recently asked for go first)."""
@@ -90,7 +90,7 @@ def _settle(pending: dict[Hashable, Any], key: Hashable, done: asyncio.Future[An
         done.exception()
 
 
-class Pages:
+class RenderedPages:
     """Rendered pages by key, each rendered once however many requests ask for it.
 
     Kept ones are sent again, and requests that arrive while one is being rendered wait for it

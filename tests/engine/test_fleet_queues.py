@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["sqlite", "postgres"]
+READY_SECONDS = 60.0
+_SERVING = " serving ["
+"""What a worker logs once it took its lease and handles SIGTERM."""
 
 
 def _url(backend: str, tmp_path: Path) -> str:
@@ -51,12 +55,21 @@ def fleet(url: str, ledger: Path, queue: str, workers: int) -> Iterator[list[int
     command = [str(runfold), "worker", "--app", "tests.support.queue_workflows", "--store", url]
     command += ["--queue", queue, "--poll", "0.05", "--grace", "5", "--concurrency", "8"]
     env = {**os.environ, LEDGER_ENV: str(ledger)}
-    with open(ledger.with_suffix(".log"), "ab") as log:
+    path = ledger.with_suffix(".log")
+    serving = path.read_text().count(_SERVING) if path.exists() else 0
+    with open(path, "ab") as log:
         processes = [
             subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
             for _ in range(workers)
         ]
     try:
+        # Until each serves: a SIGTERM before a worker handles it (it is still starting)
+        # would kill it (-15), not stop it.
+        deadline = time.monotonic() + READY_SECONDS
+        while path.read_text().count(_SERVING) < serving + workers:
+            assert all(p.poll() is None for p in processes), path.read_text()[-2000:]
+            assert time.monotonic() < deadline, f"{workers} workers did not all start"
+            time.sleep(0.05)
         yield [process.pid for process in processes]
     finally:
         for process in processes:

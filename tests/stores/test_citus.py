@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
 from runfold.conformance import Capabilities, StoreConformance
 from runfold.conformance.builders import envelopes_for, hook, index_after, log, started, write
@@ -159,6 +160,60 @@ async def test_tailing_readers_skip_nothing_under_sixteen_writers() -> None:
         missed = set(written) - set(tail)
         assert not missed, f"a tailing reader skipped {len(missed)} of {len(written)} events"
         assert tail == sorted(written)
+
+
+async def test_plain_appends_are_routed_to_one_worker_in_one_phase() -> None:
+    """8 writers on distinct runs, plain appends, alone and in group commits: what the
+    coordinator sends the workers is, per append, one `UPDATE` of the run's row and one `INSERT`
+    of its event, each naming one shard, between a `BEGIN` and a `COMMIT` (one per transaction,
+    at most one per append): no `COPY`, no statement over several shards, no two-phase commit."""
+    issued: list[str] = []
+
+    async def log_remote_commands(conn: psycopg.AsyncConnection[Any]) -> None:
+        conn.add_notice_handler(lambda notice: issued.append(notice.message_primary or ""))
+
+    pool = AsyncConnectionPool(
+        DSN,
+        kwargs={"autocommit": True, "options": "-c citus.log_remote_commands=on"},
+        configure=log_remote_commands,
+        min_size=1,
+        max_size=4,  # 4 write slots for 8 writers: group commits too
+        open=False,
+    )
+    await pool.open()
+    store = await PostgresStore.open(pool=pool, schema=_schema("routed"), distributed=True)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    appends = 8 * 6
+    try:
+        histories = await asyncio.gather(
+            *(write(store, f"r{n}-{uuid.uuid4().hex[:6]}", *started(), at=at) for n in range(8))
+        )
+        issued.clear()
+
+        async def writer(history: list[Any]) -> None:
+            run_id = history[0].run_id
+            for _ in range(appends // 8):
+                count = len(history)
+                events = [log(f"{count}")]
+                new = envelopes_for(run_id, count, events, at)
+                history += await store.append_if_sequence(
+                    run_id, count, events, index=index_after(history, new), recorded_at=at
+                )
+
+        await asyncio.gather(*(writer(history) for history in histories))
+    finally:
+        await store.close()
+        await pool.close()
+    commands = [text.removeprefix("issuing ").split(" ", 3) for text in issued]
+    kinds = [words[0] for words in commands]
+    updates = [words for words in commands if words[0] == "UPDATE"]
+    inserts = [words for words in commands if words[:2] == ["INSERT", "INTO"]]
+    assert len(updates) == appends and all(".runs_" in words[1] for words in updates)
+    assert len(inserts) == appends and all(".events_" in words[2] for words in inserts)
+    begins = [text for text in issued if text.startswith("issuing BEGIN")]
+    commits = [text for text in issued if text == "issuing COMMIT"]
+    assert 0 < len(begins) == len(commits) <= appends
+    assert len(issued) == len(begins) + len(commits) + 2 * appends, sorted(set(kinds))
 
 
 async def test_the_client_places_runs_on_the_workers_citus_does() -> None:

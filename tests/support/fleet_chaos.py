@@ -29,6 +29,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,10 @@ from tests.support.fleet_workflows import EXPECTED, LEDGER_ENV, RETRY, fleet_run
 ROOT = Path(__file__).resolve().parents[2]
 _STARTUP = 5.0
 """Seconds a worker process may take to start serving (imports, opening the store)."""
+_SERVING = " serving ["
+"""What a worker logs once it took its lease and handles SIGTERM."""
+_LOCK_TRIES = 500
+"""How many times a stop with `locked_stops` tries to catch its worker holding the lock."""
 
 
 @dataclass
@@ -53,7 +58,9 @@ class Chaos:
 
     kills: list[tuple[int, int]] = field(default_factory=list)  # (pid, at)
     stops: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, from, to)
-    spawned: float = 0.0  # when a worker last started or resumed (monotonic seconds)
+    locked: set[int] = field(default_factory=set)  # stops (their index) of a lock holder
+    began_ns: int = field(default_factory=time.monotonic_ns)
+    wall_offset_ns: int = field(default_factory=lambda: time.time_ns() - time.monotonic_ns())
 
 
 def _worker(store: str, lease: float, ledger: Path) -> subprocess.Popen[bytes]:
@@ -63,6 +70,16 @@ def _worker(store: str, lease: float, ledger: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, LEDGER_ENV: str(ledger)}
     with open(ledger.with_suffix(".log"), "ab") as log:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+
+
+async def _all_serving(log: Path, started: int) -> None:
+    """Wait until `started` workers logged that they serve (each does once), or `_STARTUP`
+    seconds past the last one's start at most per worker."""
+    deadline = time.monotonic() + _STARTUP * started
+    while log.read_text(errors="replace").count(_SERVING) < started:
+        if time.monotonic() > deadline:
+            return  # the exit codes will tell which one never served
+        await asyncio.sleep(0.05)
 
 
 async def run_chaos(
@@ -75,8 +92,14 @@ async def run_chaos(
     work: float = 0.05,
     limit: float = 240.0,
     ledger: Path | None = None,
+    locked_stops: bool = False,
 ) -> dict[str, Any]:
-    """One chaos round; its figures (see the module's docstring)."""
+    """One chaos round; its figures (see the module's docstring).
+
+    With `locked_stops` (SQLite), a worker is stopped while it holds the file's write lock,
+    mid-transaction (it is stopped and resumed at once until it does): every other worker's
+    writes, lease renewals included, then wait for it to resume.
+    """
     ledger = ledger or Path(tempfile.mkdtemp()) / "ledger"
     ledger.touch()
     store = await open_store(store_url)
@@ -98,10 +121,11 @@ async def run_chaos(
                     pending.discard(summary.run_id)
             if every and time.monotonic() >= next_chaos:
                 next_chaos = time.monotonic() + every
-                await _strike(fleet, chaos, store_url, lease, ledger)
+                await _strike(fleet, chaos, store_url, lease, ledger, locked_stops)
         seconds = time.monotonic() - began
-        # A worker SIGTERMed while it still imports dies of it: let the last one start serving.
-        await asyncio.sleep(max(0.0, chaos.spawned + _STARTUP - time.monotonic()))
+        # A worker SIGTERMed before Python runs runfold's code dies of it: let every worker
+        # started (the first ones and one per kill) reach serving, however loaded the machine.
+        await _all_serving(ledger.with_suffix(".log"), workers + len(chaos.kills))
         for process in fleet:
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)
@@ -116,7 +140,11 @@ async def run_chaos(
             exit_codes=codes,
             kills=len(chaos.kills),
             stops=len(chaos.stops),
+            stops_locked=len(chaos.locked),
         )
+        if figures["ran_twice"] > figures["explained"]:
+            lapsed = [line for line in log.splitlines() if "lapse" in line]
+            print("\n".join(["lapses:", *lapsed]), file=sys.stderr)
         return figures
     finally:
         for process in fleet:
@@ -127,7 +155,12 @@ async def run_chaos(
 
 
 async def _strike(
-    fleet: list[subprocess.Popen[bytes]], chaos: Chaos, store: str, lease: float, ledger: Path
+    fleet: list[subprocess.Popen[bytes]],
+    chaos: Chaos,
+    store: str,
+    lease: float,
+    ledger: Path,
+    locked: bool,
 ) -> None:
     place = random.randrange(len(fleet))
     victim = fleet[place]
@@ -136,20 +169,50 @@ async def _strike(
         victim.wait()
         chaos.kills.append((victim.pid, time.monotonic_ns()))
         fleet[place] = _worker(store, lease, ledger)
-        chaos.spawned = time.monotonic()
     else:
         pause = lease * 1.5
-        start = time.monotonic_ns()
-        victim.send_signal(signal.SIGSTOP)
+        for _ in range(_LOCK_TRIES if locked else 1):
+            start = time.monotonic_ns()
+            victim.send_signal(signal.SIGSTOP)
+            held = _holds_write_lock(store)
+            if held or not locked:
+                break
+            # Not in a write transaction: let it go on a moment, and stop it again.
+            victim.send_signal(signal.SIGCONT)
+            await asyncio.sleep(random.uniform(0.0, 0.01))
         chaos.stops.append((victim.pid, start, start + int(pause * 1e9)))
-        chaos.spawned = max(chaos.spawned, time.monotonic() + pause)
+        if held:
+            chaos.locked.add(len(chaos.stops) - 1)
+
+        stop = len(chaos.stops) - 1
 
         async def resume() -> None:
             await asyncio.sleep(pause)
             if victim.poll() is None:
                 victim.send_signal(signal.SIGCONT)
+            # A loaded loop resumes it late: the stop lasted until now.
+            pid, start, _ = chaos.stops[stop]
+            chaos.stops[stop] = (pid, start, time.monotonic_ns())
 
         asyncio.get_running_loop().create_task(resume())
+
+
+def _holds_write_lock(store: str) -> bool:
+    """Whether a SQLite store's write lock stays taken for a while (by a stopped worker)."""
+    if not store.startswith("sqlite:///"):
+        return False
+    conn = sqlite3.connect(store.removeprefix("sqlite:///"), timeout=0, isolation_level=None)
+    try:
+        for _ in range(10):  # other workers' transactions last milliseconds
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("ROLLBACK")
+                return False
+            except sqlite3.OperationalError:
+                time.sleep(0.02)
+        return True
+    finally:
+        conn.close()
 
 
 async def _count(
@@ -176,29 +239,8 @@ async def _count(
     by_step: dict[tuple[str, str], list[tuple[int, int, int, int]]] = {}
     for (run, step_id, attempt, pid), (start, end) in bodies.items():
         by_step.setdefault((run, step_id), []).append((start, end, pid, attempt))
-    ran_twice = explained = overlaps_live = 0
-    takeover = 0.0
-    for spans in by_step.values():
-        spans.sort()
-        if len(spans) > 1:
-            ran_twice += 1
-            # A body is in flight from its start until its outcome is durable: until the next
-            # body of the step began, at the latest.
-            later = [span[0] for span in spans[1:]]
-            if all(
-                cut(pid, start, nxt)
-                for (start, _, pid, _), nxt in zip(spans[:-1], later, strict=True)
-            ):
-                explained += 1
-        for i, (start, end, pid, _) in enumerate(spans):
-            for other_start, other_end, other_pid, _ in spans[i + 1 :]:
-                finish = end if end >= 0 else 2**63
-                live = not cut(pid, start, end) and not cut(other_pid, other_start, other_end)
-                if other_pid != pid and other_start < finish and live:
-                    overlaps_live += 1
-            if end < 0 and pid in killed and i + 1 < len(spans):
-                takeover = max(takeover, (spans[i + 1][0] - killed[pid]) / 1e9)
     failed = zombies = past_budget = 0
+    decided: dict[tuple[str, str, int], int] = {}  # when each attempt began, monotonic ns
     for run_id in ids:
         result = await flow.result(run_id)
         if result.status != "completed" or result.output != EXPECTED:
@@ -215,11 +257,42 @@ async def _count(
             elif isinstance(event, StepStarted):
                 attempts[event.step_id] = event.attempt
                 past_budget += event.attempt > RETRY.max_attempts
+                at = int(envelope.recorded_at.timestamp() * 1e9) - chaos.wall_offset_ns
+                decided[(run_id, event.step_id, event.attempt)] = at
             elif isinstance(event, StepCompleted):
                 pid = int(owner.split(":")[-2]) if owner else -1
                 found = bodies.get((run_id, event.step_id, attempts[event.step_id], pid))
                 if found is None or found[1] < 0:
                     zombies += 1
+    ran_twice = explained = overlaps_live = 0
+    takeover = 0.0
+    unexplained: list[tuple[str, str, list[tuple[int, int, int, int]]]] = []
+    for (run, step_id), spans in by_step.items():
+        if len(spans) > 1:
+            ran_twice += 1
+            # A body is in flight from its attempt's start (a body a stop caught before its
+            # first line writes its start row on resuming) until its outcome is durable: until
+            # the next attempt's body began, at the latest.
+            tried = sorted(spans, key=lambda span: (span[3], span[0]))
+            later = [span[0] for span in tried[1:]]
+            if all(
+                cut(pid, min(start, decided.get((run, step_id, attempt), start)), nxt)
+                for (start, _, pid, attempt), nxt in zip(tried[:-1], later, strict=True)
+            ):
+                explained += 1
+            else:
+                unexplained.append((run, step_id, tried))
+        spans.sort()
+        for i, (start, end, pid, _) in enumerate(spans):
+            for other_start, other_end, other_pid, _ in spans[i + 1 :]:
+                finish = end if end >= 0 else 2**63
+                live = not cut(pid, start, end) and not cut(other_pid, other_start, other_end)
+                if other_pid != pid and other_start < finish and live:
+                    overlaps_live += 1
+            if end < 0 and pid in killed and i + 1 < len(spans):
+                takeover = max(takeover, (spans[i + 1][0] - killed[pid]) / 1e9)
+    if unexplained:
+        _explain(unexplained, await _claims(flow, unexplained), chaos, killed)
     return {
         "runs": len(ids),
         "bodies": len(bodies),
@@ -234,6 +307,50 @@ async def _count(
     }
 
 
+async def _claims(
+    flow: Flow, unexplained: list[tuple[str, str, list[tuple[int, int, int, int]]]]
+) -> dict[str, list[tuple[int, str, str | None]]]:
+    """The claims in the histories of the runs of `unexplained` (wall ns, owner, displaced)."""
+    found: dict[str, list[tuple[int, str, str | None]]] = {}
+    for run, _, _ in unexplained:
+        for envelope in await flow.handler.history(run):
+            event = envelope.event
+            if isinstance(event, RunClaimed):
+                at = int(envelope.recorded_at.timestamp() * 1e9)
+                found.setdefault(run, []).append((at, event.owner_id, event.displaced))
+    return found
+
+
+def _explain(
+    unexplained: list[tuple[str, str, list[tuple[int, int, int, int]]]],
+    claims: dict[str, list[tuple[int, str, str | None]]],
+    chaos: Chaos,
+    killed: dict[int, int],
+) -> None:
+    """Print, to stderr, each re-run that no kill or stop explains, with the chaos near it."""
+    zero = chaos.began_ns
+
+    def t(at: int) -> float:
+        return round((at - zero) / 1e9, 3)
+
+    for run, step_id, spans in unexplained:
+        first, last = spans[0][0], spans[-1][0]
+        print(f"unexplained re-run {run} {step_id}:", file=sys.stderr)
+        for start, end, pid, attempt in spans:
+            print(f"  body pid {pid} attempt {attempt}: {t(start)}..{t(end)}", file=sys.stderr)
+        for at, owner, displaced in claims.get(run, []):
+            mono = at - chaos.wall_offset_ns
+            if first - 10**10 <= mono <= last + 10**9:
+                print(f"  claim at {t(mono)} by {owner} displacing {displaced}", file=sys.stderr)
+        for index, (pid, start, end) in enumerate(chaos.stops):
+            if start <= last and end >= first - 10**10:
+                held = " holding the write lock" if index in chaos.locked else ""
+                print(f"  stop of {pid}: {t(start)}..{t(end)}{held}", file=sys.stderr)
+        for pid, at in killed.items():
+            if first - 10**10 <= at <= last:
+                print(f"  kill of {pid} at {t(at)}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True)
@@ -242,6 +359,11 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=2.0)
     parser.add_argument("--lease", type=float, default=2.0)
     parser.add_argument("--limit", type=float, default=900.0)
+    parser.add_argument(
+        "--locked-stops",
+        action="store_true",
+        help="SQLite: stop workers while they hold the write lock",
+    )
     args = parser.parse_args()
     figures = asyncio.run(
         run_chaos(
@@ -251,6 +373,7 @@ def main() -> None:
             every=args.every,
             lease=args.lease,
             limit=args.limit,
+            locked_stops=args.locked_stops,
         )
     )
     print(json.dumps(figures, indent=2))

@@ -10,6 +10,15 @@ counted under a transaction lock of its own, taken first, so that the counts of 
 of one queue see each other's holds (each statement of the function reads what committed
 before it). `{s}` is the quoted schema name.
 
+Its statements run on generic plans (`plan_cache_mode`), planned once per connection: left to
+choose, the server would plan the queued runs' statement anew on every call (its `LIMIT` is a
+variable, so a generic plan looks dear to it), which cost more than running it. Each statement
+is written so that its generic plan reads its index (see `_QUEUED`), but for the due wakeups'
+one, which needs plans for its `now` and is left to choose. Orphans and due wakeups are looked
+for first (`_ORPHANED`; the earliest wakeup, read off `wakeups_due` whatever `now` is, where a
+generic plan of `EXISTS (... due_at <= now)` could scan every wakeup not due): most calls find
+neither and skip their statements.
+
 A distributed schema (a Citus cluster) claims through `citus_due` instead: Citus refuses row
 locks in a statement over several shards.
 """
@@ -67,20 +76,67 @@ _ROOMS = """FOR i IN 1 .. coalesce(cardinality(p_queues), 0) LOOP
 """Each queue's room under its `worker_concurrency`: what the worker owns or holds of it counted
 (a worker's limit counts the runs of the queue it resumes or takes over too)."""
 
+_ORPHANED = """EXISTS (
+            WITH RECURSIVE owners (id) AS (
+                (SELECT runs.owner_id FROM {s}.runs WHERE runs.owner_id IS NOT NULL
+                    ORDER BY runs.owner_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT runs.owner_id FROM {s}.runs WHERE runs.owner_id > owners.id
+                    ORDER BY runs.owner_id LIMIT 1)
+                FROM owners WHERE owners.id IS NOT NULL
+            )
+            SELECT 1 FROM owners WHERE owners.id IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM {s}.leases
+                WHERE leases.worker_id = owners.id AND leases.lease_until > p_now)
+        )"""
+"""Whether any run has an owner whose lease lapsed or is gone: the owners of live runs listed
+one by one down the index `runs_owner` (a skip scan: as many probes as owners, not as many as
+runs they own), each looked up among the leases. Most looks find none and skip the orphans'
+statement, which reads every owned run."""
+
 _SERVED = "(p_served IS NULL OR runs.workflow_name = ANY(p_served))"
+
+_QUEUED = """RETURN QUERY WITH picked AS (
+                    SELECT runs.run_id, runs.last_sequence, runs.priority, runs.created_at
+                    FROM {s}.runs
+                    WHERE runs.status = 'pending' AND runs.owner_id IS NULL
+                        AND runs.queue_name {queue} AND {served} AND {not_held}
+                    ORDER BY runs.queue_name, runs.priority, runs.created_at, runs.run_id
+                    LIMIT v_room FOR UPDATE OF runs SKIP LOCKED
+                ), {hold}{started}
+                SELECT held.run_id, 'queued'::text, NULL::text
+                FROM held JOIN picked ON picked.run_id = held.run_id
+                ORDER BY picked.priority, picked.created_at, held.run_id;"""
+"""The queued runs of one queue (`{queue}`: `IS NULL` for runs on none, `= v_queue`), taken in
+the order of the index `runs_queued`, which the statement reads only as far as it takes runs.
+One statement for both would match `queue_name` by an `OR` no index serves; and the order names
+`queue_name` (one value here) since the planner takes `IS NULL` for no constant, and would sort
+instead: either way every queued run would be read, checked and sorted on each call."""
+
+_STARTED = """, started AS (
+                    INSERT INTO {s}.queue_starts (queue_name, started_at, run_id)
+                    SELECT v_queue, p_now, held.run_id FROM held
+                    ON CONFLICT DO NOTHING
+                )"""
 
 
 def claim_due_function(s: str) -> str:
     """The server function `claim_due` in schema `s` (see the module)."""
     not_held, hold = _NOT_HELD.format(s=s), _HOLD.format(s=s)
-    rooms = _ROOMS.format(s=s)
+    rooms, orphaned = _ROOMS.format(s=s), _ORPHANED.format(s=s)
+    unnamed, named = (
+        _QUEUED.format(
+            s=s, queue=queue, served=_SERVED, not_held=not_held, hold=hold, started=started
+        )
+        for queue, started in (("IS NULL", ""), ("= v_queue", _STARTED.format(s=s)))
+    )
     return f"""
     CREATE OR REPLACE FUNCTION {s}.claim_due(
         p_worker text, p_now bigint, p_until bigint, p_limit integer, p_served text[],
         p_queues text[], p_locks bigint[], p_concurrency integer[], p_mine integer[],
         p_rate integer[], p_period bigint[])
     RETURNS TABLE (run_id text, reason text, displacing text)
-    LANGUAGE plpgsql AS $$
+    LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
     #variable_conflict use_column
     DECLARE
         v_count integer := 0;
@@ -97,6 +153,7 @@ def claim_due_function(s: str) -> str:
             PERFORM pg_advisory_xact_lock(v_lock);
         END LOOP;
         DELETE FROM {s}.due_holds WHERE held_until <= p_now;
+        IF {orphaned} THEN
         {rooms}
         RETURN QUERY WITH cand AS (
             SELECT runs.run_id, runs.updated_at, q.room, row_number() OVER (
@@ -122,7 +179,10 @@ def claim_due_function(s: str) -> str:
         ORDER BY allowed.updated_at, held.run_id;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_count := v_count + v_got;
-        IF v_count < p_limit THEN
+        END IF;
+        IF v_count < p_limit
+            AND (SELECT min(w.due_at) FROM {s}.wakeups w) <= p_now THEN
+            PERFORM set_config('plan_cache_mode', 'auto', true);
             {rooms}
             RETURN QUERY WITH due AS (
                 SELECT w.run_id, min(w.due_at) AS due FROM {s}.wakeups w
@@ -148,6 +208,7 @@ def claim_due_function(s: str) -> str:
             ORDER BY allowed.due, held.run_id;
             GET DIAGNOSTICS v_got = ROW_COUNT;
             v_count := v_count + v_got;
+            PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
         END IF;
         FOR i IN 0 .. coalesce(cardinality(p_queues), 0) LOOP
             EXIT WHEN v_count >= p_limit;
@@ -177,23 +238,11 @@ def claim_due_function(s: str) -> str:
                 END IF;
             END IF;
             CONTINUE WHEN v_room <= 0;
-            RETURN QUERY WITH picked AS (
-                SELECT runs.run_id, runs.last_sequence, runs.priority, runs.created_at
-                FROM {s}.runs
-                WHERE runs.status = 'pending' AND runs.owner_id IS NULL
-                    AND (runs.queue_name = v_queue
-                        OR (v_queue IS NULL AND runs.queue_name IS NULL))
-                    AND {_SERVED} AND {not_held}
-                ORDER BY runs.priority, runs.created_at, runs.run_id LIMIT v_room
-                FOR UPDATE OF runs SKIP LOCKED
-            ), {hold}, started AS (
-                INSERT INTO {s}.queue_starts (queue_name, started_at, run_id)
-                SELECT v_queue, p_now, held.run_id FROM held WHERE v_queue IS NOT NULL
-                ON CONFLICT DO NOTHING
-            )
-            SELECT held.run_id, 'queued'::text, NULL::text
-            FROM held JOIN picked ON picked.run_id = held.run_id
-            ORDER BY picked.priority, picked.created_at, held.run_id;
+            IF v_queue IS NULL THEN
+                {unnamed}
+            ELSE
+                {named}
+            END IF;
             GET DIAGNOSTICS v_got = ROW_COUNT;
             v_count := v_count + v_got;
         END LOOP;

@@ -250,7 +250,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
             self._distributed = await citus.is_distributed(conn, self._schema)
             if self._distributed:
                 placement = await Placement.read(conn, self._s)
-                self._writer.group_by_worker(placement.group, placement.workers)
+                self._writer.group_by_worker(placement.group)
             self._connections.learn_types(*await request_types(conn, self._schema))
         except psycopg.Error as exc:
             raise self._connections.translate(exc) from exc

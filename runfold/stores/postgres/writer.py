@@ -100,7 +100,8 @@ class GroupCommitWriter:
         # queue, so that they share a transaction instead of one going ahead alone.
         self._contended = False
         self._group_of: Callable[[str], int] | None = None  # a cluster's worker of a run
-        self._one_statement = True  # a plain append as `plain_append` (not on a cluster)
+        # A plain append alone: as `plain_append` (one server), else as `append_plain_batch`.
+        self._one_statement = True
         self.idle = asyncio.Event()
         """Set while no append is being written or waits to be."""
         self.idle.set()
@@ -111,16 +112,19 @@ class GroupCommitWriter:
         self._plain_batch_sql = f"SELECT * FROM {s}.append_plain_batch(%b)"
         self._head_sql = f"SELECT head FROM {s}.runs WHERE run_id = %s"
 
-    def group_by_worker(self, group_of: Callable[[str], int], workers: int) -> None:
+    def group_by_worker(self, group_of: Callable[[str], int]) -> None:
         """On a cluster: a group commit takes the appends of one worker only.
 
-        `group_of` gives a run id's worker, so that no group commit is a two-phase commit; two
-        write slots per worker. A plain append
-        goes through `append_events` too: Citus plans the one statement in several steps and
-        commits it in two phases."""
+        `group_of` gives a run id's worker, so that no group commit is a two-phase commit. Every
+        connection of the pool is a write slot: Citus sends a group commit's statements to the
+        worker one after another, a round trip each, so a batch saves commits but not time,
+        while appends in transactions side by side overlap their trips. A plain append alone
+        goes through `append_plain_batch` (two statements, each routed by the run id's value),
+        not `plain_append`: Citus plans that one statement in several steps and commits it in
+        two phases."""
         self._group_of = group_of
         self._one_statement = False
-        self._max_writes = min(MAX_WRITES * max(workers, 1), self._connections.pool.max_size)
+        self._max_writes = self._connections.pool.max_size
 
     async def append(self, request: AppendRequest) -> int:
         """Write `request`; its base position (its events follow at base + 1, …).
@@ -146,6 +150,12 @@ class GroupCommitWriter:
         self._queue.append(request)
         self._schedule_drain()
         return await request.future
+
+    def _encode(self, batch: list[AppendRequest]) -> Any:
+        """`batch` as the one `append_request[]` parameter of the batch functions."""
+        return self._connections.requests(
+            array(self._connections.request.oid, [r.wire() for r in batch])
+        )
 
     async def _head(self, run_id: str) -> int:
         rows = await self._connections.fetch(self._head_sql, (run_id,))
@@ -254,8 +264,14 @@ class GroupCommitWriter:
                     identity = self._connections.identities.get(conn)
                     try:
                         cursor = self._connections.cursors[conn]
+                        plain = True
                         if request.single and self._one_statement:
                             await cursor.execute(self._plain_sql, request.plain_parameters())
+                        elif request.plain and not self._one_statement:
+                            await cursor.execute(self._plain_batch_sql, (self._encode([request]),))
+                        else:
+                            plain = False
+                        if plain:
                             row = await cursor.fetchone()
                             assert row is not None
                             state, _, detail = plain_outcome(request.expected, row[0])
@@ -264,7 +280,7 @@ class GroupCommitWriter:
                             refusal = await self._refusal(request, state, detail)
                             if refusal is not None:
                                 raise refusal
-                        # Not single, or the statement could not say why it wrote nothing.
+                        # Not plain, or the statement could not say why it wrote nothing.
                         await cursor.execute(
                             self._append_sql, (self._connections.request(request.wire()),)
                         )
@@ -317,9 +333,7 @@ class GroupCommitWriter:
             await self._settle_alone(batch[0])
             return
         sent_before = self._tickets
-        requests = self._connections.requests(
-            array(self._connections.request.oid, [r.wire() for r in batch])
-        )
+        requests = self._encode(batch)
         plain = all(r.plain for r in batch)  # a batch's runs are distinct (`_drain`)
         rows: Sequence[tuple[Any, ...]]  # (state, base, detail) per append, as `append_batch`
         conn: Connection | None = None

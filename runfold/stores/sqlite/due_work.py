@@ -6,11 +6,18 @@ one writer at a time hold the file, so two processes' claims follow one another 
 sees the first's holds. Each source of work is read through its index (`runs_owner`,
 `wakeups_due`, `runs_queued`), a bounded number of rows; the counts a queue's limits need go
 through `runs_queue_live` and `queue_starts`.
+
+An orphan whose owner's lease lapsed during a stall of the file this process saw (the claim's
+own wait for the write lock included) is left to its owner for the stall's length (`Stalls`):
+the owner's renewal was waiting for the lock too. Taking an orphan spends its owner's lease
+(its end moves to the epoch), so that a renewal the owner sent before it lapsed, and the store
+takes only now, cannot revive it.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, TypeVar
@@ -23,6 +30,7 @@ from runfold.stores.due_work import (
 )
 from runfold.stores.memory_due_work import queue_allowance
 from runfold.stores.sqlite.leases import orphaned_runs_query
+from runfold.stores.sqlite.stalls import Stalls
 from runfold.stores.time_keys import time_key
 
 __all__ = ["SQLiteDueWork"]
@@ -72,6 +80,9 @@ _HOLD = (
     "held_until = excluded.held_until, at_sequence = excluded.at_sequence"
 )
 
+_SPEND = "UPDATE leases SET lease_until = 0 WHERE worker_id = ?1 AND lease_until <= ?2"
+"""Spend the lapsed lease of worker `?1` whose run a claim at `?2` takes over."""
+
 _HOLD_DEDUP = (
     "INSERT INTO queue_dedups (queue_name, dedup_id, run_id, held_at) VALUES (?1, ?2, ?3, ?4) "
     "ON CONFLICT (queue_name, dedup_id) DO UPDATE SET run_id = excluded.run_id, "
@@ -101,11 +112,14 @@ def _claim(
     limit: int,
     served: list[str] | None,
     queues: list[Queue],
+    stalls: Stalls,
 ) -> list[DueRun]:
+    since = time.monotonic()
     conn.execute("BEGIN IMMEDIATE")
+    stalls.took(since)  # a long wait for the lock is a stall: it spares the leases it saw lapse
     try:
         conn.execute("DELETE FROM due_holds WHERE held_until <= ?", (now,))
-        found = _pick(conn, worker_id, now, limit, served, queues)
+        found = _pick(conn, worker_id, now, limit, served, queues, stalls)
         for due in found:
             conn.execute(_HOLD, (due.run_id, worker_id, until))
         conn.execute("COMMIT")
@@ -122,6 +136,7 @@ def _pick(
     limit: int,
     served: list[str] | None,
     queues: list[Queue],
+    stalls: Stalls,
 ) -> list[DueRun]:
     counts = {queue.name: _counts(conn, queue, worker_id, now) for queue in queues}
     # A worker's limit on a queue counts the runs of it that it resumes or takes over too.
@@ -150,8 +165,11 @@ def _pick(
     for row in conn.execute(query, (now, -1, *(orphan_names or ()))):
         if len(found) >= limit:
             break
+        if stalls and row[-1] is not None and not stalls.lapsed_by(row[-1], now):
+            continue  # lapsed while the file was stalled: its owner may yet renew it
         if within(row[_QUEUE]):
             found.append(DueRun(run_id=row[0], reason="orphan", displacing=row[_OWNER]))
+            conn.execute(_SPEND, (row[_OWNER], now))
     clause, names = _served(served, 3)
     for row in conn.execute(_WOKEN.format(served=clause), (now, -1, *names)):
         if len(found) >= limit:
@@ -213,6 +231,7 @@ class SQLiteDueWork(DueWorkBase):
     """The `DueWork` methods of `SQLiteStore`, over its connection thread."""
 
     __slots__ = ()
+    _stalls: Stalls
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         raise NotImplementedError
@@ -237,6 +256,7 @@ class SQLiteDueWork(DueWorkBase):
             max(limit, 0),
             served,
             sorted(queues, key=lambda queue: queue.name),
+            self._stalls,
         )
 
     async def _hold_dedup(

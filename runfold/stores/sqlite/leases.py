@@ -1,14 +1,19 @@
 """`SQLiteLeases`: the worker leases of `SQLiteStore` (`WorkerLeases`), in its `leases` table.
 
 A part of `SQLiteStore` kept apart so that each module holds one idea. Each call is one
-statement on the store's connection thread, so one transaction: a renewal is a single upsert
-that changes nothing once the lease lapsed. Times are integer microseconds (`time_key`), as
-everywhere in the file.
+transaction on the store's connection thread: a renewal is a single upsert that changes nothing
+once the lease lapsed. Times are integer microseconds (`time_key`), as everywhere in the file.
+
+A renewal that waited `STALL_MIN` or more for the file (its write lock held by a process that
+stopped in a transaction, say) moves the lease that much further: the lease runs from when the
+store took the renewal, so that the worker, renewing again at once, still holds it. Listings
+spare the leases that lapsed during a stall this process saw (`Stalls`).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, TypeVar
@@ -16,6 +21,7 @@ from typing import Any, TypeVar
 from runfold.kernel import RunSummary, StoreError, WorkerLease
 from runfold.stores._sql import SUMMARY_COLUMNS, summary_from_row
 from runfold.stores.leases import check_orphaned_runs, check_renew_lease, check_worker_id
+from runfold.stores.sqlite.stalls import STALL_MIN, Stalls
 from runfold.stores.time_keys import from_key, time_key
 
 __all__ = ["RENEW_LEASE", "SQLiteLeases", "orphaned_runs_query"]
@@ -38,15 +44,16 @@ def orphaned_runs_query(served: int | None) -> str:
     """The runs rows of `orphaned_runs`: owned, with the owner's lease missing or lapsed at `?1`.
 
     Oldest update first, `LIMIT ?2`; `served` names bound after it (`?3`, …), or None for any
-    workflow. `INDEXED BY` holds the planner to the partial index of owned runs (all live),
-    whatever its statistics say: never a walk over every run.
+    workflow. Each row ends with the owner's `lease_until` (NULL: no lease). `INDEXED BY` holds
+    the planner to the partial index of owned runs (all live), whatever its statistics say:
+    never a walk over every run.
     """
     served_clause = ""
     if served is not None:
         marks = ", ".join(f"?{number}" for number in range(3, served + 3))
         served_clause = f" AND runs.workflow_name IN ({marks})"
     return (
-        f"SELECT {SUMMARY_COLUMNS} FROM runs INDEXED BY runs_owner "
+        f"SELECT {SUMMARY_COLUMNS}, leases.lease_until FROM runs INDEXED BY runs_owner "
         "LEFT JOIN leases ON leases.worker_id = runs.owner_id "
         "WHERE runs.owner_id IS NOT NULL "
         f"AND (leases.worker_id IS NULL OR leases.lease_until <= ?1){served_clause} "
@@ -54,8 +61,18 @@ def orphaned_runs_query(served: int | None) -> str:
     )
 
 
-def _renew(conn: sqlite3.Connection, worker_id: str, until: int, now: int) -> bool:
-    return conn.execute(RENEW_LEASE, (worker_id, until, now)).rowcount == 1
+def _renew(conn: sqlite3.Connection, worker_id: str, until: int, now: int, sent: float) -> bool:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        late = time.monotonic() - sent  # since the renewal was asked for (monotonic `sent`)
+        if late >= STALL_MIN:
+            until += int(late * 1_000_000)
+        renewed = conn.execute(RENEW_LEASE, (worker_id, until, now)).rowcount == 1
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return renewed
 
 
 def _drop(conn: sqlite3.Connection, worker_id: str) -> None:
@@ -68,12 +85,22 @@ def _leases(conn: sqlite3.Connection) -> list[Any]:
     ).fetchall()
 
 
-def _orphans(conn: sqlite3.Connection, now: int, limit: int, served: list[str] | None) -> list[Any]:
+def _orphans(
+    conn: sqlite3.Connection, now: int, limit: int, served: list[str] | None, stalls: Stalls
+) -> list[Any]:
     # No names at all are bound as one NULL, which matches none: SQLite proves `IN ()` false,
     # and then `INDEXED BY` has no plan to hold to ("no query solution").
     names: list[str | None] | None = None if served is None else [*served] or [None]
     query = orphaned_runs_query(None if names is None else len(names))
-    return conn.execute(query, (now, limit, *(names or ()))).fetchall()
+    if not stalls:
+        return conn.execute(query, (now, limit, *(names or ()))).fetchall()
+    found: list[Any] = []
+    for row in conn.execute(query, (now, -1, *(names or ()))):  # read lazily, no LIMIT
+        if len(found) >= limit:
+            break
+        if row[-1] is None or stalls.lapsed_by(row[-1], now):
+            found.append(row)
+    return found
 
 
 def lease_from_row(row: Any) -> WorkerLease:
@@ -97,14 +124,20 @@ class SQLiteLeases:
     """The `WorkerLeases` methods of `SQLiteStore`, over its connection thread."""
 
     __slots__ = ()
+    _stalls: Stalls
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         raise NotImplementedError
 
     async def renew_lease(self, worker_id: str, *, lease_until: datetime, now: datetime) -> bool:
-        """Hold the worker's lease until `lease_until`; False once it lapsed (`WorkerLeases`)."""
+        """Hold the worker's lease until `lease_until`; False once it lapsed (`WorkerLeases`).
+
+        A renewal the store took `STALL_MIN` or more after it was asked for (the file's write
+        lock was taken meanwhile) holds the lease that much longer than `lease_until`.
+        """
         check_renew_lease(worker_id, lease_until=lease_until, now=now)
-        return await self._run(_renew, worker_id, time_key(lease_until), time_key(now))
+        sent = time.monotonic()
+        return await self._run(_renew, worker_id, time_key(lease_until), time_key(now), sent)
 
     async def drop_lease(self, worker_id: str) -> None:
         """Forget the worker's lease (`WorkerLeases`)."""
@@ -123,5 +156,5 @@ class SQLiteLeases:
         # The names are bound one by one, not as a JSON array: `json_each` would not give back
         # a name holding a NUL character as it was. An engine serves a handful.
         served = None if workflow_names is None else sorted(set(workflow_names))
-        rows = await self._run(_orphans, time_key(now), max(limit, 0), served)
-        return [summary_from_row(row) for row in rows]
+        rows = await self._run(_orphans, time_key(now), max(limit, 0), served, self._stalls)
+        return [summary_from_row(row[:-1]) for row in rows]

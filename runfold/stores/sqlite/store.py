@@ -54,6 +54,7 @@ from runfold.stores.sqlite.schema import (
     optimize,
     prepare,
 )
+from runfold.stores.sqlite.stalls import Stalls
 from runfold.stores.sqlite.thread import connect, ready, result_code
 from runfold.stores.sqlite.writer import Append, append_batch, settle
 from runfold.stores.time_keys import time_key
@@ -99,6 +100,7 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBa
         self._inline = inline  # for appends that find no other in flight (`commit_inline`)
         self._path = path
         self._closed = False
+        self._stalls = Stalls()  # the file's stalls this process saw (leases they spare)
         self._signals = SignalBoard()
         self.migrated_from: int | None = None
         """The schema version `open` found and migrated from (0: it created the schema), or None
@@ -267,7 +269,13 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBa
         `deadline.call_on_thread` says; `late` makes the error of a write still running then.
         """
         return await call_on_thread(
-            self._db, self._budget, self._path, fn, *args, deadline=deadline, late=late
+            self._db,
+            self._budget,
+            self._path,
+            self._stalls.timed(fn),
+            *args,
+            deadline=deadline,
+            late=late,
         )
 
     # --- append (group commit) ----------------------------------------------------------------
@@ -324,7 +332,9 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBa
                 try:
                     written = None
                     if self._inline is not None:
+                        since = time.monotonic()
                         written = append_inline(self._inline, request, self._path)
+                        self._stalls.took(since)
                     if written is None:  # no inline connection, or the write lock is taken
                         written = await self._call(
                             append_batch, [request], deadline=request.deadline, late=request.unknown
