@@ -1,5 +1,6 @@
 """Instructions per step: the CPU the engine and the kernel spend on one step of a 10-step
-workflow on `MemoryStore`, counted by callgrind (valgrind), so the same whatever the load.
+workflow on `MemoryStore`, counted by callgrind (valgrind), so the same whatever the load; and
+what `runfold.flow` spends on the same workflow written as `@workflow` code.
 
 The probe (`benchmarks.instructions_probe`) runs under `valgrind --tool=callgrind` with no
 workflow, and with `WORKFLOWS` workflows after the same warm-up; the difference of the two
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks.harness import Measurement, Remark, Result, compare
@@ -55,21 +57,42 @@ def _counted(part: str, workflows: int, folder: Path) -> int:
     return int(found.group(1))
 
 
+def _baseline(part: str) -> str:
+    """The part whose run with no workflow is `part`'s start-up: every part imports the same
+    modules, but `flow` also makes a `Flow` (its code's digest) and warms up its own code."""
+    return "flow" if part == "flow" else "engine"
+
+
 def instructions_per_step(
     workflows: int = WORKFLOWS, parts: tuple[str, ...] = PARTS
 ) -> dict[str, float]:
-    """Instructions per step past start-up of each of the probe's `parts` (see the module)."""
+    """Instructions per step past start-up of each of the probe's `parts` (see the module).
+
+    The probe's runs are counted side by side, one per core: a count does not depend on the
+    load, so only the wall time shrinks.
+    """
     steps = workflows * WORKFLOW_STEPS
-    with tempfile.TemporaryDirectory(prefix="runfold-callgrind-") as folder:
-        none = _counted("engine", 0, Path(folder))  # every part imports the same modules
-        return {part: (_counted(part, workflows, Path(folder)) - none) / steps for part in parts}
+    runs = sorted({(part, workflows) for part in parts} | {(_baseline(p), 0) for p in parts})
+    with (
+        tempfile.TemporaryDirectory(prefix="runfold-callgrind-") as folder,
+        ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool,
+    ):
+        counts = dict(
+            zip(
+                runs,
+                pool.map(lambda run: _counted(run[0], run[1], Path(folder)), runs),
+                strict=True,
+            )
+        )
+    return {part: (counts[part, workflows] - counts[_baseline(part), 0]) / steps for part in parts}
 
 
 def bench_instructions(quick: bool) -> list[Result | Remark]:
     if shutil.which("valgrind") is None:
         return [Remark(group=GROUP, text="No valgrind: instructions per step not counted.")]
-    # Quick: the whole engine only, on few workflows (each count is a process under valgrind).
-    parts = instructions_per_step(*((3, ("engine",)) if quick else (WORKFLOWS, PARTS)))
+    # Quick: the whole engine and runfold.flow only, on few workflows (each count is a process
+    # under valgrind).
+    parts = instructions_per_step(*((3, ("flow", "engine")) if quick else (WORKFLOWS, PARTS)))
     count = Measurement.of([parts["engine"]])
     before = Measurement.of([ENGINE_INSTRUCTIONS_PER_STEP_BEFORE])
 
@@ -91,6 +114,21 @@ def bench_instructions(quick: bool) -> list[Result | Remark]:
             note="counted once: the count does not depend on the load",
         ),
     ]
+    flow = Measurement.of([parts["flow"]])
+    found.append(
+        Result(
+            group=GROUP,
+            case=f"runfold.flow on MemoryStore: instructions per step, {WORKFLOW_STEPS}-step "
+            "workflow (callgrind)",
+            on="MemoryStore",
+            unit="instructions",
+            value=flow,
+            comparisons=compare(flow, "the Engine alone", count),
+            lower_is_better=True,
+            note="counted once: the same workflow as `@workflow` code (`Flow.start`); over "
+            "the engine, the interpreter, the step calls and bodies, the JSON payloads",
+        )
+    )
     if "kernel" in parts:
         found.append(_split(parts["engine"], parts["handler"], parts["kernel"]))
     return found

@@ -5,6 +5,9 @@ callgrind twice (with none and with some) and takes the difference.
 `PART` says how much of the stack runs, so that the differences between parts say where a
 step's instructions go:
 
+- `flow`: the same workflow as `runfold.flow` code (`Flow.start` of `benchmarks.flow`'s
+  `flow_sequential`): the engine and the flow layer over it (the interpreter, the step calls,
+  the bodies, the JSON payloads).
 - `engine`: the whole engine (`Engine.start`), as `benchmarks.workflows` runs it.
 - `handler`: the same appends without the engine: the kernel's decisions as the engine's
   journal makes them (`decide_many`, then `decide_after` for the next step's start), each
@@ -20,10 +23,12 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
+from benchmarks.flow import flow_sequential
 from benchmarks.workflows import SequentialWorkflow
 from benchmarks.workloads import PAYLOAD_BYTES, WORKFLOW_STEPS
 from runfold import CommandHandler, MemoryStore
 from runfold.engine import Engine
+from runfold.flow import Flow
 from runfold.handler import new_run_id
 from runfold.kernel import (
     BatchDecision,
@@ -104,13 +109,21 @@ async def _engine(engine: Engine) -> None:
     assert run.status == "completed"
 
 
-PARTS = ("engine", "handler", "kernel")
+async def _flow(flow: Flow) -> None:
+    run = await flow.start(flow_sequential, "i" * PAYLOAD_BYTES)
+    assert run.status == "completed"
+
+
+PARTS = ("flow", "engine", "handler", "kernel")
 
 
 async def _main(part: str, workflows: int) -> None:
     handler = CommandHandler(MemoryStore())
     one: Callable[[], Awaitable[None]]
-    if part == "engine":
+    if part == "flow":
+        flow = Flow(MemoryStore(), [flow_sequential])
+        one = lambda: _flow(flow)  # noqa: E731
+    elif part == "engine":
         engine = Engine(handler, SequentialWorkflow())
         one = lambda: _engine(engine)  # noqa: E731
     elif part == "handler":

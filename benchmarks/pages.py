@@ -7,16 +7,21 @@
   records touching the store's schema and their commits, so other databases' writers on the
   server do not count), in bytes and in distinct pages (blocks) per append. The extension is
   created in the store's schema, dropped with it, unless the database has it already.
+
+Each count is also split by the table or index the pages belong to (SQLite's `dbstat`, where
+the library has it; PostgreSQL's relation file nodes), so that a change to what an append writes
+shows where it saved: the run's row (`runs` and its indexes) apart from the events.
 """
 
 from __future__ import annotations
 
 import re
+import sqlite3
 import struct
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -29,7 +34,7 @@ from runfold.engine import Engine
 from runfold.stores import PostgresStore, SQLiteStore
 from runfold.stores.postgres.schema import quote
 
-__all__ = ["bench_pages", "postgres_wal_per_append", "sqlite_wal_per_append"]
+__all__ = ["WalPerAppend", "bench_pages", "postgres_wal_per_append", "sqlite_wal_per_append"]
 
 GROUP = "Pages per append"
 WORKFLOWS = 10
@@ -37,6 +42,25 @@ WORKFLOWS = 10
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
 _BLOCK = re.compile(r"rel (\d+)/(\d+)/(\d+)(?: fork \w+)? blk (\d+)")
+RUNS = "runs"
+"""The table of the run's index row: it and the indexes named after it (`runs_…`) are the
+row's pages."""
+SHOWN = 6
+"""Tables and indexes the remark names, most pages first."""
+
+
+class WalPerAppend(NamedTuple):
+    """What an append writes to the log: pages (SQLite: frames; PostgreSQL: distinct blocks),
+    bytes, and pages by the table or index they belong to (empty where not known)."""
+
+    pages: float
+    wal_bytes: float
+    by_table: dict[str, float]
+
+
+def runs_pages(by_table: dict[str, float]) -> float:
+    """The pages per append of the run's index row: `runs` and its indexes."""
+    return sum(n for name, n in by_table.items() if name == RUNS or name.startswith(RUNS + "_"))
 
 
 def _run(engine: Engine, workflows: int) -> None:
@@ -46,25 +70,39 @@ def _run(engine: Engine, workflows: int) -> None:
             assert run.status == "completed"
 
 
-def _wal_frames(wal: Path) -> tuple[int, int, bytes]:
-    """The valid frames of a SQLite write-ahead log, its commits, and its salt (which a
-    checkpoint that restarts the log changes)."""
+def _wal_frames(wal: Path) -> tuple[list[int], int, bytes]:
+    """The page numbers of the valid frames of a SQLite write-ahead log, its commits, and its
+    salt (which a checkpoint that restarts the log changes)."""
     data = wal.read_bytes()
     page_size = struct.unpack(">I", data[8:12])[0]
     salt = data[16:24]
-    frames = commits = 0
+    pages: list[int] = []
+    commits = 0
     at = _WAL_HEADER
     while at + _FRAME_HEADER + page_size <= len(data):
         header = data[at : at + _FRAME_HEADER]
         if header[8:16] != salt:
             break
-        frames += 1
+        pages.append(struct.unpack(">I", header[0:4])[0])
         commits += struct.unpack(">I", header[4:8])[0] != 0
         at += _FRAME_HEADER + page_size
-    return frames, commits, salt
+    return pages, commits, salt
 
 
-def sqlite_wal_per_append(workflows: int = WORKFLOWS) -> tuple[float, float, int]:
+def _page_owners(path: Path) -> dict[int, str]:
+    """The table or index each page of a SQLite file belongs to (`dbstat`); empty if this
+    SQLite was built without it. Page 1 holds the schema and the file's header."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT pageno, name FROM dbstat").fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        conn.close()
+    return {int(page): str(name) for page, name in rows}
+
+
+def sqlite_wal_per_append(workflows: int = WORKFLOWS) -> tuple[WalPerAppend, int]:
     """Frames (pages) and log bytes per append, and the page size, on a fresh SQLite file."""
     with tempfile.TemporaryDirectory(prefix="runfold-pages-") as folder, event_loop() as loop:
         path = Path(folder) / "pages.db"
@@ -79,9 +117,14 @@ def sqlite_wal_per_append(workflows: int = WORKFLOWS) -> tuple[float, float, int
                 assert run.status == "completed"
             after, commits_after, salt_after = _wal_frames(wal)
             page_size = struct.unpack(">I", wal.read_bytes()[8:12])[0]
-    frames, commits = after - before, commits_after - commits_before
+        owners = _page_owners(path)  # closed: its log checkpointed, pages where they stay
+    written, commits = after[len(before) :], commits_after - commits_before
     assert salt == salt_after and commits > 0, "the log restarted: measure fewer workflows"
-    return frames / commits, frames * (_FRAME_HEADER + page_size) / commits, page_size
+    frames = len(written)
+    tables = Counter(owners.get(page, "(a page freed since)") for page in written)
+    by_table = {name: n / commits for name, n in tables.items()} if owners else {}
+    wal_bytes = frames * (_FRAME_HEADER + page_size) / commits
+    return WalPerAppend(frames / commits, wal_bytes, by_table), page_size
 
 
 def _walinspect(admin: psycopg.Connection[Any], schema: str) -> str:
@@ -97,8 +140,8 @@ def _walinspect(admin: psycopg.Connection[Any], schema: str) -> str:
     return quote(schema)
 
 
-def postgres_wal_per_append(workflows: int = WORKFLOWS) -> tuple[float, float]:
-    """WAL bytes and distinct pages per append of the store's transactions on PostgreSQL."""
+def postgres_wal_per_append(workflows: int = WORKFLOWS) -> WalPerAppend:
+    """Distinct pages and WAL bytes per append of the store's transactions on PostgreSQL."""
     with (
         psycopg.connect(dsn(), autocommit=True) as admin,
         fresh_schema() as schema,
@@ -111,9 +154,10 @@ def postgres_wal_per_append(workflows: int = WORKFLOWS) -> tuple[float, float]:
             run = loop.run_until_complete(engine.start("sequential", b"warm-up"))
             assert run.status == "completed"
             nodes = {
-                str(row[0])
+                str(row[0]): str(row[1])
                 for row in admin.execute(
-                    "SELECT pg_relation_filenode(c.oid) FROM pg_class c JOIN pg_namespace n "
+                    "SELECT pg_relation_filenode(c.oid), c.relname FROM pg_class c "
+                    "JOIN pg_namespace n "
                     "ON n.oid = c.relnamespace WHERE n.nspname = %s "
                     "AND pg_relation_filenode(c.oid) IS NOT NULL",
                     (schema,),
@@ -145,7 +189,9 @@ def postgres_wal_per_append(workflows: int = WORKFLOWS) -> tuple[float, float]:
     appends = len(commits)
     assert appends, "no append of the store's schema in the log"
     wal = sum(ours[x] for x in commits) + sum(commits.values())
-    return wal / appends, sum(len(pages[x]) for x in commits) / appends
+    tables = Counter(nodes[node] for x in commits for node, _ in pages[x])
+    by_table = {name: n / appends for name, n in tables.items()}
+    return WalPerAppend(sum(len(pages[x]) for x in commits) / appends, wal / appends, by_table)
 
 
 def _row(what: str, on: str, unit: str, value: float) -> Result:
@@ -160,25 +206,52 @@ def _row(what: str, on: str, unit: str, value: float) -> Result:
     )
 
 
+def _split(backend: str, found: WalPerAppend) -> list[Result | Remark]:
+    """A remark naming where `found`'s pages go, most first."""
+    if not found.by_table:
+        return [Remark(group=GROUP, text=f"{backend}: pages not split by table (no `dbstat`).")]
+    ranked = sorted(found.by_table.items(), key=lambda item: (-item[1], item[0]))
+    named = ", ".join(f"{name} {n:.2f}" for name, n in ranked[:SHOWN])
+    return [
+        Remark(group=GROUP, text=f"{backend}: pages per append by table or index: {named}."),
+    ]
+
+
 def bench_pages(quick: bool) -> list[Result | Remark]:
     workflows = 3 if quick else WORKFLOWS
     found: list[Result | Remark] = []
-    frames, wal, page_size = sqlite_wal_per_append(workflows)
+    sqlite, page_size = sqlite_wal_per_append(workflows)
     on = f"SQLite, WAL, synchronous=FULL, {page_size}-byte pages"
-    found += [_row("pages (WAL frames)", on, "pages", frames), _row("WAL bytes", on, "B", wal)]
+    found += [
+        _row("pages (WAL frames)", on, "pages", sqlite.pages),
+        _row("WAL bytes", on, "B", sqlite.wal_bytes),
+    ]
+    if sqlite.by_table:
+        found.append(
+            _row(
+                "pages of the run's row (runs, its indexes)",
+                on,
+                "pages",
+                runs_pages(sqlite.by_table),
+            )
+        )
+    remarks = _split("SQLite", sqlite)
     if POSTGRES.version() is None:
         found.append(Remark(group=GROUP, text="PostgreSQL: no server, not measured."))
-        return found
+        return found + remarks
     try:
-        wal, pages = postgres_wal_per_append(workflows)
+        postgres = postgres_wal_per_append(workflows)
     except psycopg.Error as exc:  # pg_walinspect missing, or not ours to create (superuser)
         why = f"pg_walinspect not usable ({type(exc).__name__})"
         found.append(Remark(group=GROUP, text=f"PostgreSQL: {why}, not measured."))
-        return found
+        return found + remarks
     on = f"PostgreSQL {POSTGRES.version()}, synchronous_commit=on"
     found += [
-        _row("WAL bytes", on, "B", wal),
-        _row("pages (WAL block references)", on, "pages", pages),
+        _row("WAL bytes", on, "B", postgres.wal_bytes),
+        _row("pages (WAL block references)", on, "pages", postgres.pages),
+        _row(
+            "pages of the run's row (runs, its indexes)", on, "pages", runs_pages(postgres.by_table)
+        ),
     ]
     found.append(
         Remark(
@@ -187,11 +260,14 @@ def bench_pages(quick: bool) -> list[Result | Remark]:
             "each); PostgreSQL's the log records of the appends' transactions on the store's "
             "tables and indexes (full-page images after a checkpoint included, so it varies "
             "with the server's checkpoints) and the distinct pages they name. An append writes "
-            "its event into the events table and two of its indexes (position, correlation), "
-            "and the run's row (head and time of last change).",
+            "its events into the events table and two of its indexes (position, correlation). "
+            "On SQLite it writes the run's row only when the run's status, end time, owner or "
+            "attributes change (the head is the events' own); on PostgreSQL every append "
+            "updates it, since moving the head there is the run's lock and head check (a HOT "
+            "update: the row's indexes only when an indexed column changes).",
         )
     )
-    return found
+    return found + remarks + _split("PostgreSQL", postgres)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ writes to a run of another workflow, and asks the store only for their wakeups.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
 
@@ -130,6 +130,10 @@ class Engine:
         self.handler = handler
         self.runtime = runtime
         self.observers = tuple(observers)
+        # Per observer, the event classes it sees (its `observed_events`), or None: every one.
+        self._observed: tuple[Collection[type] | None, ...] = tuple(
+            getattr(observer, "observed_events", None) for observer in self.observers
+        )
         self.max_replay_iterations = max_replay_iterations
         self.jitter = jitter
         self.step_timeout = step_timeout
@@ -571,7 +575,10 @@ class Engine:
 
     async def _notify(self, envelopes: Sequence[Envelope]) -> None:
         for envelope in envelopes:
-            for observer in self.observers:
+            kind = type(envelope.event)
+            for observer, observed in zip(self.observers, self._observed, strict=True):
+                if observed is not None and kind not in observed:
+                    continue  # not awaited for an event it ignores
                 try:
                     await observer.on_event(envelope)
                 except Exception:

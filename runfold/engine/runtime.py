@@ -331,7 +331,9 @@ class EngineObserver(Protocol):
     """Sees every envelope the engine appends, in order, right after it is durable.
 
     An observer cannot break a run: an exception it raises is logged (logger
-    `runfold.engine`) and otherwise ignored. It is awaited inline, so keep it quick.
+    `runfold.engine`) and otherwise ignored. It is awaited inline, so keep it quick. One with
+    an `observed_events` attribute (a collection of event classes, read once by the `Engine`)
+    is called only for envelopes of those classes.
     """
 
     async def on_event(self, envelope: Envelope) -> None:

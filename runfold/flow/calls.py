@@ -251,15 +251,19 @@ class Pending:
 
     def __init__(self, call: Call) -> None:
         self.call = call
+        # Both set here, not left absent: a missing slot read with `hasattr` or a default
+        # raises and catches an AttributeError, on every `await step(...)`.
+        self._callbacks: tuple[Callable[[Pending], object], ...] = ()
+        self._outcome: tuple[Any, BaseException | None] | None = None  # (value, error) once known
 
     def __await__(self) -> Generator[Call, Any, Any]:
         if not IN_WORKFLOW.get():
             raise NotInWorkflow(
                 f"{type(self.call).__name__} was awaited outside a workflow run by a Flow"
             )
-        if hasattr(self, "_outcome"):  # a task whose step a TaskGroup already ran
+        if self._outcome is not None:  # a task whose step a TaskGroup already ran
             return self.result()
-        if not getattr(self, "_callbacks", ()):
+        if not self._callbacks:
             return (yield self.call)
         try:  # a task (of a TaskGroup) awaited in the group's block: its end concerns the group
             value = yield self.call
@@ -281,22 +285,22 @@ class Pending:
 
     def add_done_callback(self, fn: Callable[[Pending], object], *, context: Any = None) -> None:
         """Call `fn(self)` once `resolve`d (at once, by the interpreter)."""
-        self._callbacks = (*getattr(self, "_callbacks", ()), fn)
+        self._callbacks = (*self._callbacks, fn)
 
     def remove_done_callback(self, fn: Callable[[Pending], object]) -> int:
         """Forget `fn`; how many were removed."""
-        kept = tuple(cb for cb in getattr(self, "_callbacks", ()) if cb != fn)
-        removed = len(getattr(self, "_callbacks", ())) - len(kept)
+        kept = tuple(cb for cb in self._callbacks if cb != fn)
+        removed = len(self._callbacks) - len(kept)
         self._callbacks = kept
         return removed
 
     def done(self) -> bool:
         """Whether the call's outcome is known."""
-        return hasattr(self, "_outcome")
+        return self._outcome is not None
 
     def cancelled(self) -> bool:
         """Whether the call was `abandon`ed: a durable call is not cancelled from workflow code."""
-        outcome = getattr(self, "_outcome", None)
+        outcome = self._outcome
         return outcome is not None and isinstance(outcome[1], asyncio.CancelledError)
 
     def cancel(self, msg: Any = None) -> bool:
@@ -305,10 +309,14 @@ class Pending:
 
     def exception(self) -> BaseException | None:
         """The call's error, once resolved."""
+        if self._outcome is None:
+            raise asyncio.InvalidStateError("the call is not resolved yet")
         return self._outcome[1]
 
     def result(self) -> Any:
         """The call's result, once resolved; its error raised."""
+        if self._outcome is None:
+            raise asyncio.InvalidStateError("the call is not resolved yet")
         value, error = self._outcome
         if error is not None:
             raise error
@@ -321,7 +329,7 @@ class Pending:
     def resolve(self, value: Any = None, error: BaseException | None = None) -> None:
         """Record the call's outcome and run the callbacks (gather's bookkeeping)."""
         self._outcome = (value, error)
-        for callback in getattr(self, "_callbacks", ()):
+        for callback in self._callbacks:
             callback(self)
 
 

@@ -20,6 +20,7 @@ from runfold.flow.errors import PayloadError
 __all__ = ["ROUND_TRIP_TYPES", "JsonCodec", "PayloadCodec", "payload_error", "round_trips"]
 
 _RAW = b"\x00"
+_BINARY = (bytes, bytearray)
 # One encoder for every payload: `json.dumps` with these options builds a new one per call.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 _DECODER = json.JSONDecoder()
@@ -91,7 +92,10 @@ class JsonCodec:
 
     def encode(self, value: Any) -> bytes:
         """JSON text for a JSON value; 0x00 and the bytes themselves for `bytes`."""
-        if isinstance(value, bytes | bytearray):
+        write = _SCALARS.get(type(value))
+        if write is not None:  # a step's result, most often: no call to `_flat_json`
+            return write(value).encode()
+        if isinstance(value, _BINARY):
             return _RAW + bytes(value)
         try:
             text = _flat_json(value)

@@ -470,11 +470,15 @@ class Flow:
     async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
         """The interpreter's decision; a replay first reads the stored run to trust it."""
         snapshot = invocation.snapshot
-        replay = self.interpreter.needs_replay(snapshot)
-        durable = None
-        if replay and _has_results(snapshot):
-            durable = await self.handler.lookup(snapshot.run_id)
-        decision = self.interpreter.decide(snapshot, durable, replay=replay)
+        interpreter = self.interpreter
+        session = interpreter.live(snapshot)
+        if session is not None:  # the run's coroutine goes on from where it stopped
+            decision = interpreter.go_on(session, snapshot)
+        else:
+            durable = None
+            if _has_results(snapshot):
+                durable = await self.handler.lookup(snapshot.run_id)
+            decision = interpreter.decide(snapshot, durable, replay=True)
         if type(decision) in _FAMILY_DECISIONS:
             decision = await self.family.decided(snapshot, decision)
         return decision
@@ -501,6 +505,10 @@ class Flow:
             interpreter.ran(held, invocation.step_id, output, result)
         return output
 
+    observed_events = OBSERVED
+    """The events `on_event` acts on: the engine calls it for these only (not for a step's
+    creation or start, the most frequent)."""
+
     async def on_event(self, envelope: Envelope) -> None:
         """Confirm what the engine appended to the live sessions; note runs that ended."""
         kind = type(envelope.event)
@@ -509,7 +517,8 @@ class Flow:
         if kind in _RUN_ENDS:
             self.family.ended(envelope.run_id)
         self.interpreter.observe(envelope)
-        self.events.saw(envelope)
+        if self.events.waiting:  # someone waits in `get_event`
+            self.events.saw(envelope)
 
 
 def _has_results(snapshot: Snapshot) -> bool:

@@ -51,20 +51,27 @@ def agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
     return wait is not None and wait.status == "completed"
 
 
-def is_recorded(snapshot: Snapshot, entity_id: str) -> bool:
+def is_recorded(snapshot: Snapshot, entity_id: str, *, steps: bool = True) -> bool:
     """Whether the history holds anything at call id `entity_id`.
 
     That is, whether `describe_recorded` is not None, without building the entries' states.
+    `steps=False` leaves the steps out, for a caller that just looked there.
     """
-    return (
-        entity_id in snapshot.steps
-        or entity_id in snapshot.waits
-        or entity_id in snapshot.hooks
-        or entity_id in snapshot.hook_conflicts
-        or entity_id in snapshot.attribute_write_ids
-        or entity_id in snapshot.progress
-        or entity_id in snapshot.children
-    )
+    if steps and entity_id in snapshot.steps:
+        return True
+    # Asked for every new call: an empty kind (most runs hold no waits, hooks, ...) is passed
+    # on its length alone, without a lookup.
+    for entries in (
+        snapshot.waits,
+        snapshot.hooks,
+        snapshot.hook_conflicts,
+        snapshot.attribute_write_ids,
+        snapshot.progress,
+        snapshot.children,
+    ):
+        if entries and entity_id in entries:
+            return True
+    return False
 
 
 def describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:

@@ -158,13 +158,27 @@ class Interpreter:
 
     def needs_replay(self, snapshot: Snapshot) -> bool:
         """Whether the run has no session, or one that consumed what `snapshot` contradicts."""
+        return self.live(snapshot) is None
+
+    def live(self, snapshot: Snapshot) -> Session | None:
+        """The run's session, unless it has none or consumed what `snapshot` contradicts."""
         session = self.sessions.get(snapshot.run_id)
         if session is None:
-            return True
+            return None
         if snapshot.last_sequence < session.confirmed:  # a view from before what it was told
-            return True
-        unconfirmed = session.unconfirmed
-        return bool(unconfirmed) and not all(agrees(snapshot, k, v) for k, v in unconfirmed.items())
+            return None
+        for key, expected in session.unconfirmed.items():  # usually one, or none
+            if not agrees(snapshot, key, expected):
+                return None
+        return session
+
+    def go_on(self, session: Session, snapshot: Snapshot) -> RuntimeDecision:
+        """The next decision of a `live` session (what `decide` does when no replay is needed)."""
+        if snapshot.cancellation is not None:
+            self.forget(snapshot.run_id)
+            return Cancel()
+        self.sessions.move_to_end(snapshot.run_id)
+        return self.next_decision(session, snapshot, None)
 
     def start(self, snapshot: Snapshot) -> Session:
         """A new session for the run, at its first call."""
@@ -202,12 +216,12 @@ class Interpreter:
         They are the call's own when decoding `step_input` would give them back, else decoded.
         """
         session, call = held
-        if (
-            self.exact
-            and step_input == session.call_input
-            and all(type(arg) in ROUND_TRIP_TYPES for arg in call.args)
-        ):
-            return call.args
+        if self.exact and step_input == session.call_input:
+            for arg in call.args:  # a loop, not `all(...)` of a generator: asked per step
+                if type(arg) not in ROUND_TRIP_TYPES:
+                    break
+            else:
+                return call.args
         decoded: Sequence[Any] = self.codec.decode(step_input)
         return decoded
 
@@ -333,9 +347,14 @@ class Interpreter:
         """What the history holds at `call_id`, described, or None when nothing."""
         return describe_recorded(snapshot, call_id) if is_recorded(snapshot, call_id) else None
 
-    def other_kind(self, session: Session, snapshot: Snapshot, call_id: str) -> None:
-        """Raise if the history holds another kind of call at `call_id`."""
-        if not is_recorded(snapshot, call_id):
+    def other_kind(
+        self, session: Session, snapshot: Snapshot, call_id: str, *, steps: bool = True
+    ) -> None:
+        """Raise if the history holds another kind of call at `call_id`.
+
+        `steps=False`: the caller found no step there (it looked), so the steps are not asked.
+        """
+        if not is_recorded(snapshot, call_id, steps=steps):
             return
         recorded = describe_recorded(snapshot, call_id)
         if recorded is not None:

@@ -39,5 +39,8 @@ class Interpreting(Protocol):
     def recorded_at(self, snapshot: Snapshot, call_id: str) -> str | None:
         """What the history holds at `call_id`, described, or None when nothing."""
 
-    def other_kind(self, session: Session, snapshot: Snapshot, call_id: str) -> None:
-        """Raise if the history holds another kind of call at `call_id`."""
+    def other_kind(
+        self, session: Session, snapshot: Snapshot, call_id: str, *, steps: bool = True
+    ) -> None:
+        """Raise if the history holds another kind of call at `call_id` (`steps=False`: the
+        caller found no step there)."""

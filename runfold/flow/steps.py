@@ -43,7 +43,7 @@ def on_step(
     steps = snapshot.steps
     # `in` first: a miss through `get` raises and catches a KeyError inside the mapping.
     if call_id not in steps:
-        interpreter.other_kind(session, snapshot, call_id)
+        interpreter.other_kind(session, snapshot, call_id, steps=False)
         return ScheduleStep(
             step_id=call_id,
             step_name=call.name,

@@ -274,6 +274,8 @@ class IndexReads:
 
     MARK: str
     """The driver's parameter placeholder: `?` or `%s`."""
+    SUMMARY: str = SUMMARY_COLUMNS
+    """The store's `SUMMARY_COLUMNS` of a row of its `runs` table (SQLite derives some)."""
 
     def _table(self, name: str) -> str:
         """`name` as the store's queries name it (schema-qualified, or bare)."""
@@ -309,6 +311,7 @@ class IndexReads:
             created_before=created_before,
             cursor=cursor,
             limit=limit,
+            columns=self.SUMMARY,
         )
         rows = await self._rows(query, params)
         return runs_page([summary_from_row(row) for row in rows], limit)
@@ -398,8 +401,11 @@ def list_runs_query(
     created_before: datetime | None,
     cursor: str | None,
     limit: int,
+    columns: str = SUMMARY_COLUMNS,
 ) -> tuple[str, list[Any]]:
     """The `list_runs` query on `table` and its parameters: `limit + 1` rows, newest first.
+
+    `columns` are the store's `SUMMARY_COLUMNS` (`IndexReads.SUMMARY`).
 
     Raises:
         InvalidArgument: `cursor` is not one `runs_page` made.
@@ -420,9 +426,7 @@ def list_runs_query(
     if cursor is not None:
         clauses.append(f"(created_at, run_id) < ({mark}, {mark})")
         params += run_cursor_key(cursor)
-    return _page_query(
-        mark, SUMMARY_COLUMNS, table, clauses, params, "created_at DESC, run_id DESC", limit
-    )
+    return _page_query(mark, columns, table, clauses, params, "created_at DESC, run_id DESC", limit)
 
 
 def list_hooks_query(

@@ -108,10 +108,10 @@ def check_flag(value: object, name: str) -> None:
 
 def check_time(value: object, name: str) -> None:
     """`value` is a timezone-aware `datetime` that exists in UTC."""
-    if type(value) is datetime and value.tzinfo is UTC:
-        return  # what the clocks give: aware, and in UTC already
     if not isinstance(value, datetime):
         raise InvalidArgument(name, f"must be a datetime, not {type(value).__name__}")
+    if value.tzinfo is UTC:  # every append's time, as the handler's clock gives it: in range
+        return
     if value.utcoffset() is None:
         raise InvalidArgument(name, "must be timezone-aware (a naive datetime names no instant)")
     try:
@@ -146,7 +146,8 @@ def check_append_if_sequence(
     """
     check_text(run_id, "run_id")
     _check_fence(expected_sequence, "expected_sequence")
-    if type(events) is not tuple and (  # a tuple, as the handler passes: a sequence
+    # A list or a tuple (what callers pass) spares `Sequence`'s ABC check, ~1 µs an append.
+    if type(events) not in (list, tuple) and (
         isinstance(events, str | bytes) or not isinstance(events, Sequence)
     ):
         kind = type(events).__name__

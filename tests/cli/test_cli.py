@@ -185,12 +185,12 @@ def test_verify_finds_a_damaged_index_row_and_rebuild_repairs_it(scratch: str) -
     victim = run_ids(scratch)[0]
     with sqlite3.connect(scratch.removeprefix("sqlite:///")) as db:
         db.execute(
-            "UPDATE runs SET status = 'running', last_sequence = 3 WHERE run_id = ?", (victim,)
+            "UPDATE runs SET status = 'running', completed_at = NULL WHERE run_id = ?", (victim,)
         )
         db.execute("INSERT INTO wakeups VALUES (?, 'wait', 'ghost', 0)", (victim,))
     found = runfold_cli("--store", scratch, "verify")
     assert found.returncode == 1
-    assert f"problem  {victim}  index: summary differs in status, last_sequence" in found.stdout
+    assert f"problem  {victim}  index: summary differs in status, completed_at" in found.stdout
     assert "FAILED: 2 run(s) checked, 1 problem(s)" in found.stdout
     report = json.loads(runfold_cli("--store", scratch, "verify", "--json").stdout)
     assert report["ok"] is False and [p["run_id"] for p in report["problems"]] == [victim]

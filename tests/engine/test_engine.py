@@ -964,6 +964,25 @@ async def test_observers_see_every_appended_envelope_and_cannot_break_a_run(
     assert "observer broke on 1" in caplog.text
 
 
+class Selective(Recorder):
+    """An observer of step completions and run ends only (`observed_events`)."""
+
+    observed_events = frozenset({StepCompleted, RunCompleted})
+
+
+async def test_an_observer_naming_its_events_sees_those_only(
+    handler: CommandHandler, clock: Clock, store: EventStore
+) -> None:
+    selective, everything = Selective(), Recorder()
+    engine = Engine(handler, order_runtime(), [selective, everything])
+    run = await finish(engine, clock, "r")
+    assert run.status == "completed"
+    assert everything.seen == await store.read("r")
+    wanted = [e for e in everything.seen if type(e.event) in Selective.observed_events]
+    assert selective.seen == wanted
+    assert len(wanted) < len(everything.seen) and any(type(e.event) is RunCompleted for e in wanted)
+
+
 # --- concurrency --------------------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from runfold.stores.due_work import (
 )
 from runfold.stores.memory_due_work import queue_allowance
 from runfold.stores.sqlite.leases import orphaned_runs_query
+from runfold.stores.sqlite.reads import LAST_SEQUENCE
 from runfold.stores.sqlite.stalls import Stalls
 from runfold.stores.time_keys import time_key
 
@@ -39,12 +40,12 @@ T = TypeVar("T")
 
 _HELD = (
     "EXISTS (SELECT 1 FROM due_holds h WHERE h.run_id = runs.run_id AND h.held_until > ?{now} "
-    "AND h.at_sequence = runs.last_sequence)"
+    f"AND h.at_sequence = {LAST_SEQUENCE})"
 )
 """Whether a run is held after `now` at its last sequence (`{now}`: the parameter's number)."""
 _HELD_AT_1 = _HELD.format(now=1)
 _OWNER, _QUEUE = 9, 10
-"""Where `owner_id` and `queue_name` are in a row of `SUMMARY_COLUMNS`."""
+"""Where `owner_id` and `queue_name` are in a row of `SUMMARY`."""
 
 _WOKEN = (
     "SELECT wakeups.run_id, runs.queue_name, min(wakeups.due_at) AS due FROM wakeups "
@@ -67,7 +68,7 @@ _ACTIVE = (
     "SELECT count(*), coalesce(sum(runs.owner_id IS ?3 OR h.worker_id IS ?3), 0) "
     "FROM runs INDEXED BY runs_queue_live "
     "LEFT JOIN due_holds h ON h.run_id = runs.run_id AND h.held_until > ?1 "
-    "AND h.at_sequence = runs.last_sequence "
+    f"AND h.at_sequence = {LAST_SEQUENCE} "
     "WHERE runs.queue_name = ?2 AND runs.completed_at IS NULL "
     "AND NOT (runs.status = 'pending' AND runs.owner_id IS NULL AND h.run_id IS NULL)"
 )
@@ -75,7 +76,7 @@ _ACTIVE = (
 
 _HOLD = (
     "INSERT INTO due_holds (run_id, worker_id, held_until, at_sequence) "
-    "SELECT run_id, ?2, ?3, last_sequence FROM runs WHERE run_id = ?1 "
+    f"SELECT run_id, ?2, ?3, {LAST_SEQUENCE} FROM runs WHERE run_id = ?1 "
     "ON CONFLICT (run_id) DO UPDATE SET worker_id = excluded.worker_id, "
     "held_until = excluded.held_until, at_sequence = excluded.at_sequence"
 )

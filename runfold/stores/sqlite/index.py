@@ -26,6 +26,7 @@ class IndexRows(NamedTuple):
     status: str | None
     completed_at: int | None
     owner_id: str | None
+    attributes: str | None
     has_hooks: bool
     has_wakeups: bool
 
@@ -59,7 +60,9 @@ _UPSERT_RUN = (
     "owner_id = excluded.owner_id, queue_name = excluded.queue_name, "
     "priority = excluded.priority, dedup_id = excluded.dedup_id"
 )
-_UPDATE_RUN = "UPDATE runs SET updated_at = ?, last_sequence = ?, attributes = ? WHERE run_id = ?"
+_UPDATE_ATTRIBUTES = (
+    "UPDATE runs SET updated_at = ?, last_sequence = ?, attributes = ? WHERE run_id = ?"
+)
 _UPDATE_RUN_STATUS = (
     "UPDATE runs SET status = ?, completed_at = ?, owner_id = ?, updated_at = ?, "
     "last_sequence = ?, attributes = ? WHERE run_id = ?"
@@ -84,20 +87,18 @@ def write_index(
     )
     if before is not None and before.status is not None:
         # The row is there (its status is never NULL): an UPDATE of what an append changes,
-        # rather than an upsert, which tries the INSERT (and its triggers) first. SQLite rewrites
-        # an index whenever the SET clause names one of its columns, whatever the value, so
-        # status, end time and owner are set only when one changes (a run's fixed name, parent
-        # and creation time never are): most appends then write no runs index page at all.
-        if (
+        # rather than an upsert, which tries the INSERT (and its triggers) first. The head and
+        # the time of last change are read from the events (`reads.SUMMARY`), so the row is
+        # written only when what else it holds changes: most appends write no runs page at all.
+        # SQLite rewrites an index whenever the SET clause names one of its columns, whatever
+        # the value, so status, end time and owner are set only when one changes (a run's
+        # fixed name, parent and creation time never are).
+        unchanged = (
             before.status == summary.status
             and before.completed_at == completed_at
             and before.owner_id == summary.owner_id
-        ):
-            cursor.execute(
-                _UPDATE_RUN,
-                (time_key(summary.updated_at), summary.last_sequence, attributes, run_id),
-            )
-        else:
+        )
+        if not unchanged:
             cursor.execute(
                 _UPDATE_RUN_STATUS,
                 (
@@ -109,6 +110,11 @@ def write_index(
                     attributes,
                     run_id,
                 ),
+            )
+        elif before.attributes != attributes:
+            cursor.execute(
+                _UPDATE_ATTRIBUTES,
+                (time_key(summary.updated_at), summary.last_sequence, attributes, run_id),
             )
     else:
         # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting

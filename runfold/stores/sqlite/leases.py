@@ -19,8 +19,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from runfold.kernel import RunSummary, StoreError, WorkerLease
-from runfold.stores._sql import SUMMARY_COLUMNS, summary_from_row
+from runfold.stores._sql import summary_from_row
 from runfold.stores.leases import check_orphaned_runs, check_renew_lease, check_worker_id
+from runfold.stores.sqlite.reads import SUMMARY, UPDATED_AT
 from runfold.stores.sqlite.stalls import STALL_MIN, Stalls
 from runfold.stores.time_keys import from_key, time_key
 
@@ -53,11 +54,11 @@ def orphaned_runs_query(served: int | None) -> str:
         marks = ", ".join(f"?{number}" for number in range(3, served + 3))
         served_clause = f" AND runs.workflow_name IN ({marks})"
     return (
-        f"SELECT {SUMMARY_COLUMNS}, leases.lease_until FROM runs INDEXED BY runs_owner "
+        f"SELECT {SUMMARY}, leases.lease_until FROM runs INDEXED BY runs_owner "
         "LEFT JOIN leases ON leases.worker_id = runs.owner_id "
         "WHERE runs.owner_id IS NOT NULL "
         f"AND (leases.worker_id IS NULL OR leases.lease_until <= ?1){served_clause} "
-        "ORDER BY runs.updated_at, runs.run_id LIMIT ?2"
+        f"ORDER BY {UPDATED_AT}, runs.run_id LIMIT ?2"
     )
 
 

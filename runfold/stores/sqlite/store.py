@@ -45,7 +45,7 @@ from runfold.stores.sqlite.due_work import SQLiteDueWork
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
 from runfold.stores.sqlite.leases import SQLiteLeases
-from runfold.stores.sqlite.reads import fetch, fetch_summaries, read_head, read_rows
+from runfold.stores.sqlite.reads import SUMMARY, fetch, fetch_summaries, read_head, read_rows
 from runfold.stores.sqlite.retention import delete_ended_runs
 from runfold.stores.sqlite.schema import (
     OPTIMIZE_INTERVAL,
@@ -86,6 +86,7 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBa
     """
 
     MARK = "?"
+    SUMMARY = SUMMARY
 
     def __init__(
         self,
