@@ -8,11 +8,13 @@ from collections.abc import Sequence
 import attrs
 
 from runfold.kernel import Command, CreateRun, Envelope, Limits, Snapshot, StartRun, apply
+from runfold.kernel.fast import fast_init
 from runfold.stores.protocol import EventStore, replay_run
 
 __all__ = ["ABSENT", "Cached", "RunCache"]
 
 
+@fast_init
 @attrs.frozen
 class Cached:
     """A run as the handler last knew it.
@@ -53,6 +55,14 @@ class RunCache:
     def get(self, run_id: str) -> Cached | None:
         """The run as cached, or None."""
         return self._runs.get(run_id)
+
+    def fenced(self, run_id: str) -> Cached | None:
+        """The run as cached if the next append is fenced by it (as `load` takes it), else None."""
+        cached = self._runs.get(run_id)
+        if cached is None or not cached.fenced:
+            return None
+        self._runs.move_to_end(run_id)
+        return cached
 
     async def load(self, run_id: str, commands: Sequence[Command]) -> tuple[Cached, bool]:
         """The run, and whether it was read from the store just now.

@@ -35,6 +35,7 @@ from runfold.kernel import (
     recheck_decision,
     run_index,
 )
+from runfold.kernel.fast import fast_init
 from runfold.kernel.limits import DEFAULT_LIMITS
 from runfold.store_retry import DEFAULT_STORE_RETRY, Patience, StoreRetry
 from runfold.stores.arguments import check_text
@@ -49,6 +50,7 @@ _DOUBTS_KEPT = 1024
 """How many runs' appends in doubt (of calls that gave up) a handler keeps, the oldest dropped."""
 
 
+@fast_init
 @attrs.frozen(kw_only=True)
 class Outcome:
     """What `CommandHandler.execute` (or `execute_many`) did.
@@ -229,7 +231,11 @@ class CommandHandler:
         token_holder: HookHolder | None = None
         conflict: SequenceConflict | None = None
         attempts = token_conflicts = 0
-        cached, fresh = await patience.call(lambda: self._cache.load(run_id, commands))
+        known = self._cache.fenced(run_id)  # the usual case, without a coroutine
+        if known is not None:
+            cached, fresh = known, False
+        else:
+            cached, fresh = await patience.call(lambda: self._cache.load(run_id, commands))
         while attempts < self._max_attempts:
             if sent and moved_past(cached, sent):
                 found = await patience.call(lambda: recognise(self._cache, run_id, sent))

@@ -176,10 +176,6 @@ def _map_form(data: Any) -> Any:
     return data
 
 
-def _same(value: Any, default: Any) -> bool:
-    return type(value) is type(default) and bool(value == default)
-
-
 _AS_IS = frozenset({str, bytes, int, bool, type(None)})
 """Field types that travel as they are: cattrs' unstructure hook for each is the identity."""
 
@@ -232,7 +228,10 @@ class _Layout:
         values = self.fields(event)
         count = len(values)
         defaults = self.wire_defaults
-        while count and _same(values[count - 1], defaults[count - 1]):
+        while count:  # trailing fields that hold their defaults (same type, equal) are left out
+            value, default = values[count - 1], defaults[count - 1]
+            if type(value) is not type(default) or value != default:
+                break
             count -= 1
         del values[count:]
         return values

@@ -31,6 +31,7 @@ __all__ = [
     "compile_unpacker",
     "fast_init",
     "fast_inits",
+    "filling_twin",
     "frozen_columns",
     "frozen_factory",
 ]
@@ -48,18 +49,60 @@ def _plain_fields(cls: Any) -> tuple[attrs.Attribute[Any], ...]:
     return fields
 
 
+_SET_CLASS = object.__dict__["__class__"].__set__
+"""Sets an instance's class past a frozen class's `__setattr__` (`object`'s own descriptor)."""
+_SWAP_FROM = 3
+"""Fields from which `fast_init` fills an instance through its twin (`filling_twin`): below,
+the two class swaps cost more than the descriptor calls they save."""
+
+
+def filling_twin(cls: type[T]) -> type[T] | None:
+    """A subclass of the frozen slotted `cls` whose instances take plain attribute stores.
+
+    It adds no slot and restores `object`'s `__setattr__` and `__delattr__`, so storing a field
+    is the interpreter's own slot store, where calling a slot's member descriptor costs a
+    method call and an argument tuple each. A constructor makes the twin, stores every field and
+    sets the instance's class to `cls` (the layouts are one: CPython allows it), which costs about
+    what two descriptor calls do. None when `cls` has no slots of its own (no layout to share).
+    """
+    if "__slots__" not in cls.__dict__:
+        return None
+    namespace = {
+        "__slots__": (),
+        "__setattr__": object.__setattr__,
+        "__delattr__": object.__delattr__,
+        "__doc__": f"`{cls.__name__}` being filled (`runfold.kernel.fast.filling_twin`).",
+        "__module__": cls.__module__,
+    }
+    metaclass: Any = type(cls)
+    twin: type[T] = metaclass(f"{cls.__name__}Filling", (cls,), namespace)
+    probe = object.__new__(twin)
+    try:
+        probe.__class__ = cls
+    except TypeError:
+        return None
+    return twin
+
+
 def frozen_factory(cls: type[T]) -> Callable[..., T]:
     """A positional constructor for `cls` (fields in declaration order) that skips `__init__`.
 
-    Defaults are not applied: pass every field.
+    Defaults are not applied: pass every field. The instance is filled as its twin
+    (`filling_twin`), by plain stores, then made a `cls`.
     """
     fields = _plain_fields(cls)
-    setters = [getattr(cls, f.name).__set__ for f in fields]  # slot member descriptors
     args = ", ".join(f"v{i}" for i in range(len(fields)))
-    body = "\n".join(f"    s{i}(o, v{i})" for i in range(len(fields)))
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    namespace.update({f"s{i}": setter for i, setter in enumerate(setters)})
-    source = f"def make({args}):\n    o = new(cls)\n{body}\n    return o\n"
+    twin = filling_twin(cls)
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls, "twin": twin}
+    if twin is not None:
+        body = "\n".join(f"    o.{f.name} = v{i}" for i, f in enumerate(fields))
+        ending = "    o.__class__ = cls\n    return o\n"
+        source = f"def make({args}):\n    o = new(twin)\n{body}\n{ending}"
+    else:
+        setters = [getattr(cls, f.name).__set__ for f in fields]  # slot member descriptors
+        namespace.update({f"s{i}": setter for i, setter in enumerate(setters)})
+        body = "\n".join(f"    s{i}(o, v{i})" for i in range(len(fields)))
+        source = f"def make({args}):\n    o = new(cls)\n{body}\n    return o\n"
     exec(compile(source, f"<runfold frozen_factory {cls.__name__}>", "exec"), namespace)
     return namespace["make"]  # type: ignore[no-any-return]
 
@@ -77,8 +120,9 @@ def fast_init(cls: type[T]) -> type[T]:
     fields = _plain_fields(cls)
     if hasattr(cls, "__attrs_post_init__"):
         raise TypeError(f"{cls.__name__} has __attrs_post_init__")
-    namespace: dict[str, Any] = {}
-    params, body = [], []
+    twin = filling_twin(cls) if len(fields) >= _SWAP_FROM else None
+    namespace: dict[str, Any] = {"cls": cls, "twin": twin, "set_class": _SET_CLASS}
+    params, body, stores = [], [], []
     for number, field in enumerate(fields):
         if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
             raise TypeError(f"{cls.__name__}.{field.name}: factory defaults are not supported")
@@ -89,6 +133,16 @@ def fast_init(cls: type[T]) -> type[T]:
             namespace[f"d{number}"] = field.default
             params.append(f"{field.name}=d{number}")
         body.append(f"    s{number}(self, {field.name})")
+        stores.append(f"        self.{field.name} = {field.name}")
+    if twin is not None:  # a subclass's instance keeps its class: the descriptors fill it
+        body = [
+            "    if type(self) is cls:",
+            "        set_class(self, twin)",
+            *stores,
+            "        self.__class__ = cls",
+            "    else:",
+            *(f"    {line}" for line in body),
+        ]
     keyword_only = all(field.kw_only for field in fields)
     signature = ("*, " if keyword_only and params else "") + ", ".join(params)
     source = f"def __init__(self, {signature}):\n" + "\n".join(body or ["    pass"]) + "\n"

@@ -35,9 +35,11 @@ from runfold.kernel import (
     decode_event,
     decode_events,
     encode_event,
+    make_envelope,
     make_envelopes,
 )
 from runfold.kernel.bulk import in_bulk
+from runfold.kernel.fast import frozen_factory
 from runfold.stores import arguments
 from runfold.stores.base import StoreBase
 from runfold.stores.memory_due_work import MemoryDueWork
@@ -56,7 +58,7 @@ def _utc(moment: datetime) -> datetime:
 
 @attrs.frozen
 class _Row:
-    """One stored event, as a database row holds it (`recorded_at` in UTC)."""
+    """One stored event, as a database row holds it (`recorded_at` in UTC: `_utc`)."""
 
     run_id: str
     sequence: int
@@ -64,8 +66,12 @@ class _Row:
     schema_version: int
     correlation_id: str | None
     payload: bytes
-    recorded_at: datetime = attrs.field(converter=_utc)
+    recorded_at: datetime
     position: int
+
+
+_make_row = frozen_factory(_Row)
+"""`_Row` from its fields in order: an append builds one per event."""
 
 
 def _position(row: _Row) -> int:
@@ -137,35 +143,30 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals, StoreBase):
             ):
                 raise SequenceConflict(run_id, expected_sequence, len(rows))
             self._check_claims(run_id, index, recorded_at)
-            new_rows = []
-            for offset, (event, (event_type, version, payload)) in enumerate(
-                zip(events, encoded, strict=True), start=1
-            ):
-                new_rows.append(
-                    _Row(
-                        run_id=run_id,
-                        sequence=expected_sequence + offset,
-                        type=event_type,
-                        schema_version=version,
-                        correlation_id=correlation_id(event),
-                        payload=payload,
-                        recorded_at=recorded_at,
-                        position=self._next_position + offset - 1,
-                    )
+            at = _utc(recorded_at)
+            position = self._next_position
+            new_rows = [
+                _make_row(
+                    run_id,
+                    expected_sequence + offset,
+                    event_type,
+                    version,
+                    correlation_id(event),
+                    payload,
+                    at,
+                    position + offset - 1,
                 )
+                for offset, (event, (event_type, version, payload)) in enumerate(
+                    zip(events, encoded, strict=True), start=1
+                )
+            ]
             self._next_position += len(new_rows)
             self._rows.setdefault(run_id, rows).extend(new_rows)
             self._feed.extend(new_rows)
             self._replace_index(run_id, index, recorded_at)
         self._post(index)
         return [
-            Envelope(
-                run_id=run_id,
-                sequence=row.sequence,
-                event=event,
-                recorded_at=recorded_at,
-                position=row.position,
-            )
+            make_envelope(run_id, row.sequence, event, recorded_at, row.position)
             for row, event in zip(new_rows, events, strict=True)
         ]
 

@@ -16,7 +16,7 @@ from runfold.kernel import EVENT_TYPES, Envelope, Event
 from runfold.kernel import commands as commands_module
 from runfold.kernel import index as index_module
 from runfold.kernel.batch import BatchDecision
-from runfold.kernel.fast import fast_init
+from runfold.kernel.fast import fast_init, frozen_factory
 
 
 def _fast(cls: type[Any]) -> bool:
@@ -62,10 +62,16 @@ def test_an_event_built_again_is_equal_and_frozen(event: Event) -> None:
     cls = type(event)
     values = {f.name: getattr(event, f.name) for f in attrs.fields(cast(Any, cls))}
     built = cls(**values)
-    assert built == event
-    assert {name: getattr(built, name) for name in values} == values
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        built.anything = 1  # type: ignore[attr-defined]
+    converted = any(f.converter is not None for f in attrs.fields(cast(Any, cls)))
+    made = [] if converted else [frozen_factory(cls)(*values.values())]
+    for one in (built, *made):
+        assert type(one) is cls  # filled as its twin, then made a `cls`
+        assert one == event
+        assert {name: getattr(one, name) for name in values} == values
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            one.anything = 1  # type: ignore[attr-defined]
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            setattr(one, next(iter(values), "x"), 1)
 
 
 def test_missing_and_unknown_arguments_are_refused_as_attrs_does() -> None:
@@ -90,3 +96,22 @@ def test_a_class_it_cannot_take_is_refused() -> None:
     for cls in (Checked, Made):
         with pytest.raises(TypeError):
             fast_init(cls)
+
+
+def test_a_subclass_instance_keeps_its_class() -> None:
+    @fast_init
+    @attrs.frozen(kw_only=True)
+    class Point:
+        x: int
+        y: int
+        z: int = 0
+
+    class Named(Point):
+        __slots__ = ()
+
+    assert type(Point(x=1, y=2)) is Point
+    named = Named(x=1, y=2, z=3)
+    assert type(named) is Named
+    assert (named.x, named.y, named.z) == (1, 2, 3)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        named.x = 5  # type: ignore[misc]
