@@ -61,7 +61,21 @@ fsync = on
 citus.shard_count = 8
 EOF
     fi
-    as_postgres "$bin/pg_ctl" -D "$data" -l "$dir/node$port.log" -w start >/dev/null
+    # The ports lie in Linux's ephemeral range: a client's connection elsewhere may hold one
+    # for a moment (the node then cannot bind it). Keep the kernel from handing them out, where
+    # allowed, and try again a few times.
+    if [[ -w /proc/sys/net/ipv4/ip_local_reserved_ports ]]; then
+        reserved=$(cat /proc/sys/net/ipv4/ip_local_reserved_ports)
+        echo "${reserved:+$reserved,}${ports[0]}-${ports[-1]}" \
+            >/proc/sys/net/ipv4/ip_local_reserved_ports || true
+    fi
+    for attempt in 1 2 3 4 5; do
+        if as_postgres "$bin/pg_ctl" -D "$data" -l "$dir/node$port.log" -w start >/dev/null; then
+            break
+        fi
+        [[ $attempt = 5 ]] && exit 1
+        sleep 2
+    done
 done
 
 psql_at() { "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$1" -U postgres -d postgres -c "$2" >/dev/null; }
