@@ -42,5 +42,7 @@ class Interpreting(Protocol):
     def other_kind(
         self, session: Session, snapshot: Snapshot, call_id: str, *, steps: bool = True
     ) -> None:
-        """Raise if the history holds another kind of call at `call_id` (`steps=False`: the
-        caller found no step there)."""
+        """Raise if the history holds another kind of call at `call_id`.
+
+        `steps=False`: the caller found no step there, so steps are not looked at again.
+        """

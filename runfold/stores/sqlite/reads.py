@@ -28,8 +28,9 @@ LAST_SEQUENCE = (
     "coalesce((SELECT max(events.sequence) FROM events WHERE events.run_id = runs.run_id), "
     "runs.last_sequence)"
 )
-"""A runs row's last sequence, where a query names a row of `runs`: its run's head in the events
-table (a search of their primary key).
+"""A runs row's last sequence, where a query names a row of `runs`.
+
+It is the run's head in the events table (a search of their primary key).
 
 An append writes the runs row only when the run's status, end time, owner or attributes change
 (`index.write_index`): the row's own `last_sequence` and `updated_at` are those of that write,

@@ -30,9 +30,11 @@ __all__ = ["STALL_MIN", "Stalls"]
 T = TypeVar("T")
 
 STALL_MIN = 0.5
-"""Seconds a call must take to be a stall: SQLite's transactions take milliseconds (a loaded
-machine's lock waits, tenths of a second), and a lease renewed every third of its duration
-lapses only after a stall of two thirds of it."""
+"""Seconds a call must take to be a stall.
+
+SQLite's transactions take milliseconds (a loaded machine's lock waits, tenths of a second), and
+a lease renewed every third of its duration lapses only after a stall of two thirds of it.
+"""
 _KEPT = 32
 """How many of the latest stalls a process remembers."""
 
