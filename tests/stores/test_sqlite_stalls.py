@@ -10,6 +10,9 @@ is a real one, held by another process (`lock_holder`).
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from runfold.commands import ClaimRun, StartRun
 from runfold.flow import Flow, step, workflow
 from runfold.stores import SQLiteStore
 from tests.conftest import T0
+from tests.support.fleet_chaos import ROOT
 from tests.support.fleet_workflows import LEDGER_ENV, ledger_step, read_ledger
 from tests.support.rules_helpers import create
 from tests.support.sqlite_lock import let_go, lock_holder, take
@@ -70,6 +74,56 @@ async def test_a_lease_that_lapses_while_the_file_is_stalled_is_not_taken_over(
     finally:
         await holder.close()
         await claimer.close()
+
+
+async def test_a_process_started_after_a_stall_spares_the_leases_that_lapsed_in_it(
+    tmp_path: Path,
+) -> None:
+    # The stall is recorded in the file by the process that waited through it; a worker process
+    # that opens the store only after the stall reads it there, and leaves the owner's run to
+    # the owner, whose renewal is late (it may yet come: its process was waiting too).
+    path = str(tmp_path / "runs.db")
+    owner = await SQLiteStore.open(path, busy_timeout=30.0)
+    waiter = await SQLiteStore.open(path, busy_timeout=30.0)
+    late = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.late_claimer", path],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert late.stdout is not None and late.stdin is not None
+        assert late.stdout.readline().strip() == "ready"  # imported, the store not opened yet
+        handler = CommandHandler(owner)
+        await handler.execute("r", StartRun(create=create()))
+        await handler.execute("r", ClaimRun(owner_id="owner"))
+        assert await waiter.renew_lease("waiter", lease_until=now() + 30 * LEASE, now=now())
+        with lock_holder(path) as lock:
+            assert await owner.renew_lease("owner", lease_until=now() + 2 * LEASE, now=now())
+            take(lock)
+            looking = asyncio.create_task(
+                waiter.claim_due("waiter", now(), hold_until=now() + LEASE, limit=10)
+            )
+            await asyncio.sleep(0.5)
+            sent = now()  # when the owner sends a renewal, before its lease lapses
+            await asyncio.sleep(3 * LEASE.total_seconds())  # the owner's lease lapses meanwhile
+            let_go(lock)
+            assert await looking == []
+        late.stdin.write("\n")  # the stall is over: the late process opens the store and looks
+        late.stdin.flush()
+        assert json.loads(late.stdout.readline()) == {"claimed": [], "orphaned": []}
+        # The owner's renewal sent in the stall, that its store takes only after the look (its
+        # process is slow to come back), still finds its lease: it was not spent.
+        assert await owner.renew_lease("owner", lease_until=sent + 2 * LEASE, now=sent)
+    finally:
+        late.kill()
+        late.wait(timeout=10)
+        for stream in (late.stdin, late.stdout):
+            if stream is not None:
+                stream.close()
+        await owner.close()
+        await waiter.close()
 
 
 async def test_a_lease_whose_run_was_taken_over_is_never_renewed_again(tmp_path: Path) -> None:

@@ -7,9 +7,10 @@ sees the first's holds. Each source of work is read through its index (`runs_own
 `wakeups_due`, `runs_queued`), a bounded number of rows; the counts a queue's limits need go
 through `runs_queue_live` and `queue_starts`.
 
-An orphan whose owner's lease lapsed during a stall of the file this process saw (the claim's
-own wait for the write lock included) is left to its owner for the stall's length (`Stalls`):
-the owner's renewal was waiting for the lock too. Taking an orphan spends its owner's lease
+An orphan whose owner's lease lapsed during a stall of the file recorded in it, by whichever
+process saw it (the claim records its own wait for the write lock, and the stalls its store saw,
+before it looks), is left to its owner for the stall's length (`Stalls`): the owner's renewal
+was waiting for the lock too. Taking an orphan spends its owner's lease
 (its end moves to the epoch), so that a renewal the owner sent before it lapsed, and the store
 takes only now, cannot revive it.
 """
@@ -17,7 +18,6 @@ takes only now, cannot revive it.
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, TypeVar
@@ -31,7 +31,7 @@ from runfold.stores.due_work import (
 from runfold.stores.memory_due_work import queue_allowance
 from runfold.stores.sqlite.leases import orphaned_runs_query
 from runfold.stores.sqlite.reads import LAST_SEQUENCE
-from runfold.stores.sqlite.stalls import Stalls
+from runfold.stores.sqlite.stalls import Stalls, lapsed_in_file
 from runfold.stores.time_keys import time_key
 
 __all__ = ["SQLiteDueWork"]
@@ -115,12 +115,10 @@ def _claim(
     queues: list[Queue],
     stalls: Stalls,
 ) -> list[DueRun]:
-    since = time.monotonic()
-    conn.execute("BEGIN IMMEDIATE")
-    stalls.took(since)  # a long wait for the lock is a stall: it spares the leases it saw lapse
+    stalls.begin(conn)  # a long wait for the lock is a stall: recorded before the look
     try:
         conn.execute("DELETE FROM due_holds WHERE held_until <= ?", (now,))
-        found = _pick(conn, worker_id, now, limit, served, queues, stalls)
+        found = _pick(conn, worker_id, now, limit, served, queues)
         for due in found:
             conn.execute(_HOLD, (due.run_id, worker_id, until))
         conn.execute("COMMIT")
@@ -137,7 +135,6 @@ def _pick(
     limit: int,
     served: list[str] | None,
     queues: list[Queue],
-    stalls: Stalls,
 ) -> list[DueRun]:
     counts = {queue.name: _counts(conn, queue, worker_id, now) for queue in queues}
     # A worker's limit on a queue counts the runs of it that it resumes or takes over too.
@@ -166,7 +163,7 @@ def _pick(
     for row in conn.execute(query, (now, -1, *(orphan_names or ()))):
         if len(found) >= limit:
             break
-        if stalls and row[-1] is not None and not stalls.lapsed_by(row[-1], now):
+        if not lapsed_in_file(conn, row[-1], now):
             continue  # lapsed while the file was stalled: its owner may yet renew it
         if within(row[_QUEUE]):
             found.append(DueRun(run_id=row[0], reason="orphan", displacing=row[_OWNER]))

@@ -6,8 +6,9 @@ once the lease lapsed. Times are integer microseconds (`time_key`), as everywher
 
 A renewal that waited `STALL_MIN` or more for the file (its write lock held by a process that
 stopped in a transaction, say) moves the lease that much further: the lease runs from when the
-store took the renewal, so that the worker, renewing again at once, still holds it. Listings
-spare the leases that lapsed during a stall this process saw (`Stalls`).
+store took the renewal, so that the worker, renewing again at once, still holds it. A renewal
+records the stalls its store saw in the file, and listings spare the leases that lapsed during a
+stall recorded there, whichever process saw it (`Stalls`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from runfold.kernel import RunSummary, StoreError, WorkerLease
 from runfold.stores._sql import summary_from_row
 from runfold.stores.leases import check_orphaned_runs, check_renew_lease, check_worker_id
 from runfold.stores.sqlite.reads import SUMMARY, UPDATED_AT
-from runfold.stores.sqlite.stalls import STALL_MIN, Stalls
+from runfold.stores.sqlite.stalls import STALL_MIN, Stalls, lapsed_in_file
 from runfold.stores.time_keys import from_key, time_key
 
 __all__ = ["RENEW_LEASE", "SQLiteLeases", "orphaned_runs_query"]
@@ -62,8 +63,10 @@ def orphaned_runs_query(served: int | None) -> str:
     )
 
 
-def _renew(conn: sqlite3.Connection, worker_id: str, until: int, now: int, sent: float) -> bool:
-    conn.execute("BEGIN IMMEDIATE")
+def _renew(
+    conn: sqlite3.Connection, worker_id: str, until: int, now: int, sent: float, stalls: Stalls
+) -> bool:
+    stalls.begin(conn)
     try:
         late = time.monotonic() - sent  # since the renewal was asked for (monotonic `sent`)
         if late >= STALL_MIN:
@@ -86,20 +89,18 @@ def _leases(conn: sqlite3.Connection) -> list[Any]:
     ).fetchall()
 
 
-def _orphans(
-    conn: sqlite3.Connection, now: int, limit: int, served: list[str] | None, stalls: Stalls
-) -> list[Any]:
+def _orphans(conn: sqlite3.Connection, now: int, limit: int, served: list[str] | None) -> list[Any]:
     # No names at all are bound as one NULL, which matches none: SQLite proves `IN ()` false,
     # and then `INDEXED BY` has no plan to hold to ("no query solution").
     names: list[str | None] | None = None if served is None else [*served] or [None]
     query = orphaned_runs_query(None if names is None else len(names))
-    if not stalls:
+    if conn.execute("SELECT NOT EXISTS (SELECT 1 FROM stalls)").fetchone()[0]:
         return conn.execute(query, (now, limit, *(names or ()))).fetchall()
     found: list[Any] = []
     for row in conn.execute(query, (now, -1, *(names or ()))):  # read lazily, no LIMIT
         if len(found) >= limit:
             break
-        if row[-1] is None or stalls.lapsed_by(row[-1], now):
+        if lapsed_in_file(conn, row[-1], now):
             found.append(row)
     return found
 
@@ -138,7 +139,9 @@ class SQLiteLeases:
         """
         check_renew_lease(worker_id, lease_until=lease_until, now=now)
         sent = time.monotonic()
-        return await self._run(_renew, worker_id, time_key(lease_until), time_key(now), sent)
+        return await self._run(
+            _renew, worker_id, time_key(lease_until), time_key(now), sent, self._stalls
+        )
 
     async def drop_lease(self, worker_id: str) -> None:
         """Forget the worker's lease (`WorkerLeases`)."""
@@ -157,5 +160,5 @@ class SQLiteLeases:
         # The names are bound one by one, not as a JSON array: `json_each` would not give back
         # a name holding a NUL character as it was. An engine serves a handful.
         served = None if workflow_names is None else sorted(set(workflow_names))
-        rows = await self._run(_orphans, time_key(now), max(limit, 0), served, self._stalls)
+        rows = await self._run(_orphans, time_key(now), max(limit, 0), served)
         return [summary_from_row(row[:-1]) for row in rows]
