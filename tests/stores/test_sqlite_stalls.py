@@ -185,3 +185,45 @@ async def test_workers_run_no_step_twice_for_a_stall_longer_than_the_lease(
             await asyncio.gather(*serving)
             for store in stores:
                 await store.close()
+
+
+@workflow(name="test-idle")
+async def idle() -> int:
+    return 0
+
+
+async def test_a_worker_renews_at_once_a_lease_a_stall_left_short_of_its_next_heartbeat(
+    tmp_path: Path,
+) -> None:
+    # A stall shorter than the lease: the renewal waiting in it is taken late, and leaves the
+    # lease holding (by the worker's clock) for less than a heartbeat period. Renewing only at
+    # the next heartbeat, the worker would find its lease lapsed then, and drop its runs.
+    path = str(tmp_path / "runs.db")
+    lease = timedelta(seconds=1.5)  # a heartbeat every 0.5 s
+    store = await SQLiteStore.open(path, busy_timeout=30.0)
+    watcher = await SQLiteStore.open(path, busy_timeout=30.0)
+    flow = Flow(store, [idle])
+    with lock_holder(path) as lock:
+        serving = asyncio.create_task(
+            flow.serve(poll_interval=0.05, lease=lease, handle_signals=False)
+        )
+        try:
+            while flow.worker is None or not await watcher.list_leases():
+                await asyncio.sleep(0.01)
+            [first] = await watcher.list_leases()
+            while [first] == await watcher.list_leases():  # wait for a renewal, and stall then
+                await asyncio.sleep(0.005)
+            take(lock)
+            # The next renewal is sent about 0.5 s later: taken 1.7 s after the lock was, it
+            # leaves the lease about 0.25 s by the worker's clock.
+            await asyncio.sleep(1.7)
+            let_go(lock)
+            await asyncio.sleep(2 * lease.total_seconds())  # heartbeats after the stall
+            assert flow.worker.counts.lapses == 0
+            [held] = await watcher.list_leases()
+            assert held.worker_id == first.worker_id  # still the id it started with
+        finally:
+            flow.stop()
+            await serving
+            await store.close()
+            await watcher.close()
