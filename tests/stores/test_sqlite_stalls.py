@@ -188,8 +188,8 @@ async def test_workers_run_no_step_twice_for_a_stall_longer_than_the_lease(
 
 
 @workflow(name="test-idle")
-async def idle() -> int:
-    return 0
+async def idle(value: int) -> int:
+    return value
 
 
 async def test_a_worker_renews_at_once_a_lease_a_stall_left_short_of_its_next_heartbeat(
