@@ -79,9 +79,10 @@ async def test_a_lease_that_lapses_while_the_file_is_stalled_is_not_taken_over(
 async def test_a_process_started_after_a_stall_spares_the_leases_that_lapsed_in_it(
     tmp_path: Path,
 ) -> None:
-    # The stall is recorded in the file by the process that waited through it; a worker process
-    # that opens the store only after the stall reads it there, and leaves the owner's run to
-    # the owner, whose renewal is late (it may yet come: its process was waiting too).
+    # A process holds the write lock, then is killed; a worker process that opens the store
+    # only after that stall reads it in the file (recorded by the process that waited through
+    # it), and leaves the run whose owner's lease lapsed in it to the owner, whose renewal is
+    # late (it may yet come: its process was waiting too).
     path = str(tmp_path / "runs.db")
     owner = await SQLiteStore.open(path, busy_timeout=30.0)
     waiter = await SQLiteStore.open(path, busy_timeout=30.0)
@@ -108,7 +109,7 @@ async def test_a_process_started_after_a_stall_spares_the_leases_that_lapsed_in_
             await asyncio.sleep(0.5)
             sent = now()  # when the owner sends a renewal, before its lease lapses
             await asyncio.sleep(3 * LEASE.total_seconds())  # the owner's lease lapses meanwhile
-            let_go(lock)
+            lock.kill()  # as the chaos harness kills a worker stopped holding the lock
             assert await looking == []
         late.stdin.write("\n")  # the stall is over: the late process opens the store and looks
         late.stdin.flush()

@@ -93,7 +93,8 @@ class Stalls:
         """`BEGIN IMMEDIATE`, recording in the transaction the stalls seen (its wait included).
 
         A wait that ends in an error (the lock still taken at the busy timeout) is recorded by
-        the next transaction that begins here.
+        the next transaction that begins here; a transaction that rolls back (a claim or a
+        renewal that failed) loses the stalls it recorded.
         """
         since = time.monotonic()
         try:
