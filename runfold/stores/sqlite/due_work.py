@@ -8,8 +8,9 @@ sees the first's holds. Each source of work is read through its index (`runs_own
 through `runs_queue_live` and `queue_starts`.
 
 An orphan whose owner's lease lapsed during a stall of the file recorded in it, by whichever
-process saw it (the claim records its own wait for the write lock, and the stalls its store saw,
-before it looks), is left to its owner for the stall's length (`Stalls`): the owner's renewal
+process waited through it (the claim records its own long wait for the write lock before it
+looks), or during one of this store's own long calls, is left to its owner for the stall's
+length (`Stalls`): the owner's renewal
 was waiting for the lock too. Taking an orphan spends its owner's lease
 (its end moves to the epoch), so that a renewal the owner sent before it lapsed, and the store
 takes only now, cannot revive it.
@@ -31,7 +32,7 @@ from runfold.stores.due_work import (
 from runfold.stores.memory_due_work import queue_allowance
 from runfold.stores.sqlite.leases import orphaned_runs_query
 from runfold.stores.sqlite.reads import LAST_SEQUENCE
-from runfold.stores.sqlite.stalls import Stalls, lapsed_in_file
+from runfold.stores.sqlite.stalls import Stalls
 from runfold.stores.time_keys import time_key
 
 __all__ = ["SQLiteDueWork"]
@@ -118,7 +119,7 @@ def _claim(
     stalls.begin(conn)  # a long wait for the lock is a stall: recorded before the look
     try:
         conn.execute("DELETE FROM due_holds WHERE held_until <= ?", (now,))
-        found = _pick(conn, worker_id, now, limit, served, queues)
+        found = _pick(conn, worker_id, now, limit, served, queues, stalls)
         for due in found:
             conn.execute(_HOLD, (due.run_id, worker_id, until))
         conn.execute("COMMIT")
@@ -135,6 +136,7 @@ def _pick(
     limit: int,
     served: list[str] | None,
     queues: list[Queue],
+    stalls: Stalls,
 ) -> list[DueRun]:
     counts = {queue.name: _counts(conn, queue, worker_id, now) for queue in queues}
     # A worker's limit on a queue counts the runs of it that it resumes or takes over too.
@@ -163,7 +165,7 @@ def _pick(
     for row in conn.execute(query, (now, -1, *(orphan_names or ()))):
         if len(found) >= limit:
             break
-        if not lapsed_in_file(conn, row[-1], now):
+        if not stalls.lapsed(conn, row[-1], now):
             continue  # lapsed while the file was stalled: its owner may yet renew it
         if within(row[_QUEUE]):
             found.append(DueRun(run_id=row[0], reason="orphan", displacing=row[_OWNER]))

@@ -6,9 +6,9 @@ once the lease lapsed. Times are integer microseconds (`time_key`), as everywher
 
 A renewal that waited `STALL_MIN` or more for the file (its write lock held by a process that
 stopped in a transaction, say) moves the lease that much further: the lease runs from when the
-store took the renewal, so that the worker, renewing again at once, still holds it. A renewal
-records the stalls its store saw in the file, and listings spare the leases that lapsed during a
-stall recorded there, whichever process saw it (`Stalls`).
+store took the renewal, so that the worker, renewing again at once, still holds it, and the wait
+is recorded in the file as a stall. Listings spare the leases that lapsed during a stall recorded
+there, whichever process waited through it, or one of this store's own calls (`Stalls`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from runfold.kernel import RunSummary, StoreError, WorkerLease
 from runfold.stores._sql import summary_from_row
 from runfold.stores.leases import check_orphaned_runs, check_renew_lease, check_worker_id
 from runfold.stores.sqlite.reads import SUMMARY, UPDATED_AT
-from runfold.stores.sqlite.stalls import STALL_MIN, Stalls, lapsed_in_file
+from runfold.stores.sqlite.stalls import STALL_MIN, Stalls
 from runfold.stores.time_keys import from_key, time_key
 
 __all__ = ["RENEW_LEASE", "SQLiteLeases", "orphaned_runs_query"]
@@ -89,18 +89,20 @@ def _leases(conn: sqlite3.Connection) -> list[Any]:
     ).fetchall()
 
 
-def _orphans(conn: sqlite3.Connection, now: int, limit: int, served: list[str] | None) -> list[Any]:
+def _orphans(
+    conn: sqlite3.Connection, now: int, limit: int, served: list[str] | None, stalls: Stalls
+) -> list[Any]:
     # No names at all are bound as one NULL, which matches none: SQLite proves `IN ()` false,
     # and then `INDEXED BY` has no plan to hold to ("no query solution").
     names: list[str | None] | None = None if served is None else [*served] or [None]
     query = orphaned_runs_query(None if names is None else len(names))
-    if conn.execute("SELECT NOT EXISTS (SELECT 1 FROM stalls)").fetchone()[0]:
+    if not stalls.any(conn):
         return conn.execute(query, (now, limit, *(names or ()))).fetchall()
     found: list[Any] = []
     for row in conn.execute(query, (now, -1, *(names or ()))):  # read lazily, no LIMIT
         if len(found) >= limit:
             break
-        if lapsed_in_file(conn, row[-1], now):
+        if stalls.lapsed(conn, row[-1], now):
             found.append(row)
     return found
 
@@ -160,5 +162,5 @@ class SQLiteLeases:
         # The names are bound one by one, not as a JSON array: `json_each` would not give back
         # a name holding a NUL character as it was. An engine serves a handful.
         served = None if workflow_names is None else sorted(set(workflow_names))
-        rows = await self._run(_orphans, time_key(now), max(limit, 0), served)
+        rows = await self._run(_orphans, time_key(now), max(limit, 0), served, self._stalls)
         return [summary_from_row(row[:-1]) for row in rows]

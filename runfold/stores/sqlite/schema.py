@@ -203,8 +203,8 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     """
     + _typed_queue(),
-    # The file's stalls (`stalls.Stalls`): waits for the write lock, and calls, that took long
-    # enough to let leases lapse through no fault of their holders; every process spares those.
+    # The file's stalls (`stalls.Stalls`): waits for the write lock that took long enough to let
+    # leases lapse through no fault of their holders; every process spares those.
     """
     CREATE TABLE stalls (
         ended_at INTEGER NOT NULL CHECK (typeof(ended_at) = 'integer'),

@@ -7,18 +7,19 @@ no fault of its holder, whose renewal is waiting for the lock. Taking such a lea
 once re-runs the step bodies of live workers.
 
 So lease time does not run while the file is stalled, for every process that shares it: a
-process that sees a stall records it in the file's `stalls` table, and every judgment of a lapse
-reads that table (`lapsed_by`), so a process started after the stall, which never saw it, spares
-the same leases as those that waited through it. A stall is a wait for the write lock of
-`STALL_MIN` or more (recorded by the write transaction that waited, in itself), or a call on the
-connection (or an inline append) that took that long (recorded by the process's next lease
-renewal or claim: `Stalls.begin`). A lease that lapsed during a recorded stall, or no later
-after it than its length, holds that much longer. The stalls are wall-clock microseconds, as the
-file's times are; a lapse judged on another clock (a test's) meets none of them.
+wait for the write lock of `STALL_MIN` or more is a stall, recorded in the file's `stalls` table
+by the write transaction that waited (`Stalls.begin`: a claim or a lease renewal), and every
+judgment of a lapse reads that table, so a process started after the stall, which never saw it,
+spares the same leases as those that waited through it. A store's own calls that took that long
+(its process may have been the one stopped holding the lock) are stalls for its own judgments
+only: a process paused outside the lock is no evidence that the file stalled for others. A lease
+that lapsed during a stall, or no later after it than its length, holds that much longer. The
+stalls are wall-clock microseconds, as the file's times are; a lapse judged on another clock (a
+test's) meets none of them.
 
 What it may cost: a lapsed lease's runs taken over a stall's length later, and only when the
-lease lapsed during (or just after) a stall some process saw; a process that was itself paused
-in a call records its pause as a stall, and the leases that lapsed in it are taken over later.
+lease lapsed during (or just after) a stall; a process that was itself paused sees its pause as
+a stall, and is only slower to take runs over for it.
 PostgreSQL has no such stall: its writers lock rows, not the database, so a stopped holder
 blocks only the rows it wrote, never another worker's lease.
 """
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["STALL_MIN", "Stalls", "lapsed_by", "lapsed_in_file"]
+__all__ = ["STALL_MIN", "Stalls", "lapsed_by"]
 
 T = TypeVar("T")
 
@@ -46,8 +47,8 @@ STALLS_KEPT = 3600 * 1_000_000
 
 A lease that lapsed in a stall an hour old was spared long ago: its record serves no judgment.
 """
-_PENDING = 32
-"""How many of the stalls this process saw and has not recorded yet it remembers."""
+_KEPT = 32
+"""How many of its latest long calls, and of its lock waits not recorded yet, a store keeps."""
 
 _RECORD = "INSERT OR IGNORE INTO stalls (ended_at, started_at) VALUES (?, ?)"
 _PRUNE = "DELETE FROM stalls WHERE 2 * ended_at - started_at < ?"
@@ -59,22 +60,25 @@ _NEAR = (
 
 
 class Stalls:
-    """The stalls one store saw and has not recorded in the file yet, and how it records them."""
+    """The stalls one store saw: its own long calls, and its lock waits still to record."""
 
-    __slots__ = ("_pending",)
+    __slots__ = ("_pending", "_seen")
 
     def __init__(self) -> None:
         # Appended from the connection thread and the event loop: a deque's append and popleft
         # are atomic.
-        self._pending: collections.deque[tuple[int, int]] = collections.deque(maxlen=_PENDING)
+        self._seen: collections.deque[tuple[int, int]] = collections.deque(maxlen=_KEPT)
+        self._pending: collections.deque[tuple[int, int]] = collections.deque(maxlen=_KEPT)
 
-    def took(self, since: float) -> float:
-        """Note a call that began at monotonic `since` and ends now; the seconds it took."""
+    def took(self, since: float) -> tuple[int, int] | None:
+        """Note a call that began at monotonic `since` and ends now; the stall it was, if any."""
         took = time.monotonic() - since
-        if took >= STALL_MIN:
-            end = time.time_ns() // 1000
-            self._pending.append((end - int(took * 1_000_000), end))
-        return took
+        if took < STALL_MIN:
+            return None
+        end = time.time_ns() // 1000
+        stall = (end - int(took * 1_000_000), end)
+        self._seen.append(stall)
+        return stall
 
     def timed(self, fn: Callable[..., T]) -> Callable[..., T]:
         """`fn`, noting the call as a stall when it takes `STALL_MIN` or more."""
@@ -90,23 +94,42 @@ class Stalls:
         return call
 
     def begin(self, conn: sqlite3.Connection) -> None:
-        """`BEGIN IMMEDIATE`, recording in the transaction the stalls seen (its wait included).
+        """`BEGIN IMMEDIATE`, recording in the transaction a long wait for the lock it made.
 
         A wait that ends in an error (the lock still taken at the busy timeout) is recorded by
         the next transaction that begins here; a transaction that rolls back (a claim or a
-        renewal that failed) loses the stalls it recorded.
+        renewal that failed) loses the waits it recorded.
         """
         since = time.monotonic()
         try:
             conn.execute("BEGIN IMMEDIATE")
         finally:
-            self.took(since)
+            waited = self.took(since)
+            if waited is not None:
+                self._pending.append(waited)
         if self._pending:
-            seen = []
+            waits = []
             while self._pending:
-                seen.append(self._pending.popleft())
-            conn.executemany(_RECORD, [(end, start) for start, end in seen])
-            conn.execute(_PRUNE, (seen[-1][1] - STALLS_KEPT,))
+                waits.append(self._pending.popleft())
+            conn.executemany(_RECORD, [(end, start) for start, end in waits])
+            conn.execute(_PRUNE, (waits[-1][1] - STALLS_KEPT,))
+
+    def any(self, conn: sqlite3.Connection) -> bool:
+        """Whether any stall may spare a lease: one this store saw, or one the file records."""
+        if self._seen:
+            return True
+        return bool(conn.execute("SELECT EXISTS (SELECT 1 FROM stalls)").fetchone()[0])
+
+    def lapsed(self, conn: sqlite3.Connection, lease_until: int | None, now: int) -> bool:
+        """Whether an owner's lease until `lease_until` (None: it has none) lapsed by `now`.
+
+        The lease is spared the stalls it lapsed in: those the file records, and those of this
+        store's own calls.
+        """
+        if lease_until is None:
+            return True
+        recorded = conn.execute(_NEAR, (lease_until,)).fetchall()
+        return lapsed_by(lease_until, now, [*recorded, *self._seen])
 
 
 def lapsed_by(lease_until: int, now: int, stalls: Iterable[tuple[int, int]]) -> bool:
@@ -127,13 +150,3 @@ def lapsed_by(lease_until: int, now: int, stalls: Iterable[tuple[int, int]]) -> 
             spared += end - reach
         reach = end if reach is None else max(reach, end)
     return lease_until + spared <= now
-
-
-def lapsed_in_file(conn: sqlite3.Connection, lease_until: int | None, now: int) -> bool:
-    """Whether an owner's lease until `lease_until` (None: it has none) lapsed by `now`.
-
-    The lease is spared the stalls recorded in the file that it lapsed in.
-    """
-    if lease_until is None:
-        return True
-    return lapsed_by(lease_until, now, conn.execute(_NEAR, (lease_until,)).fetchall())
