@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from runfold.flow import Flow, step, workflow
+from runfold.flow import Flow, code_version, step, workflow
 from runfold.kernel.naming import step_label, step_names
 from runfold.stores import SQLiteStore, open_store
 from tests.support.cli_support import cells, ok, runfold_cli
@@ -76,6 +76,8 @@ def test_a_step_label_is_its_name_and_id_unless_they_are_one() -> None:
 @pytest.mark.slow
 def test_show_names_a_flow_runs_steps(cli_url: str) -> None:
     text = ok(runfold_cli("--store", cli_url, "show", RUN))
+    version = next(line for line in text.splitlines() if line.strip().startswith("version"))
+    assert cells(version) == ["version", code_version([named])]  # not "vcode-…" after the name
     rows = {cells(line)[0]: cells(line) for line in text.splitlines() if line.startswith("  ")}
     assert rows["charge #1"][1:3] == ["completed", "1"]
     assert rows["ship #3"][1] == "completed"
