@@ -4,6 +4,7 @@ bodies that still run when the interpreter exits finish first."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import subprocess
 import sys
 import textwrap
@@ -33,7 +34,7 @@ async def test_bodies_run_in_named_threads_at_most_size_at_once() -> None:
         return i * i
 
     try:
-        results = await asyncio.gather(*(pool.run(lambda i=i: body(i)) for i in range(6)))
+        results = await asyncio.gather(*(pool.run(functools.partial(body, i)) for i in range(6)))
     finally:
         pool.shutdown()
     assert results == [i * i for i in range(6)]
