@@ -37,7 +37,7 @@ from runfold.flow.errors import FlowError, UnknownWorkflow
 from runfold.flow.events import EventBoard
 from runfold.flow.family import Family
 from runfold.flow.fork import restart_at, write_fork
-from runfold.flow.info import WorkflowInfo
+from runfold.flow.info import CURRENT_STEP, WorkflowInfo
 from runfold.flow.interpreter import OBSERVED, Interpreter
 from runfold.flow.messages import mailbox_hook
 from runfold.flow.outcome import FlowRun, flow_run
@@ -470,7 +470,16 @@ class Flow:
             info = WorkflowInfo.of(await self.handler.snapshot(invocation.run_id))
         if fn is cancel_child:  # `handle.cancel()`: the body acts through this Flow
             args = (self, *args)
-        result = await self.bodies.call(invocation, info, fn, args)
+        # What `StepBodies.call` does, inline: one coroutine less per step.
+        bodies = self.bodies
+        token = CURRENT_STEP.set((invocation, info))
+        try:
+            if bodies.is_async(fn):
+                result = await fn(*args)
+            else:
+                result = await bodies.plain(fn, args)
+        finally:
+            CURRENT_STEP.reset(token)
         output = self.codec.encode(result)
         if held is not None:
             interpreter.ran(held, invocation.step_id, output, result)
