@@ -22,6 +22,7 @@ when one disagrees.
 from __future__ import annotations
 
 import logging
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -53,7 +54,13 @@ from runfold.flow.encoding import (
 )
 from runfold.flow.errors import FlowNonDeterminism, UnknownWorkflow
 from runfold.flow.gathering import Gathered
-from runfold.flow.history import agrees, describe_call, describe_recorded, is_recorded
+from runfold.flow.history import (
+    agrees,
+    describe_call,
+    describe_recorded,
+    is_recorded,
+    other_kinds,
+)
 from runfold.flow.info import WorkflowInfo
 from runfold.flow.messages import on_recv
 from runfold.flow.parallel import on_gathered
@@ -354,6 +361,14 @@ class Interpreter:
 
         `steps=False`: the caller found no step there (it looked), so the steps are not asked.
         """
+        if not steps:  # a new call, asked per step: what was found empty is known empty
+            kinds = other_kinds(snapshot)
+            empty = session.empty_kinds
+            if empty is not None and all(map(operator.is_, kinds, empty)):
+                return
+            if not any(map(len, kinds)):
+                session.empty_kinds = kinds
+                return
         if not is_recorded(snapshot, call_id, steps=steps):
             return
         recorded = describe_recorded(snapshot, call_id)

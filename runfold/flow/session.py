@@ -57,6 +57,7 @@ class Session:
         "confirmed",
         "context",
         "coro",
+        "empty_kinds",
         "failure",
         "family",
         "finished",
@@ -90,6 +91,9 @@ class Session:
         # (step id, encoded, value): a result this process's body produced for the current
         # call, that decoding its recorded output gives back as itself (see `Interpreter.ran`).
         self.produced: tuple[str, bytes, Any] | None = None
+        # The history's other kinds than steps (`history.other_kinds`) last found all empty:
+        # a snapshot holding these very mappings (unchanged since) holds none either.
+        self.empty_kinds: tuple[object, ...] | None = None
 
     def resume(self, value: Any = None, error: BaseException | None = None) -> None:
         """Run the coroutine to its next call (or its end), sending `value` or throwing `error`."""
