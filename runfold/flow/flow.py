@@ -457,11 +457,10 @@ class Flow:
     async def run_step(self, invocation: StepInvocation) -> bytes:
         """Run the step's function on its decoded arguments; its result, encoded."""
         interpreter = self.interpreter
-        held = interpreter.at_step(invocation.run_id, invocation.step_id)
+        held = interpreter.at_step(invocation.run_id, invocation.step_id, invocation.input)
         if held is not None:  # the run's coroutine is at this step: its own call
-            fn = held[1].fn
-            args = interpreter.arguments(held, invocation.input)
-            info = held[0].info
+            session, call, args = held
+            fn, info = call.fn, session.info
         else:
             found = interpreter.bodies.get(invocation.step_name)
             if found is None:
@@ -482,7 +481,7 @@ class Flow:
             CURRENT_STEP.reset(token)
         output = self.codec.encode(result)
         if held is not None:
-            interpreter.ran(held, invocation.step_id, output, result)
+            interpreter.ran(held[0], invocation.step_id, output, result)
         return output
 
     observed_events = OBSERVED

@@ -50,7 +50,6 @@ from runfold.flow.encoding import (
     JsonCodec,
     PayloadCodec,
     payload_error,
-    round_trips,
 )
 from runfold.flow.errors import FlowNonDeterminism, UnknownWorkflow
 from runfold.flow.gathering import Gathered
@@ -204,38 +203,39 @@ class Interpreter:
             evicted.close()
         return session
 
-    def at_step(self, run_id: str, step_id: str) -> tuple[Session, StepCall] | None:
-        """The run's session and its call, if its coroutine is at step `step_id`."""
+    def at_step(
+        self, run_id: str, step_id: str, step_input: bytes
+    ) -> tuple[Session, StepCall, Sequence[Any]] | None:
+        """The run's session, its call and the arguments to run the call's body with, if its
+        coroutine is at step `step_id` (recorded with `step_input`).
+
+        The arguments are the call's own when decoding `step_input` would give them back, else
+        decoded.
+        """
         session = self.sessions.get(run_id)
         if session is None:
             return None
         call = session.call
+        found: StepCall | None = None
         if isinstance(call, StepCall) and str(session.position) == step_id:
-            return session, call
-        if isinstance(call, Gathered):
+            found = call
+        elif isinstance(call, Gathered):
             found = call.at(step_id)
-            return None if found is None else (session, found)
-        return None
-
-    def arguments(self, held: tuple[Session, StepCall], step_input: bytes) -> Sequence[Any]:
-        """The arguments to run the held call's body with, for a step recorded with `step_input`.
-
-        They are the call's own when decoding `step_input` would give them back, else decoded.
-        """
-        session, call = held
+        if found is None:
+            return None
         if self.exact and step_input == session.call_input:
-            for arg in call.args:  # a loop, not `all(...)` of a generator: asked per step
+            for arg in found.args:  # a loop, not `all(...)` of a generator: asked per step
                 if type(arg) not in ROUND_TRIP_TYPES:
                     break
             else:
-                return call.args
+                return session, found, found.args
         decoded: Sequence[Any] = self.codec.decode(step_input)
-        return decoded
+        return session, found, decoded
 
-    def ran(self, held: tuple[Session, StepCall], step_id: str, output: bytes, value: Any) -> None:
-        """Note that the held call's body returned `value`, recorded as `output`."""
-        if self.exact and round_trips(value):
-            held[0].produced = (step_id, output, value)
+    def ran(self, session: Session, step_id: str, output: bytes, value: Any) -> None:
+        """Note that the body of the session's call returned `value`, recorded as `output`."""
+        if self.exact and type(value) in ROUND_TRIP_TYPES:  # what `round_trips` asks
+            session.produced = (step_id, output, value)
 
     def forget(self, run_id: str) -> None:
         """Drop the run's session, if any."""
