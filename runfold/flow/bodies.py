@@ -65,8 +65,11 @@ class StepBodies:
             return self._remember_kind(fn)
 
     async def plain(self, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
-        """`fn(*args)`'s result for a plain `def` `fn`: in the pool, with the caller's context
-        (on the loop with `step_threads=0`); an awaitable it returns is awaited."""
+        """`fn(*args)`'s result for a plain `def` `fn`, run in the pool.
+
+        It runs with the caller's context (on the loop with `step_threads=0`); an awaitable it
+        returns is awaited.
+        """
         if not self.step_threads:  # bodies that never block: no thread hop
             result = fn(*args)
         else:  # a plain `def` may block: it runs in the pool, with this context

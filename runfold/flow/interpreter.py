@@ -206,10 +206,9 @@ class Interpreter:
     def at_step(
         self, run_id: str, step_id: str, step_input: bytes
     ) -> tuple[Session, StepCall, Sequence[Any]] | None:
-        """The run's session, its call and the arguments to run the call's body with, if its
-        coroutine is at step `step_id` (recorded with `step_input`).
+        """The run's session, call and body arguments, if its coroutine is at step `step_id`.
 
-        The arguments are the call's own when decoding `step_input` would give them back, else
+        The step was recorded with `step_input`. The arguments are the call's own when decoding `step_input` would give them back, else
         decoded.
         """
         session = self.sessions.get(run_id)
