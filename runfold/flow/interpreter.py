@@ -208,8 +208,8 @@ class Interpreter:
     ) -> tuple[Session, StepCall, Sequence[Any]] | None:
         """The run's session, call and body arguments, if its coroutine is at step `step_id`.
 
-        The step was recorded with `step_input`. The arguments are the call's own when decoding `step_input` would give them back, else
-        decoded.
+        The step was recorded with `step_input`; the arguments are the call's own when decoding
+        `step_input` would give them back, else decoded.
         """
         session = self.sessions.get(run_id)
         if session is None:
