@@ -4,6 +4,10 @@ The interpreter (`runfold.flow.interpreter`) keeps a session per run it decides,
 coroutine each call's recorded result (`resume`) until it asks for something not yet done. A
 coroutine that awaits anything but a `runfold.flow` call (or `asyncio.gather` of steps) ends
 the session with `UnsupportedAwait`: everything a workflow waits on must be durable.
+
+The code runs in the session's own `contextvars` context (a copy of the one the session started
+in, marked as workflow code of its run), entered for each resume: a context variable the code
+sets lasts across its awaits, as in an asyncio task, and none is set and reset per resume.
 """
 
 from __future__ import annotations
