@@ -220,7 +220,7 @@ def test_the_web_app_answers_what_is_not_there_yet_with_a_404(web: tuple[str, st
     for attempt in range(100):
         for path, body in (
             ("/orders/w9", None),
-            ("/warehouse/packed", {"id": "1", "line": "w9/9"}),
+            ("/warehouse/packed", {"id": "1", "line": "w9/line-0"}),
         ):
             with pytest.raises(urllib.error.HTTPError) as refused:
                 call(base, path, {**body, "box": "b"} if body else None)
@@ -235,15 +235,17 @@ async def test_a_message_to_a_line_no_worker_took_up_yet_is_kept(store: EventSto
     # worker claimed it; the send returns with the message kept, and leaves the line to the
     # fleet (the web process ran the line's steps itself), which takes the message.
     web = Flow(store, [service.checkout, service.fulfil_line])
-    line = await web.start(service.fulfil_line, LINES[0], run_id="q1/9", queued=True)
+    line = await web.start(service.fulfil_line, LINES[0], run_id="q1/line-0", queued=True)
     assert line.status == "pending"
-    sent = await asyncio.wait_for(web.send("q1/9", "b", topic="packed", idempotency_key="p"), 30)
+    sent = await asyncio.wait_for(
+        web.send("q1/line-0", "b", topic="packed", idempotency_key="p"), 30
+    )
     assert sent.snapshot.hooks["mailbox:packed"].deliveries[0].payload == b'"b"'
     assert sent.status == "pending"  # queued for the fleet: the sender runs none of its steps
     worker = Flow(store, [service.checkout, service.fulfil_line])
     serving = asyncio.create_task(worker.serve(handle_signals=False, poll_interval=0.05))
     try:
-        done = await worker.result("q1/9", wait=30)
+        done = await worker.result("q1/line-0", wait=30)
     finally:
         worker.stop()
         await serving
@@ -271,8 +273,7 @@ async def test_the_web_app_and_a_worker_serve_an_order_together(
             shown = call(base, "/orders/w1")
         assert shown == {"status": "running", "progress": "paying", "result": None}
         call(base, "/webhooks/payment", {"id": "evt-1", "order": "w1", "status": "succeeded"})
-        for line_call in ("9", "10"):
-            line = f"w1/{line_call}"
+        for line in ("w1/line-0", "w1/line-1"):  # the lines' stable run ids
             for _ in range(400):
                 try:
                     call(base, "/warehouse/packed", {"id": line, "line": line, "box": "b"})
