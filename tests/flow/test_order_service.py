@@ -38,7 +38,7 @@ LINES = [
     {"sku": "lamp", "quantity": 1, "price": 3000},
     {"sku": "desk", "quantity": 2, "price": 12000},
 ]
-STEPS = ("quote_tax", "score_fraud", "charge", "reserve", "ship")
+STEPS = ("quote_tax", "score_fraud", "charge", "reserve", "ship", "refund")
 
 
 def an_order(order_id: str, customer: str = "ada") -> dict[str, Any]:
@@ -158,19 +158,33 @@ def store_url(backend: str, tmp_path: Path) -> str:
 def test_no_double_charge_after_a_sigkill_at_any_step(
     backend: str, kill_at: str, tmp_path: Path
 ) -> None:
+    # A kill at `refund` takes the declined path (the webhook says "declined"); every other
+    # kill the shipped one.
     url, path = store_url(backend, tmp_path), tmp_path / "ledger.jsonl"
-    args = {"store": url, "ledger": str(path), "order": an_order("k1")}
+    payment = "declined" if kill_at == "refund" else "succeeded"
+    args = {"store": url, "ledger": str(path), "order": an_order("k1"), "payment": payment}
     killed = worker({**args, "kill_at": kill_at})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    if kill_at in ("charge", "reserve", "ship"):  # its side effect was done, then the kill
+    if kill_at in (
+        "charge",
+        "reserve",
+        "ship",
+        "refund",
+    ):  # its side effect was done, then the kill
         assert ledger(path)[-1]["op"] == kill_at
     finished = worker(args)
     assert finished.returncode == 0, finished.stderr
     status, output = json.loads(finished.stdout.strip().splitlines()[-1])
-    assert status == "completed" and output["status"] == "shipped", output
     charges = [e for e in ledger(path) if e["op"] == "charge"]
     assert {e["key"] for e in charges} == {"k1/6"}  # one key, whatever the attempts: one charge
     assert len(charges) == (2 if kill_at == "charge" else 1)
+    if kill_at == "refund":  # asked again after the kill, under the same key: one refund
+        assert (status, output) == ("completed", {"status": "refunded", "charge": "ch_k1_6"})
+        refunds = [e for e in ledger(path) if e["op"] == "refund"]
+        assert len(refunds) == 2 and len({e["key"] for e in refunds}) == 1
+        assert {e["charge"] for e in refunds} == {"ch_k1_6"}
+        return
+    assert status == "completed" and output["status"] == "shipped", output
     assert len({(e["op"], e["key"]) for e in ledger(path)}) == 1 + 2 * len(LINES)
 
 
