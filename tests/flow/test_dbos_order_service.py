@@ -1,16 +1,22 @@
 """The DBOS twin of the order service (docs/examples/orders/dbos_order_service.py) runs.
 
 It imports and registers its workflows, and serves an order to its end, and a declined one to
-its refund, on DBOS's SQLite system database, in this process: the twin the order service's
-length is measured against (tests/flow/test_order_service.py) is a working service, not a
-sketch.
+its refund, on DBOS's SQLite system database, in this process; and its worker and web app, each
+in its own process, carry an order from `POST /orders` to its result: the twin the order
+service's length is measured against (tests/flow/test_order_service.py) is a working service,
+not a sketch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +30,8 @@ from dbos import DBOS, DBOSConfig, SetWorkflowID, error
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "docs" / "examples" / "orders"))
 import dbos_order_service as twin  # noqa: E402
+
+from tests.support.ui_support import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -101,3 +109,64 @@ async def test_the_twin_refunds_a_declined_payment(launched: Path) -> None:
         "refund",
         result["charge"],
     )
+
+
+def call(base: str, path: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    with urllib.request.urlopen(urllib.request.Request(base + path, data=data), timeout=30) as r:
+        return json.loads(r.read())
+
+
+def until(check: Any, what: str) -> Any:
+    for _ in range(600):
+        try:
+            found = check()
+        except urllib.error.HTTPError as refused:  # not there yet: a 404
+            refused.close()
+            found = None
+        except OSError:  # the web app is not listening yet
+            found = None
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"never: {what}")
+
+
+def test_the_twins_worker_and_web_app_serve_an_order(tmp_path: Path) -> None:
+    url, port = f"sqlite:///{tmp_path / 'dbos.sqlite'}", free_port()
+    env = {"ORDERS_LEDGER": str(tmp_path / "ledger.jsonl"), "PYTHONPATH": str(ROOT)}
+    log = (tmp_path / "processes.log").open("wb")
+    started = []
+    try:
+        for role in (["worker"], ["web", str(port)]):  # the worker creates DBOS's tables
+            started.append(
+                subprocess.Popen(
+                    [sys.executable, twin.__file__, url, *role], env=env, stdout=log, stderr=log
+                )
+            )
+            if role == ["worker"]:
+                until(lambda: (tmp_path / "dbos.sqlite").exists(), "the worker made its tables")
+        base = f"http://127.0.0.1:{port}"
+        order = {"id": "w1", **ORDER}
+        # Retried while the web app starts, or the worker's tables are not all there (a 500).
+        placed = until(lambda: call(base, "/orders", order), "the web app took the order")
+        assert placed == {"order": "w1", "status": "ENQUEUED"}
+        until(lambda: call(base, "/orders/w1")["progress"] == "paying", "charged")
+        call(base, "/webhooks/payment", {"id": "evt-1", "order": "w1", "status": "succeeded"})
+        for n in range(2):
+            packed = {"id": f"p{n}", "line": f"w1/line-{n}", "box": "b"}
+            until(lambda packed=packed: call(base, "/warehouse/packed", packed), "line started")
+        shown = until(
+            lambda: (s := call(base, "/orders/w1"))["status"] == "SUCCESS" and s, "shipped"
+        )
+        assert shown["progress"] == "shipped"
+        assert shown["result"]["parcels"] == ["parcel-res-lamp", "parcel-res-desk"]
+    finally:
+        for process in started:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()

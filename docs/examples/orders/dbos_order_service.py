@@ -6,8 +6,9 @@ does not come, then fulfils each order line as a child workflow, which waits for
 "packed" message. Each order has a two-day deadline. A web app starts orders, takes the webhooks
 and the warehouse's messages, and shows an order's progress and result; `worker` processes run
 the workflows: `python dbos_order_service.py DATABASE_URL worker` and `... DATABASE_URL web PORT`
-(a DBOS system database: `sqlite:///orders.db` or `postgresql://...`). The payment provider and
-the warehouse are stand-ins that append what they are asked to a ledger file (`ORDERS_LEDGER`).
+(a DBOS system database, `sqlite:///orders.db` or `postgresql://...`, whose tables the first
+worker creates). The payment provider and the warehouse are stand-ins that append what they are
+asked to a ledger file (`ORDERS_LEDGER`).
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ async def main(database_url: str, role: str, port: int = 8000) -> None:
         config: DBOSConfig = {"name": "orders", "system_database_url": database_url}
         DBOS(config=config)
         DBOS.launch()  # recovers this worker's workflows
-        DBOS.register_queue("orders")  # then takes orders from the queue
+        await DBOS.register_queue_async("orders")  # then takes orders from the queue
         await asyncio.Event().wait()
     else:
         import uvicorn
