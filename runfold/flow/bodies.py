@@ -8,19 +8,18 @@ that never block. Whether a function is an `async def` is remembered, not asked 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any
 
 from runfold.engine import StepInvocation
 from runfold.flow.errors import FlowError
 from runfold.flow.info import CURRENT_INFO, WorkflowInfo
+from runfold.flow.threads import StepThreads
 
 __all__ = ["StepBodies", "current_step"]
 
@@ -52,7 +51,7 @@ class StepBodies:
         if step_threads < 0:
             raise ValueError("step_threads must be 0 (on the loop) or more")
         self.step_threads = step_threads
-        self._threads: ThreadPoolExecutor | None = None  # made on the first `def` step
+        self._threads: StepThreads | None = None  # made on the first `def` step
         self._async_bodies: dict[Callable[..., Any], bool] = {}  # step bodies: `async def`?
 
     async def call(
@@ -77,9 +76,7 @@ class StepBodies:
             else:  # a plain `def` may block: it runs in the pool, with this context
                 context = contextvars.copy_context()
                 call = functools.partial(context.run, _outcome, fn, tuple(args))
-                raised, result = await asyncio.get_running_loop().run_in_executor(
-                    self.threads, call
-                )
+                raised, result = await self.threads.run(call)
                 if raised:  # raised here, on the loop, as an on-loop body's would be
                     raise result
             if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
@@ -99,12 +96,10 @@ class StepBodies:
         return found
 
     @property
-    def threads(self) -> ThreadPoolExecutor:
+    def threads(self) -> StepThreads:
         """The pool that runs plain `def` step bodies (`step_threads` threads at most)."""
         if self._threads is None:
-            self._threads = ThreadPoolExecutor(
-                max_workers=self.step_threads, thread_name_prefix="runfold-step"
-            )
+            self._threads = StepThreads(self.step_threads, name="runfold-step")
         return self._threads
 
 
