@@ -39,16 +39,14 @@ from runfold.flow.family import Family
 from runfold.flow.fork import restart_at, write_fork
 from runfold.flow.info import CURRENT_STEP, WorkflowInfo
 from runfold.flow.interpreter import OBSERVED, Interpreter
-from runfold.flow.messages import mailbox_hook
+from runfold.flow.messages import post_message
 from runfold.flow.outcome import FlowRun, flow_run
 from runfold.flow.sending import FLOW_BODIES
 from runfold.flow.versions import code_version
 from runfold.handler import CommandHandler
 from runfold.kernel import (
-    CreateHook,
     EntityConflict,
     Envelope,
-    HookNotFound,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -236,42 +234,9 @@ class Flow:
             TerminalState: The run has ended.
             EntityConflict: `idempotency_key` was already used with another message.
         """
-        snapshot = await self.record_message(
-            run_id, message, topic=topic, idempotency_key=idempotency_key
-        )
-        return await self.settled(snapshot)
-
-    async def record_message(
-        self, run_id: str, message: Any, *, topic: str | None, idempotency_key: str | None
-    ) -> Snapshot:
-        """`send` without the follow-ups of children and parents, for workflow code's `send`.
-
-        Its step's body calls it while the sending run's drive is running.
-
-        Raises:
-            RunNotFound: The run has no history.
-            TerminalState: The run has ended (without this `idempotency_key`'s message).
-            EntityConflict: `idempotency_key` was already used with another message.
-        """
-        run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
-        hook_id, token, metadata = mailbox_hook(run_id, topic)
         encoded = self.codec.encode(message)
-        try:
-            for _ in range(2):
-                try:
-                    return await self.engine.deliver(token, encoded, idempotency_key)
-                except HookNotFound:  # no mailbox yet: make it, then deliver
-                    create = CreateHook(hook_id=hook_id, token=token, metadata=metadata)
-                    with contextlib.suppress(EntityConflict):  # made meanwhile
-                        await self.engine.execute(run_id, (create,))
-        except TerminalState:  # sent before it ended, by a send now retried: done
-            ended = await self.handler.snapshot(run_id)
-            hook = ended.hooks.get(hook_id)
-            kept = () if hook is None else (d.delivery_id for d in hook.deliveries)
-            if idempotency_key is None or idempotency_key not in kept:
-                raise
-            return ended
-        raise AssertionError("a mailbox hook created just now took no delivery")
+        snapshot = await post_message(self.engine, run_id, encoded, topic, idempotency_key)
+        return await self.settled(snapshot)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> FlowRun:
         """Cancel a live run (and, as it ends, its live children), and drive it to its end.

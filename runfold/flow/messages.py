@@ -16,18 +16,20 @@ to time out is left for the next `recv` on every replay alike, since the marker 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from typing import TYPE_CHECKING
 
-from runfold.engine import AwaitHook, RuntimeDecision, WaitUntil
+from runfold.engine import AwaitHook, Engine, RuntimeDecision, WaitUntil
 from runfold.flow.calls import RecvCall
-from runfold.kernel import Snapshot
+from runfold.flow.continuation import last_run
+from runfold.kernel import CreateHook, EntityConflict, HookNotFound, Snapshot, TerminalState
 
 if TYPE_CHECKING:
     from runfold.flow.interpreting import Interpreting
     from runfold.flow.session import Session
 
-__all__ = ["MAILBOX_METADATA", "mailbox_hook", "on_recv"]
+__all__ = ["MAILBOX_METADATA", "mailbox_hook", "on_recv", "post_message"]
 
 MAILBOX_METADATA = b"runfold.flow.mailbox:"
 """What the metadata of a mailbox hook starts with (then the topic)."""
@@ -38,6 +40,39 @@ def mailbox_hook(run_id: str, topic: str | None) -> tuple[str, str, bytes]:
     name = topic if topic is not None else ""
     digest = hashlib.sha256(f"{run_id}\x00{name}".encode()).hexdigest()
     return f"mailbox:{name}", f"runfold-mailbox:{digest}", MAILBOX_METADATA + name.encode()
+
+
+async def post_message(
+    engine: Engine, run_id: str, encoded: bytes, topic: str | None, idempotency_key: str | None
+) -> Snapshot:
+    """Record an encoded message in the mailbox of `run_id` (the last run of its chain).
+
+    The mailbox hook is created when the workflow has not asked for it yet. The same
+    `idempotency_key` again records the message once, and counts as sent once the run ended.
+
+    Raises:
+        RunNotFound: The run has no history.
+        TerminalState: The run has ended (without this `idempotency_key`'s message).
+        EntityConflict: `idempotency_key` was already used with another message.
+    """
+    run_id = (await last_run(engine.handler, await engine.handler.snapshot(run_id))).run_id
+    hook_id, token, metadata = mailbox_hook(run_id, topic)
+    try:
+        for _ in range(2):
+            try:
+                return await engine.deliver(token, encoded, idempotency_key)
+            except HookNotFound:  # no mailbox yet: make it, then deliver
+                create = CreateHook(hook_id=hook_id, token=token, metadata=metadata)
+                with contextlib.suppress(EntityConflict):  # made meanwhile
+                    await engine.execute(run_id, (create,))
+    except TerminalState:  # sent before it ended, by a send now retried: done
+        ended = await engine.handler.snapshot(run_id)
+        hook = ended.hooks.get(hook_id)
+        kept = () if hook is None else (d.delivery_id for d in hook.deliveries)
+        if idempotency_key is None or idempotency_key not in kept:
+            raise
+        return ended
+    raise AssertionError("a mailbox hook created just now took no delivery")
 
 
 def on_recv(

@@ -17,6 +17,7 @@ from typing import Any
 from runfold.engine import StepFailure
 from runfold.flow.bodies import current_step
 from runfold.flow.calls import step
+from runfold.flow.messages import post_message
 from runfold.kernel import RunNotFound, TerminalState
 
 __all__ = ["FLOW_BODIES", "GET_EVENT_STEP", "SEND_STEP", "get_event", "send"]
@@ -32,9 +33,10 @@ _STEP_MARGIN = timedelta(seconds=30)
 async def _send(flow: Any, run_id: str, message: Any, topic: str | None) -> None:
     """The body of `send`'s step: the message, recorded under the step's stable key."""
     try:
-        await flow.record_message(
-            run_id, message, topic=topic, idempotency_key=current_step().idempotency_key
-        )
+        # Not `flow.send`: the sending run's drive is running; no follow-ups of families here.
+        encoded = flow.codec.encode(message)
+        key = current_step().idempotency_key
+        await post_message(flow.engine, run_id, encoded, topic, key)
     except (RunNotFound, TerminalState) as exc:  # no attempt will find it otherwise
         raise StepFailure(str(exc).encode(), code=type(exc).__name__, retryable=False) from exc
 

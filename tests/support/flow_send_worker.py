@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from runfold.flow import Flow, get_event, recv, send, set_event, workflow
-from runfold.kernel import Snapshot
+from runfold.kernel import Envelope, HookReceived
 from runfold.stores import PostgresStore, SQLiteStore
 from runfold.stores.protocol import EventStore
 
@@ -41,14 +41,12 @@ async def sender(to: str) -> Any:
 class DyingFlow(Flow):
     """A Flow whose process dies once a message from workflow code is recorded."""
 
-    async def record_message(
-        self, run_id: str, message: Any, *, topic: str | None, idempotency_key: str | None
-    ) -> Snapshot:
-        recorded = await super().record_message(
-            run_id, message, topic=topic, idempotency_key=idempotency_key
-        )
-        os.kill(os.getpid(), signal.SIGKILL)  # after the message, before the step's outcome
-        return recorded
+    observed_events = Flow.observed_events | {HookReceived}
+
+    async def on_event(self, envelope: Envelope) -> None:
+        if type(envelope.event) is HookReceived and envelope.run_id == "target":
+            os.kill(os.getpid(), signal.SIGKILL)  # after the message, before the step's outcome
+        await super().on_event(envelope)
 
 
 async def open_backend(args: dict[str, Any]) -> EventStore:
