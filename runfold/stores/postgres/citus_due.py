@@ -73,10 +73,15 @@ _KEYS: dict[DueReason, tuple[str, ...]] = {
 }
 """The order of each source's candidates (then `run_id`), to read the page after a key."""
 
-_LOCK = """SELECT runs.last_sequence FROM {s}.runs WHERE runs.run_id = %(run)s
-    AND runs.last_sequence = %(sequence)s AND runs.owner_id IS NOT DISTINCT FROM %(owner)s::text
-    FOR UPDATE SKIP LOCKED"""
-"""The candidate's runs row, locked, if nothing was appended to it since it was read."""
+_LOCK = """SELECT runs.run_id FROM {s}.runs WHERE runs.run_id = %(run)s
+    AND coalesce((SELECT max(e.sequence) FROM {s}.events e WHERE e.run_id = %(run)s),
+        runs.last_sequence) = %(sequence)s
+    AND runs.owner_id IS NOT DISTINCT FROM %(owner)s::text
+    FOR UPDATE OF runs SKIP LOCKED"""
+"""The candidate's runs row, locked, if nothing was appended to it since it was read.
+
+Its head is its last event's (`heads.LAST_SEQUENCE`), searched by the run id itself: Citus
+routes a locking statement to one worker only when each table is filtered by it."""
 
 _HOLD = """INSERT INTO {s}.due_holds AS h (run_id, worker_id, held_until, at_sequence)
     VALUES (%(run)s, %(worker)s, %(until)s, %(sequence)s)
@@ -289,7 +294,7 @@ class _Claimer:
         """Hold the run for the worker, in a transaction on its worker node: whether it did."""
         params = {**self._params, "run": run_id, "sequence": sequence, "owner": owner}
         async with self._conn.transaction():
-            cursor = await self._conn.execute(derived(_LOCK, self._s), params)
+            cursor = await self._conn.execute(_LOCK.format(s=self._s), params)
             if await cursor.fetchone() is None:
                 return False
             cursor = await self._conn.execute(_HOLD.format(s=self._s), params)

@@ -410,15 +410,15 @@ def _append_plain_batch(s: str) -> str:
         FOREACH r IN ARRAY p_requests LOOP
             v_count := cardinality(r.types);
             v_base := v_xact * {_P} + v_ordinal;
-            v_head := NULL;
-            v_changed := NULL;
-            {_last_event(s, _function_field)} INTO v_head, v_head_position;
-            IF v_count > 0 AND {at_head} THEN
-                SELECT {_differs(_function_field, _OWN)} INTO v_changed FROM {s}.runs
-                WHERE run_id = r.run_id AND completed_at IS NULL
-                    AND NOT has_hooks AND NOT has_wakeups;
-            END IF;
-            IF v_changed IS NOT NULL THEN
+            -- The head and the run's row in one statement (on a cluster, one trip to a worker):
+            -- v_changed is NULL unless the row is there, live, without hooks or wakeups.
+            SELECT h.sequence, h.position, CASE WHEN runs.completed_at IS NULL
+                    AND NOT runs.has_hooks AND NOT runs.has_wakeups
+                THEN {_differs(_function_field, _OWN)} END
+            INTO v_head, v_head_position, v_changed
+            FROM ({_last_event(s, _function_field)}) h
+            LEFT JOIN {s}.runs ON runs.run_id = r.run_id;
+            IF v_count > 0 AND {at_head} AND v_changed IS NOT NULL THEN
                 {insert};
                 IF v_changed THEN
                     {write};
