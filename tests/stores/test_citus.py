@@ -164,8 +164,9 @@ async def test_tailing_readers_skip_nothing_under_sixteen_writers() -> None:
 
 async def test_plain_appends_are_routed_to_one_worker_in_one_phase() -> None:
     """8 writers on distinct runs, plain appends, alone and in group commits: what the
-    coordinator sends the workers is, per append, one `UPDATE` of the run's row and one `INSERT`
-    of its event, each naming one shard, between a `BEGIN` and a `COMMIT` (one per transaction,
+    coordinator sends the workers is, per append, one `SELECT` of the run's head and row (a
+    log line leaves the row as it is: no `UPDATE`) and one `INSERT` of its event, each naming
+    one shard group, between a `BEGIN` and a `COMMIT` (one per transaction,
     at most one per append): no `COPY`, no statement over several shards, no two-phase commit."""
     issued: list[str] = []
 
@@ -206,9 +207,10 @@ async def test_plain_appends_are_routed_to_one_worker_in_one_phase() -> None:
         await pool.close()
     commands = [text.removeprefix("issuing ").split(" ", 3) for text in issued]
     kinds = [words[0] for words in commands]
-    updates = [words for words in commands if words[0] == "UPDATE"]
+    selects = [text for text in issued if text.startswith("issuing SELECT")]
     inserts = [words for words in commands if words[:2] == ["INSERT", "INTO"]]
-    assert len(updates) == appends and all(".runs_" in words[1] for words in updates)
+    assert "UPDATE" not in kinds
+    assert len(selects) == appends and all(".runs_" in t and ".events_" in t for t in selects)
     assert len(inserts) == appends and all(".events_" in words[2] for words in inserts)
     begins = [text for text in issued if text.startswith("issuing BEGIN")]
     commits = [text for text in issued if text == "issuing COMMIT"]

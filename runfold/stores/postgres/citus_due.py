@@ -35,6 +35,7 @@ import attrs
 
 from runfold.stores.due_work import DueReason, DueRun, Queue
 from runfold.stores.postgres.connections import Connection
+from runfold.stores.postgres.heads import derived
 
 __all__ = ["Claim", "claim_due"]
 
@@ -47,9 +48,9 @@ _OPEN = """h.run_id IS NULL
         AND (runs.queue_name IS NULL OR runs.queue_name <> ALL(%(full)s::text[]))"""
 """Not held, of a workflow served, not of a queue at the calling worker's limit."""
 
-_COLUMNS = "runs.run_id, runs.last_sequence, runs.owner_id, runs.queue_name"
+_COLUMNS = "runs.run_id, runs.last_sequence AS last_sequence, runs.owner_id, runs.queue_name"
 
-_ORPHANS = f"""SELECT {_COLUMNS}, runs.updated_at FROM {{s}}.runs {_NOT_HELD}
+_ORPHANS = f"""SELECT {_COLUMNS}, runs.updated_at AS updated_at FROM {{s}}.runs {_NOT_HELD}
     WHERE runs.owner_id IS NOT NULL AND runs.owner_id <> ALL(%(live)s::text[]) AND {_OPEN}
         {{after}}
     ORDER BY runs.updated_at, runs.run_id LIMIT %(page)s"""
@@ -72,10 +73,15 @@ _KEYS: dict[DueReason, tuple[str, ...]] = {
 }
 """The order of each source's candidates (then `run_id`), to read the page after a key."""
 
-_LOCK = """SELECT runs.last_sequence FROM {s}.runs WHERE runs.run_id = %(run)s
-    AND runs.last_sequence = %(sequence)s AND runs.owner_id IS NOT DISTINCT FROM %(owner)s::text
-    FOR UPDATE SKIP LOCKED"""
-"""The candidate's runs row, locked, if nothing was appended to it since it was read."""
+_LOCK = """SELECT runs.run_id FROM {s}.runs WHERE runs.run_id = %(run)s
+    AND coalesce((SELECT max(e.sequence) FROM {s}.events e WHERE e.run_id = %(run)s),
+        runs.last_sequence) = %(sequence)s
+    AND runs.owner_id IS NOT DISTINCT FROM %(owner)s::text
+    FOR UPDATE OF runs SKIP LOCKED"""
+"""The candidate's runs row, locked, if nothing was appended to it since it was read.
+
+Its head is its last event's (`heads.LAST_SEQUENCE`), searched by the run id itself: Citus
+routes a locking statement to one worker only when each table is filtered by it."""
 
 _HOLD = """INSERT INTO {s}.due_holds AS h (run_id, worker_id, held_until, at_sequence)
     VALUES (%(run)s, %(worker)s, %(until)s, %(sequence)s)
@@ -205,7 +211,7 @@ class _Claimer:
         if not mine:
             return {}
         cursor = await self._conn.execute(
-            _OWN.format(s=self._s), {**self._params, "queues": sorted(mine)}
+            derived(_OWN, self._s), {**self._params, "queues": sorted(mine)}
         )
         own = {name: int(count) for name, count in await cursor.fetchall()}
         return {name: limit - own.get(name, 0) for name, limit in mine.items()}
@@ -217,7 +223,7 @@ class _Claimer:
             return room
         params = {**self._params, "queue": queue.name}
         if queue.concurrency is not None or queue.worker_concurrency is not None:
-            cursor = await self._conn.execute(_ACTIVE.format(s=self._s), params)
+            cursor = await self._conn.execute(derived(_ACTIVE, self._s), params)
             row = await cursor.fetchone()
             assert row is not None
             active, own = int(row[0]), int(row[1])
@@ -263,7 +269,7 @@ class _Claimer:
         while len(taken) < want:
             page = min(max(want - len(taken), 16), 1000)
             full = sorted(name for name, left in rooms.items() if left <= 0)
-            sql = query.format(s=self._s, after=later if after is not None else "")
+            sql = derived(query.format(s="{s}", after=later if after is not None else ""), self._s)
             cursor = await self._conn.execute(
                 sql, {**params, **(after or {}), "full": full, "page": page}
             )

@@ -2,7 +2,8 @@
 
 Each statement deletes the runs its first query selects, with their events, hook, token and
 wakeup rows, in one transaction. That query locks the runs rows first: an append to a doomed run
-waits, then finds its run gone (a sequence conflict at head 0). `{s}` is the quoted schema name;
+(which holds the row of an ended run, `functions`) waits, then finds its run gone (a sequence
+conflict at head 0). `{s}` is the quoted schema name;
 the parameters are named.
 """
 
@@ -60,8 +61,9 @@ retain no token past `before`, oldest first.
 """
 
 DROP_UNBORN_RUN = _drop(
-    "SELECT run_id FROM {s}.runs WHERE run_id = %(run_id)s AND head = 0 FOR UPDATE",
-    "SELECT coalesce(max(head), 0) FROM {s}.runs WHERE run_id = %(run_id)s",
+    "SELECT run_id FROM {s}.runs WHERE run_id = %(run_id)s AND NOT EXISTS "
+    "(SELECT FROM {s}.events WHERE run_id = %(run_id)s) FOR UPDATE",
+    "SELECT coalesce(max(sequence), 0) FROM {s}.events WHERE run_id = %(run_id)s",
 )
 """The statement of `rewrite_index` with no index, which returns the run's head.
 

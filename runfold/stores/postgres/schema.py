@@ -37,7 +37,8 @@ MIGRATIONS: tuple[str, ...] = (
 
     -- The summary, then the run's head (last sequence and feed position) and whether it has
     -- hook or wakeup rows (so that appends to a run without them skip their upkeep). Free space
-    -- on each page keeps the update of every append HOT.
+    -- on each page keeps the row's updates HOT. (Since migration 7 the head is read from the
+    -- run's last event, and the row written only when a field it holds changes.)
     CREATE TABLE {s}.runs (
         run_id text COLLATE "C" PRIMARY KEY,
         workflow_name text COLLATE "C" NOT NULL,
@@ -153,6 +154,12 @@ MIGRATIONS: tuple[str, ...] = (
     # Migration 6 changed no table: it replaces `claim_due` (`functions`) with one that reads
     # queued runs down `runs_queued`, skips orphans and wakeups when there are none, and keeps
     # its statements' plans.
+    "SELECT 1",
+    # Migration 7 changed no table: a run's head is its last event (`heads`), and an append
+    # writes the runs row only when a field the row holds changes; the row's head, last
+    # sequence and time stand only for a run without events. Rows written before agree with
+    # their events. Its number keeps an older runfold, which reads the head off the row, from
+    # opening the schema.
     "SELECT 1",
 )
 """The migrations, in order: the schema version is how many of them a database has had."""
