@@ -30,6 +30,7 @@ from benchmarks.citus_raw import RawSchema, raw_appends
 from benchmarks.harness import (
     Remark,
     Result,
+    Rows,
     Target,
     Trial,
     compare,
@@ -152,36 +153,32 @@ def _measured(dsn: str, quick: bool, on: str) -> list[Result]:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 for schema_name in schemas:
                     conn.execute(f'DROP SCHEMA IF EXISTS "{schema_name}" CASCADE')
+    row = Rows(GROUP, on)
     results = []
     for name, _, case, text in RAW_CASES:
         anchor = next(a for key, a in _ANCHORS.items() if key in case)
+        against = () if name == anchor else compare(rates[name], anchor, rates[anchor])
         results.append(
-            Result(
-                group=GROUP,
-                case=f"{text}: {WRITERS} connections, ×{count} calls each",
-                on=on,
-                unit="calls/s",
-                value=rates[name],
-                comparisons=() if name == anchor else compare(rates[name], anchor, rates[anchor]),
+            row(
+                f"{text}: {WRITERS} connections, ×{count} calls each",
+                "calls/s",
+                rates[name],
+                against,
             )
         )
     case = f"{WRITERS} writers on distinct runs, ×{count} appends of one event each"
     results += [
-        Result(
-            group=GROUP,
-            case=f"plain server (one node, schema not distributed): {case}",
-            on=on,
-            unit="appends/s",
-            value=rates["plain server"],
-            comparisons=compare(rates["plain server"], "plain append", rates["plain append"]),
+        row(
+            f"plain server (one node, schema not distributed): {case}",
+            "appends/s",
+            rates["plain server"],
+            compare(rates["plain server"], "plain append", rates["plain append"]),
         ),
-        Result(
-            group=GROUP,
-            case=f"cluster through the coordinator (distributed=True): {case}",
-            on=on,
-            unit="appends/s",
-            value=rates["cluster"],
-            comparisons=(
+        row(
+            f"cluster through the coordinator (distributed=True): {case}",
+            "appends/s",
+            rates["cluster"],
+            (
                 *compare(rates["cluster"], "plain server", rates["plain server"], TARGET),
                 *compare(rates["cluster"], "cluster routed", rates["cluster routed"]),
             ),
