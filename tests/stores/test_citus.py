@@ -164,9 +164,10 @@ async def test_tailing_readers_skip_nothing_under_sixteen_writers() -> None:
 
 async def test_plain_appends_are_routed_to_one_worker_in_one_phase() -> None:
     """8 writers on distinct runs, plain appends, alone and in group commits: what the
-    coordinator sends the workers is, per append, one `UPDATE` of the run's row and one `INSERT`
-    of its event, each naming one shard, between a `BEGIN` and a `COMMIT` (one per transaction,
-    at most one per append): no `COPY`, no statement over several shards, no two-phase commit."""
+    coordinator sends the workers is, per append, one `INSERT` of its event naming one shard
+    (the run's row left as it is), alone or between a `BEGIN` and a `COMMIT` (a group commit's):
+    no `COPY`, no statement over several shards, no two-phase commit; and the appends alone,
+    most of them with 4 write slots, go without a `BEGIN`, one statement each."""
     issued: list[str] = []
 
     async def log_remote_commands(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -206,14 +207,12 @@ async def test_plain_appends_are_routed_to_one_worker_in_one_phase() -> None:
         await pool.close()
     commands = [text.removeprefix("issuing ").split(" ", 3) for text in issued]
     kinds = [words[0] for words in commands]
-    updates = [words for words in commands if words[0] == "UPDATE"]
     inserts = [words for words in commands if words[:2] == ["INSERT", "INTO"]]
-    assert len(updates) == appends and all(".runs_" in words[1] for words in updates)
     assert len(inserts) == appends and all(".events_" in words[2] for words in inserts)
     begins = [text for text in issued if text.startswith("issuing BEGIN")]
     commits = [text for text in issued if text == "issuing COMMIT"]
-    assert 0 < len(begins) == len(commits) <= appends
-    assert len(issued) == len(begins) + len(commits) + 2 * appends, sorted(set(kinds))
+    assert len(begins) == len(commits) <= appends / 2
+    assert len(issued) == len(begins) + len(commits) + appends, sorted(set(kinds))
 
 
 async def test_the_client_places_runs_on_the_workers_citus_does() -> None:

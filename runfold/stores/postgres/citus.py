@@ -47,9 +47,11 @@ __all__ = [
     "distribute",
     "drop_unborn_run",
     "durable_position",
+    "durable_xact_function",
     "is_distributed",
     "one_row_inserts",
     "read_feed_function",
+    "routed_append",
     "row_by_row",
     "statements",
 ]
@@ -131,6 +133,53 @@ def durable_position(function: str) -> str:
     See the module: without a WAL record of its own on the coordinator, an append's commit
     there is not flushed, and a crash of the coordinator hands its id out again."""
     return function.replace("\n    BEGIN\n", f"\n    BEGIN\n        {_POSITION_RECORD}\n", 1)
+
+
+def durable_xact_function(s: str) -> str:
+    """`durable_xact()`: this transaction's id, after `_POSITION_RECORD` (see `durable_position`).
+
+    Declared STABLE, though it writes that record, so that Citus evaluates it on the coordinator
+    and sends the value on: a volatile function in a routed `INSERT ... SELECT` makes Citus
+    run the `SELECT` on the worker (the id then the worker's), send its rows back with `COPY`
+    and commit in two phases."""
+    return f"""
+    CREATE OR REPLACE FUNCTION {s}.durable_xact() RETURNS bigint LANGUAGE plpgsql STABLE AS $fn$
+    BEGIN
+        {_POSITION_RECORD}
+        RETURN pg_current_xact_id()::text::bigint;
+    END
+    $fn$;
+"""
+
+
+def routed_append(s: str, positions: int) -> str:
+    """One plain append of one event on a cluster, as one statement Citus routes to the run's
+    worker and commits there in one phase (autocommit): its base position, or no row.
+
+    It inserts the event after the run's last one, found by the primary key at the expected
+    head (and at the expected position, when given), written by an older transaction (the feed
+    order), onto a live run whose row the append leaves as it is: not ended, no hook or wakeup
+    rows, the same status, owner and attributes. The key `(run_id, sequence)` refuses a second
+    event at that sequence (`unique_violation`). No row: the append wrote nothing, and a
+    function says why (or writes it, updating the run's row). The position is the
+    coordinator's transaction id (`durable_xact`, evaluated there; `positions` is
+    `POSITIONS_PER_TRANSACTION`). Parameters as `plain_append`'s."""
+    xact = f"{s}.durable_xact()"
+    return f"""
+INSERT INTO {s}.events AS w (run_id, sequence, type, schema_version, correlation_id, payload,
+    recorded_at, position)
+SELECT e.run_id, e.sequence + 1, %(type)s::text, %(version)s::integer,
+    %(correlation_id)s::text, %(payload)s::bytea, %(recorded_at)s::bigint,
+    {xact} * {positions} + 1
+FROM {s}.events e JOIN {s}.runs r ON r.run_id = e.run_id
+WHERE e.run_id = %(run_id)s AND r.run_id = %(run_id)s AND e.sequence = %(expected)s::integer
+    AND e.position = coalesce(%(expected_position)s::bigint, e.position)
+    AND e.position < (pg_current_xact_id()::text::bigint + 1) * {positions}
+    AND r.completed_at IS NULL AND NOT r.has_hooks AND NOT r.has_wakeups
+    AND (r.status, r.completed_at, r.attributes, r.owner_id) IS NOT DISTINCT FROM
+        (%(status)s::text, %(completed_at)s::bigint, %(attributes)s::text, %(owner_id)s::text)
+RETURNING w.position - 1
+"""
 
 
 def row_by_row(s: str, base: str) -> str:

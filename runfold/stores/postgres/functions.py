@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from runfold.stores.postgres.citus import (
     durable_position,
+    durable_xact_function,
     one_row_inserts,
     read_feed_function,
     row_by_row,
@@ -411,6 +412,7 @@ def functions(s: str, *, distributed: bool = False) -> list[str]:
         read_feed_function(s, _P),
         durable_position(one_row_inserts(_append_plain_batch(s), inserts)),
         claim_due_function(s),
+        durable_xact_function(s),
     ]
 
 
