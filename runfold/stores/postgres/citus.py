@@ -35,7 +35,7 @@ Three things change on a cluster, each written here once (a fourth, `claim_due`,
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from runfold.stores._sql import holds_at
@@ -50,6 +50,7 @@ __all__ = [
     "durable_xact_function",
     "is_distributed",
     "one_row_inserts",
+    "plain_batch_function",
     "read_feed_function",
     "routed_append",
     "row_by_row",
@@ -152,43 +153,111 @@ def durable_xact_function(s: str) -> str:
 """
 
 
+def _routed_insert(
+    s: str, field: Callable[[str], str], event: str, position: str, xact: str, positions: int
+) -> str:
+    """The `INSERT ... SELECT` of an append's first event that Citus routes to its run's worker.
+
+    It inserts the event (`event`: its type, version, correlation id and payload) at
+    `position`, after the run's last one, found by the primary key at the expected head (and at
+    the expected position, when given), written by a transaction older than `xact` (the feed
+    order; `positions` is `POSITIONS_PER_TRANSACTION`), onto a live run whose row the append
+    leaves as it is: not ended, no hook or wakeup rows, the same status, owner and attributes.
+    The key `(run_id, sequence)` refuses a second event at that sequence (`unique_violation`).
+    It returns the position, or no row where it wrote nothing. `field` gives the append's other
+    fields. Every value but the columns read is a constant or a parameter, the run id among
+    them, and no function in it is volatile, so that Citus routes it (an `INSERT` of a
+    data-modifying `WITH` it runs in steps, and commits in two phases)."""
+    run_id = field("run_id")
+    return f"""INSERT INTO {s}.events AS w (run_id, sequence, type, schema_version,
+            correlation_id, payload, recorded_at, position)
+        SELECT prev.run_id, prev.sequence + 1, {event}, {field("recorded_at")}, {position}
+        FROM {s}.events prev JOIN {s}.runs run ON run.run_id = prev.run_id
+        WHERE prev.run_id = {run_id} AND run.run_id = {run_id}
+            AND prev.sequence = {field("expected")}
+            AND prev.position = coalesce({field("expected_position")}, prev.position)
+            AND prev.position < ({xact} + 1) * {positions}
+            AND run.completed_at IS NULL AND NOT run.has_hooks AND NOT run.has_wakeups
+            AND (run.status, run.completed_at, run.attributes, run.owner_id)
+                IS NOT DISTINCT FROM ({field("status")}, {field("completed_at")},
+                    {field("attributes")}, {field("owner_id")})
+        RETURNING w.position"""
+
+
+_CASTS = {
+    "expected": "integer",
+    "expected_position": "bigint",
+    "recorded_at": "bigint",
+    "completed_at": "bigint",
+}
+
+
+def _parameter(name: str) -> str:
+    return f"%({name})s::{_CASTS.get(name, 'text')}"
+
+
 def routed_append(s: str, positions: int) -> str:
     """One plain append of one event on a cluster, as one statement Citus routes to the run's
     worker and commits there in one phase (autocommit): its base position, or no row.
 
-    It inserts the event after the run's last one, found by the primary key at the expected
-    head (and at the expected position, when given), written by an older transaction (the feed
-    order), onto a live run whose row the append leaves as it is: not ended, no hook or wakeup
-    rows, the same status, owner and attributes. The key `(run_id, sequence)` refuses a second
-    event at that sequence (`unique_violation`). No row: the append wrote nothing, and a
-    function says why (or writes it, updating the run's row). The position is the
-    coordinator's transaction id (`durable_xact`, evaluated there; `positions` is
-    `POSITIONS_PER_TRANSACTION`). Parameters as `plain_append`'s."""
-    xact = f"{s}.durable_xact()"
+    It is `_routed_insert`'s statement, with `plain_append`'s parameters; its position the
+    coordinator's transaction id (`durable_xact`, evaluated there). No row: the append wrote
+    nothing, and `append_events` says why (or writes it, with the run's row)."""
+    event = "%(type)s::text, %(version)s::integer, %(correlation_id)s::text, %(payload)s::bytea"
+    position = f"{s}.durable_xact() * {positions} + 1"
+    xact = "pg_current_xact_id()::text::bigint"
+    insert = _routed_insert(s, _parameter, event, position, xact, positions)
+    return f"{insert} - 1"
+
+
+def plain_batch_function(s: str, positions: int) -> str:
+    """`append_plain_batch` for a cluster: each append's first event by `_routed_insert`.
+
+    One routed statement per append of one event, where the single server's function reads
+    the head and the runs row first; what it returns is the same (the base position, or -1 -
+    the run's head where it wrote nothing). An append it cannot write (a runs row to write, hook
+    or wakeup rows to clear) it leaves to `append_events` that way, as it does a conflict."""
+    event = "r.types[1], r.versions[1], r.correlation_ids[1], r.payloads[1]"
+    insert = _routed_insert(s, lambda name: f"r.{name}", event, "v_base + 1", "v_xact", positions)
     return f"""
-INSERT INTO {s}.events AS w (run_id, sequence, type, schema_version, correlation_id, payload,
-    recorded_at, position)
-SELECT e.run_id, e.sequence + 1, %(type)s::text, %(version)s::integer,
-    %(correlation_id)s::text, %(payload)s::bytea, %(recorded_at)s::bigint,
-    {xact} * {positions} + 1
-FROM {s}.events e JOIN {s}.runs r ON r.run_id = e.run_id
-WHERE e.run_id = %(run_id)s AND r.run_id = %(run_id)s AND e.sequence = %(expected)s::integer
-    AND e.position = coalesce(%(expected_position)s::bigint, e.position)
-    AND e.position < (pg_current_xact_id()::text::bigint + 1) * {positions}
-    AND r.completed_at IS NULL AND NOT r.has_hooks AND NOT r.has_wakeups
-    AND (r.status, r.completed_at, r.attributes, r.owner_id) IS NOT DISTINCT FROM
-        (%(status)s::text, %(completed_at)s::bigint, %(attributes)s::text, %(owner_id)s::text)
-RETURNING w.position - 1
+    CREATE OR REPLACE FUNCTION {s}.append_plain_batch(p_requests {s}.append_request[])
+    RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
+    DECLARE
+        v_xact bigint := {s}.durable_xact();
+        v_ordinal integer := 0;  -- ordinals taken by the appends written so far
+        v_base bigint;
+        v_written bigint;
+        v_head integer;
+        v_n integer;
+        r {s}.append_request;
+    BEGIN
+        FOREACH r IN ARRAY p_requests LOOP
+            v_base := v_xact * {positions} + v_ordinal;
+            v_written := NULL;
+            IF cardinality(r.types) > 0 THEN
+                {insert} INTO v_written;
+            END IF;
+            IF v_written IS NOT NULL THEN
+                {row_by_row(s, "v_base", first=2)};
+                RETURN NEXT v_base;
+                v_ordinal := v_ordinal + cardinality(r.types);
+            ELSE
+                SELECT max(sequence) INTO v_head FROM {s}.events WHERE run_id = r.run_id;
+                RETURN NEXT -1 - coalesce(v_head, 0);
+            END IF;
+        END LOOP;
+    END
+    $fn$;
 """
 
 
-def row_by_row(s: str, base: str) -> str:
-    """The events of `append_request` `r` inserted one row per statement.
+def row_by_row(s: str, base: str, *, first: int = 1) -> str:
+    """The events of `append_request` `r` inserted one row per statement, from the `first`.
 
     Their positions are `base` + n. One `INSERT ... SELECT` would do on one server, but Citus
     writes it with `COPY` and commits any transaction that used it in two phases, even on one
     worker; a row of `VALUES` with the run id given is routed to the run's shard."""
-    return f"""FOR v_n IN 1..cardinality(r.types) LOOP
+    return f"""FOR v_n IN {first}..cardinality(r.types) LOOP
             INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id,
                 payload, recorded_at, position)
             VALUES (r.run_id, r.expected + v_n, r.types[v_n], r.versions[v_n],

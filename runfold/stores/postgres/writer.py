@@ -122,10 +122,10 @@ class GroupCommitWriter:
         worker one after another, a round trip each, so a batch saves commits but not time,
         while appends in transactions side by side overlap their trips. A plain append of one
         event alone goes as `citus.routed_append`, one statement routed to the run's worker
-        and committed there in one phase; where that writes nothing, or the append is of more
-        events, through `append_plain_batch` (each statement routed by the run id's value),
-        not `plain_append`: Citus plans that one statement in several steps and commits it in
-        two phases."""
+        and committed there in one phase (where that writes nothing, through `append_events`);
+        a plain append of more events through `append_plain_batch` (`citus.plain_batch_function`,
+        a statement per event), not `plain_append`: Citus plans that one statement in several
+        steps and commits it in two phases."""
         self._group_of = group_of
         self._one_statement = False
         self._routed_sql = routed_append(quote(self._schema), POSITIONS_PER_TRANSACTION)
@@ -269,13 +269,15 @@ class GroupCommitWriter:
                     identity = self._connections.identities.get(conn)
                     try:
                         cursor = self._connections.cursors[conn]
+                        plain = True
                         if request.single and self._routed_sql is not None:
+                            # A cluster's one statement: no row, and append_events says why.
                             await cursor.execute(self._routed_sql, request.plain_parameters())
                             row = await cursor.fetchone()
                             if row is not None:
                                 return int(row[0])
-                        plain = True
-                        if request.single and self._one_statement:
+                            plain = False
+                        elif request.single and self._one_statement:
                             await cursor.execute(self._plain_sql, request.plain_parameters())
                         elif request.plain and not self._one_statement:
                             await cursor.execute(self._plain_batch_sql, (self._encode([request]),))
