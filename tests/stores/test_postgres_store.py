@@ -117,6 +117,18 @@ async def blocker() -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         await conn.close()
 
 
+async def hold_key(conn: psycopg.AsyncConnection[Any], schema: str, run_id: str, at: int) -> None:
+    """Take the events' primary key of `run_id`'s event `at` in `conn`'s transaction, writing
+    nothing: an append of that event waits for the transaction, as behind an append of it."""
+    events = f'"{schema}".events'
+    await conn.execute(
+        f"INSERT INTO {events} (run_id, sequence, type, schema_version, payload, recorded_at, "
+        "position) VALUES (%s, %s, '', 0, '', 0, 0)",
+        (run_id, at),
+    )
+    await conn.execute(f"DELETE FROM {events} WHERE run_id = %s AND sequence = %s", (run_id, at))
+
+
 async def queued_behind(conn: psycopg.AsyncConnection[Any], count: int) -> list[int]:
     """Wait until `count` backends wait on `conn`'s transaction, directly or behind another
     waiter (row lock waiters queue behind the first one); their pids."""
@@ -369,9 +381,7 @@ async def test_writers_racing_on_one_head_one_wins_and_the_rest_see_the_true_hea
         batches = [[log(f"w{n}")] * (n + 1) for n in range(len(writers))]
         indexes = [(await prepared(w, "r", b))[1] for w, b in zip(writers, batches, strict=True)]
         async with blocker() as holder:
-            await holder.execute(
-                f'SELECT 1 FROM "{schema}".runs WHERE run_id = %s FOR UPDATE', ("r",)
-            )
+            await hold_key(holder, schema, "r", 3)  # the run's next event
             racing = asyncio.gather(
                 *(
                     w.append_if_sequence("r", 2, b, index=i, recorded_at=T0)
@@ -622,11 +632,9 @@ async def test_a_backend_killed_mid_group_commit_writes_none_of_its_appends(sche
             await write(store, run_id, created(), RunStarted())
         plans = {run_id: await prepared(store, run_id, [log(run_id)]) for run_id in runs}
         async with blocker() as holder:
-            # The last run's row is locked: the group commit that holds it waits there, having
-            # written the appends to the runs before it.
-            await holder.execute(
-                f'SELECT FROM "{schema}".runs WHERE run_id = %s FOR UPDATE', ("r09",)
-            )
+            # The last run's next event is taken: the group commit that holds it waits there,
+            # having written the appends to the runs before it.
+            await hold_key(holder, schema, "r09", 3)
             appending = asyncio.gather(
                 *(
                     store.append_if_sequence(r, head, [log(r)], index=index, recorded_at=T0)

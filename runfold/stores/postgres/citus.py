@@ -343,7 +343,10 @@ _LOCK_DOOMED = f"""SELECT r.run_id FROM {{s}}.runs r
     FOR UPDATE"""
 """The candidate's runs row, locked, if it is still to be deleted."""
 
-_LOCK_UNBORN = "SELECT run_id FROM {s}.runs WHERE run_id = %(run_id)s AND head = 0 FOR UPDATE"
+_LOCK_UNBORN = (
+    "SELECT run_id FROM {s}.runs WHERE run_id = %(run_id)s AND NOT EXISTS "
+    "(SELECT FROM {s}.events WHERE run_id = %(run_id)s) FOR UPDATE"
+)
 
 
 async def _drop_run(conn: Connection, s: str, run_id: str) -> None:
@@ -385,7 +388,7 @@ async def drop_unborn_run(conn: Connection, s: str, run_id: str) -> int:
             await _drop_run(conn, s, run_id)
             return 0
         cursor = await conn.execute(
-            f"SELECT coalesce(max(head), 0) FROM {s}.runs WHERE run_id = %(run_id)s",
+            f"SELECT coalesce(max(sequence), 0) FROM {s}.events WHERE run_id = %(run_id)s",
             {"run_id": run_id},
         )
         row = await cursor.fetchone()

@@ -35,6 +35,7 @@ import attrs
 
 from runfold.stores.due_work import DueReason, DueRun, Queue
 from runfold.stores.postgres.connections import Connection
+from runfold.stores.postgres.heads import derived
 
 __all__ = ["Claim", "claim_due"]
 
@@ -47,9 +48,9 @@ _OPEN = """h.run_id IS NULL
         AND (runs.queue_name IS NULL OR runs.queue_name <> ALL(%(full)s::text[]))"""
 """Not held, of a workflow served, not of a queue at the calling worker's limit."""
 
-_COLUMNS = "runs.run_id, runs.last_sequence, runs.owner_id, runs.queue_name"
+_COLUMNS = "runs.run_id, runs.last_sequence AS last_sequence, runs.owner_id, runs.queue_name"
 
-_ORPHANS = f"""SELECT {_COLUMNS}, runs.updated_at FROM {{s}}.runs {_NOT_HELD}
+_ORPHANS = f"""SELECT {_COLUMNS}, runs.updated_at AS updated_at FROM {{s}}.runs {_NOT_HELD}
     WHERE runs.owner_id IS NOT NULL AND runs.owner_id <> ALL(%(live)s::text[]) AND {_OPEN}
         {{after}}
     ORDER BY runs.updated_at, runs.run_id LIMIT %(page)s"""
@@ -205,7 +206,7 @@ class _Claimer:
         if not mine:
             return {}
         cursor = await self._conn.execute(
-            _OWN.format(s=self._s), {**self._params, "queues": sorted(mine)}
+            derived(_OWN, self._s), {**self._params, "queues": sorted(mine)}
         )
         own = {name: int(count) for name, count in await cursor.fetchall()}
         return {name: limit - own.get(name, 0) for name, limit in mine.items()}
@@ -217,7 +218,7 @@ class _Claimer:
             return room
         params = {**self._params, "queue": queue.name}
         if queue.concurrency is not None or queue.worker_concurrency is not None:
-            cursor = await self._conn.execute(_ACTIVE.format(s=self._s), params)
+            cursor = await self._conn.execute(derived(_ACTIVE, self._s), params)
             row = await cursor.fetchone()
             assert row is not None
             active, own = int(row[0]), int(row[1])
@@ -263,7 +264,7 @@ class _Claimer:
         while len(taken) < want:
             page = min(max(want - len(taken), 16), 1000)
             full = sorted(name for name, left in rooms.items() if left <= 0)
-            sql = query.format(s=self._s, after=later if after is not None else "")
+            sql = derived(query.format(s="{s}", after=later if after is not None else ""), self._s)
             cursor = await self._conn.execute(
                 sql, {**params, **(after or {}), "full": full, "page": page}
             )
@@ -288,7 +289,7 @@ class _Claimer:
         """Hold the run for the worker, in a transaction on its worker node: whether it did."""
         params = {**self._params, "run": run_id, "sequence": sequence, "owner": owner}
         async with self._conn.transaction():
-            cursor = await self._conn.execute(_LOCK.format(s=self._s), params)
+            cursor = await self._conn.execute(derived(_LOCK, self._s), params)
             if await cursor.fetchone() is None:
                 return False
             cursor = await self._conn.execute(_HOLD.format(s=self._s), params)

@@ -28,6 +28,7 @@ import psycopg
 
 from runfold.kernel import CommitUnknown, SequenceConflict, StoreUnavailable
 from runfold.stores.postgres.connections import Connection, Connections, Deadline, Identity
+from runfold.stores.postgres.heads import HEAD
 from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.schema import quote
 from runfold.stores.time_keys import time_key
@@ -126,9 +127,7 @@ async def _read_back(
             continue
         if not ended:
             continue
-        cursor = await conn.execute(
-            f"SELECT head FROM {s}.runs WHERE run_id = %s", (request.run_id,)
-        )
+        cursor = await conn.execute(HEAD.format(s=s), (request.run_id,))
         row = await cursor.fetchone()
         head = int(row[0]) if row is not None else 0
         if head != request.expected:

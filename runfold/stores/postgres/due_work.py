@@ -39,6 +39,7 @@ from runfold.stores.due_work import (
 )
 from runfold.stores.postgres import citus_due
 from runfold.stores.postgres.connections import Connection
+from runfold.stores.postgres.heads import derived
 from runfold.stores.time_keys import time_key
 
 __all__ = ["PostgresDueWork", "claim_due_function"]
@@ -97,7 +98,8 @@ statement, which reads every owned run."""
 _SERVED = "(p_served IS NULL OR runs.workflow_name = ANY(p_served))"
 
 _QUEUED = """RETURN QUERY WITH picked AS (
-                    SELECT runs.run_id, runs.last_sequence, runs.priority, runs.created_at
+                    SELECT runs.run_id, runs.last_sequence AS last_sequence, runs.priority,
+                        runs.created_at
                     FROM {s}.runs
                     WHERE runs.status = 'pending' AND runs.owner_id IS NULL
                         AND runs.queue_name {queue} AND {served} AND {not_held}
@@ -130,7 +132,7 @@ def claim_due_function(s: str) -> str:
         )
         for queue, started in (("IS NULL", ""), ("= v_queue", _STARTED.format(s=s)))
     )
-    return f"""
+    sql = f"""
     CREATE OR REPLACE FUNCTION {s}.claim_due(
         p_worker text, p_now bigint, p_until bigint, p_limit integer, p_served text[],
         p_queues text[], p_locks bigint[], p_concurrency integer[], p_mine integer[],
@@ -156,7 +158,7 @@ def claim_due_function(s: str) -> str:
         IF {orphaned} THEN
         {rooms}
         RETURN QUERY WITH cand AS (
-            SELECT runs.run_id, runs.updated_at, q.room, row_number() OVER (
+            SELECT runs.run_id, runs.updated_at AS updated_at, q.room, row_number() OVER (
                 PARTITION BY runs.queue_name ORDER BY runs.updated_at, runs.run_id) AS n
             FROM {s}.runs
             LEFT JOIN {s}.leases ON leases.worker_id = runs.owner_id
@@ -169,7 +171,7 @@ def claim_due_function(s: str) -> str:
             WHERE cand.room IS NULL OR cand.n <= cand.room
             ORDER BY cand.updated_at, cand.run_id LIMIT p_limit
         ), picked AS (
-            SELECT runs.run_id, runs.last_sequence, runs.owner_id FROM {s}.runs
+            SELECT runs.run_id, runs.last_sequence AS last_sequence, runs.owner_id FROM {s}.runs
             JOIN allowed ON allowed.run_id = runs.run_id
             FOR UPDATE OF runs SKIP LOCKED
         ), {hold}
@@ -199,7 +201,7 @@ def claim_due_function(s: str) -> str:
                 WHERE cand.room IS NULL OR cand.n <= cand.room
                 ORDER BY cand.due, cand.run_id LIMIT p_limit - v_count
             ), picked AS (
-                SELECT runs.run_id, runs.last_sequence FROM {s}.runs
+                SELECT runs.run_id, runs.last_sequence AS last_sequence FROM {s}.runs
                 JOIN allowed ON allowed.run_id = runs.run_id
                 FOR UPDATE OF runs SKIP LOCKED
             ), {hold}
@@ -249,6 +251,7 @@ def claim_due_function(s: str) -> str:
     END;
     $$;
     """
+    return derived(sql, s)  # the head from the events (`heads`)
 
 
 HOLD_DEDUP = """

@@ -57,6 +57,18 @@ _XACT = "pg_current_xact_id()::text::bigint"
 """The id of the writing transaction: its events' positions are `id × P + ordinal`."""
 _CHANGING = ("status", "updated_at", "completed_at", "last_sequence", "attributes", "owner_id")
 """The summary columns an append may change; the others are fixed when the run is created."""
+_OWN = ("status", "completed_at", "attributes", "owner_id")
+"""The changing columns the runs row holds for itself: `updated_at` and `last_sequence` are its
+last event's (`heads`), so a change of these alone leaves the row as it is."""
+_CASTS = {
+    "status": "::text",
+    "completed_at": "::bigint",
+    "attributes": "::text",
+    "owner_id": "::text",
+    "expected": "::integer",
+    "expected_position": "::bigint",
+}
+"""The types of statement parameters that may come untyped (NULL)."""
 _FIXED = (
     "workflow_name",
     "parent_run_id",
@@ -75,48 +87,58 @@ def _function_field(name: str) -> str:
     return f"r.{name}"
 
 
-def _move_head(
-    s: str,
-    field: Fields,
-    *,
-    count: str,
-    position: str,
-    xact: str,
-    row: str = "",
-    plain: bool = False,
-    every_column: bool = False,
-    also: str = "",
-    old: bool = False,
-) -> str:
-    """The `UPDATE` of the run's row that moves its head by `count` events, to `position`.
+def _last_event(s: str, field: Fields) -> str:
+    """The `SELECT` of the run's head, its last event: `(sequence, position)`, no row for none."""
+    return (
+        f"SELECT e.sequence, e.position FROM {s}.events e WHERE e.run_id = {field('run_id')} "
+        "ORDER BY e.sequence DESC LIMIT 1"
+    )
 
-    It matches nothing unless the head is `field("expected")`, its event at
-    `field("expected_position")` (when given), and written by a transaction older than `xact`
-    (an unmultiplied id): a run's events come in the feed in the order they were appended.
-    `row` names the row updated (an alias, with its dot); `plain` also requires a run without
-    hook claims or wakeups; `every_column` sets the fixed summary columns too (a repair may
-    change them); `also` adds to the `SET` list; `old` joins the row as the statement found
-    it, as `old`. The caller adds a `RETURNING` as it needs.
+
+def _at_head(field: Fields, *, head: str, position: str, xact: str) -> str:
+    """Whether the head found (`head`, its event at `position`) is the one the append expects.
+
+    That is: the head is `field("expected")`, its event at `field("expected_position")` (when
+    given), and written by a transaction older than `xact` (an unmultiplied id): a run's events
+    come in the feed in the order they were appended.
     """
+    return (
+        f"{head} = {field('expected')} "
+        f"AND {position} = coalesce({field('expected_position')}, {position}) "
+        f"AND {position} < ({xact} + 1) * {_P}"
+    )
+
+
+def _differs(
+    field: Fields,
+    columns: tuple[str, ...],
+    *,
+    extra: tuple[tuple[str, str], ...] = (),
+    casts: bool = False,
+) -> str:
+    """Whether the runs row holds other values than the append's in `columns`.
+
+    `extra` adds (column, value) pairs; `casts` types the statement parameters, which come
+    untyped when NULL."""
+    names = [*columns, *(column for column, _ in extra)]
+    values = [field(c) + (_CASTS.get(c, "") if casts else "") for c in columns]
+    values += [value for _, value in extra]
+    return f"({', '.join(names)}) IS DISTINCT FROM ({', '.join(values)})"
+
+
+def _write_run(
+    s: str, field: Fields, *, count: str, position: str, every_column: bool = False, also: str = ""
+) -> str:
+    """The `UPDATE` of the run's row to the append's summary, its head `count` events on.
+
+    `position` is the new head's; `every_column` sets the fixed summary columns too (a repair
+    may change them); `also` adds to the `SET` list."""
     columns = (*_FIXED, *_CHANGING) if every_column else _CHANGING
     sets = [f"{column} = {field(column)}" for column in columns]
     sets += [f"head = {field('expected')} + {count}", f"head_position = {position}"]
     if also:
         sets.append(also)
-    checks = [
-        f"{row}run_id = {field('run_id')}",
-        f"{row}head = {field('expected')}",
-        f"{row}head_position = coalesce({field('expected_position')}, {row}head_position)",
-        f"{row}head_position < ({xact} + 1) * {_P}",
-    ]
-    if plain:
-        checks += [f"NOT {row}has_hooks", f"NOT {row}has_wakeups"]
-    alias = f" {row[:-1]}" if row else ""
-    joined = ""
-    if old:
-        joined = f" FROM {s}.runs old"
-        checks.append(f"old.run_id = {field('run_id')}")
-    return f"UPDATE {s}.runs{alias} SET {', '.join(sets)}{joined} WHERE {' AND '.join(checks)}"
+    return f"UPDATE {s}.runs SET {', '.join(sets)} WHERE run_id = {field('run_id')}"
 
 
 _EVENTS = (
@@ -164,22 +186,25 @@ def _append_events(s: str, *, row_by_row: bool = False) -> str:
             f"INSERT INTO {s}.wakeups (run_id, kind, subject_id, due_at) VALUES (r.run_id, "
             "r.wakeup_kinds[v_i], r.wakeup_subjects[v_i], r.wakeup_due[v_i]); END LOOP;"
         )
-    move = _move_head(
+    flags = (
+        ("has_hooks", "cardinality(r.tokens) > 0"),
+        ("has_wakeups", "cardinality(r.wakeup_kinds) > 0"),
+    )
+    write = _write_run(
         s,
         _function_field,
         count="v_count",
-        position="coalesce(v_position, u.head_position)",
-        xact="v_xact",
-        row="u.",
+        position="coalesce(v_position, v_head_position)",
         every_column=True,
-        also="has_hooks = cardinality(r.tokens) > 0, has_wakeups = cardinality(r.wakeup_kinds) > 0",
-        old=True,
+        also=", ".join(f"{column} = {value}" for column, value in flags),
     )
+    differs = _differs(_function_field, (*_FIXED, *_OWN), extra=flags)
     return f"""
     -- Writes one append; returns the position before its first event (its events follow at
     -- ordinals p_offset + 1, … of this transaction). Raises {SEQUENCE_CONFLICT} (detail: the
-    -- true head) when the head is not r.expected; {TOKEN_CONFLICT} (detail: JSON naming the
-    -- claim's ordinal and its holder, never the token) when another run holds a claimed
+    -- true head) when the head is not r.expected; unique_violation when an append at the same
+    -- head committed meanwhile (the events' primary key); {TOKEN_CONFLICT} (detail: JSON naming
+    -- the claim's ordinal and its holder, never the token) when another run holds a claimed
     -- token; serialization_failure when the run's previous append committed with a younger
     -- transaction id than this one (possible only when appending at a head read before that
     -- commit): its events would come first in the feed, and a new transaction, being younger,
@@ -194,6 +219,8 @@ def _append_events(s: str, *, row_by_row: bool = False) -> str:
         v_position bigint := CASE WHEN v_count > 0 THEN v_base + v_count END;
         v_had_hooks boolean := false;
         v_had_wakeups boolean := false;
+        v_changed boolean;
+        v_ended boolean;
         v_head integer;
         v_head_position bigint;
         v_holder record;
@@ -201,36 +228,74 @@ def _append_events(s: str, *, row_by_row: bool = False) -> str:
         v_gone text;
         v_i integer;
     BEGIN
-        -- `old` is the row as this statement found it: a commit since then would have moved
-        -- the head, and the head check would have failed.
-        {move}
-        RETURNING old.has_hooks, old.has_wakeups INTO v_had_hooks, v_had_wakeups;
-        IF NOT FOUND AND r.expected = 0 THEN
+        {_last_event(s, _function_field)} INTO v_head, v_head_position;
+        v_head := coalesce(v_head, 0);
+        v_head_position := coalesce(v_head_position, 0);
+        -- The head is the one expected but its event is another: the run was deleted and
+        -- created again since the caller read it, a conflict (detail: the head).
+        IF v_head <> r.expected
+                OR v_head_position <> coalesce(r.expected_position, v_head_position) THEN
+            RAISE EXCEPTION USING ERRCODE = '{SEQUENCE_CONFLICT}',
+                MESSAGE = 'runfold: sequence conflict', DETAIL = v_head::text;
+        END IF;
+        IF v_head_position >= (v_xact + 1) * {_P} THEN
+            RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+                MESSAGE = 'runfold: the run moved on in a younger transaction; retry';
+        END IF;
+
+        -- The events' primary key is the run's lock: an append at the same head waits for
+        -- this one, then fails on it. A repair, writing no event, takes the key of the next
+        -- one for the time of this transaction, so that no append moves the head under it.
+        IF v_count > 0 THEN
+            {_insert_events(s, _function_field, base="v_base")};
+        ELSE
+            INSERT INTO {s}.events (run_id, sequence, type, schema_version, payload,
+                recorded_at, position)
+            VALUES (r.run_id, r.expected + 1, '', 0, '', 0, 0);
+            DELETE FROM {s}.events WHERE run_id = r.run_id AND sequence = r.expected + 1;
+        END IF;
+
+        -- The runs row, written only when a field it holds changes. Read after the events'
+        -- key is taken, it is the row of the append this one follows.
+        SELECT has_hooks, has_wakeups, completed_at IS NOT NULL, {differs}
+        INTO v_had_hooks, v_had_wakeups, v_ended, v_changed
+        FROM {s}.runs WHERE run_id = r.run_id;
+        IF NOT FOUND THEN
+            IF r.expected > 0 THEN  -- deleted since the head was read
+                RAISE EXCEPTION USING ERRCODE = '{SEQUENCE_CONFLICT}',
+                    MESSAGE = 'runfold: sequence conflict', DETAIL = '0';
+            END IF;
+            v_had_hooks := false;
+            v_had_wakeups := false;
             INSERT INTO {s}.runs (run_id, workflow_name, status, parent_run_id, created_at,
                 updated_at, completed_at, last_sequence, attributes, owner_id, queue_name,
                 priority, dedup_id, head, head_position, has_hooks, has_wakeups)
             VALUES (r.run_id, r.workflow_name, r.status, r.parent_run_id, r.created_at,
                 r.updated_at, r.completed_at, r.last_sequence, r.attributes, r.owner_id,
                 r.queue_name, r.priority, r.dedup_id, v_count,
-                coalesce(v_position, 0), cardinality(r.tokens) > 0,
-                cardinality(r.wakeup_kinds) > 0)
+                coalesce(v_position, 0), {", ".join(value for _, value in flags)})
             ON CONFLICT (run_id) DO NOTHING;
-        END IF;
-        IF NOT FOUND THEN
-            SELECT head, head_position INTO v_head, v_head_position
-            FROM {s}.runs WHERE run_id = r.run_id;
-            -- The head is the one expected but its event is another: the run was deleted and
-            -- created again since the caller read it, a conflict (detail: the head).
-            IF v_head = r.expected
-                    AND v_head_position = coalesce(r.expected_position, v_head_position) THEN
+            IF NOT FOUND THEN  -- a run without events, committed since the row was read
                 RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
-                    MESSAGE = 'runfold: the run moved on in a younger transaction; retry';
+                    MESSAGE = 'runfold: the run was created meanwhile; retry';
             END IF;
-            RAISE EXCEPTION USING ERRCODE = '{SEQUENCE_CONFLICT}',
-                MESSAGE = 'runfold: sequence conflict', DETAIL = coalesce(v_head, 0)::text;
+        -- A run without events is written whenever it gets some, so that dropping it
+        -- (`DROP_UNBORN_RUN`, which locks its row) and appending to it exclude each other.
+        ELSIF v_changed OR r.expected = 0 THEN
+            {write};
+            IF NOT FOUND THEN  -- deleted since the row was read
+                RAISE EXCEPTION USING ERRCODE = '{SEQUENCE_CONFLICT}',
+                    MESSAGE = 'runfold: sequence conflict', DETAIL = '0';
+            END IF;
+        ELSIF v_ended THEN
+            -- An ended run may be deleted (`DELETE_RUNS`, which locks its row first): the
+            -- append holds the row, so that the deletion waits for it, or it for the deletion.
+            PERFORM FROM {s}.runs WHERE run_id = r.run_id FOR KEY SHARE;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = '{SEQUENCE_CONFLICT}',
+                    MESSAGE = 'runfold: sequence conflict', DETAIL = '0';
+            END IF;
         END IF;
-
-        {_insert_events(s, _function_field, base="v_base")};
 
         -- Hook claims. The run's rows in `hooks` are replaced; in `tokens` only the claims
         -- that changed are touched, so a run keeping its hooks writes nothing there.
@@ -320,39 +385,47 @@ def _append_batch(s: str) -> str:
 
 
 def _append_plain_batch(s: str) -> str:
-    move = _move_head(
-        s,
-        _function_field,
-        count="v_count",
-        position=f"v_xact * {_P} + v_ordinal + v_count",
-        xact="v_xact",
-        plain=True,
-    )
+    write = _write_run(s, _function_field, count="v_count", position="v_base + v_count")
     insert = _insert_events(s, _function_field, base=f"v_xact * {_P} + v_ordinal")
+    at_head = _at_head(_function_field, head="v_head", position="v_head_position", xact="v_xact")
     return f"""
-    -- A group commit of appends onto runs that keep no hook claims and no wakeups, each to
-    -- another run: what `append_events` does for them, without the upkeep of hooks and
-    -- wakeups, or a subtransaction per append (none raises here). One row per
-    -- append, in order: its base position or, where it wrote nothing, -1 - the run's head
-    -- (0 for no run), as the single statement of one such append returns it.
+    -- A group commit of appends onto live runs that keep no hook claims and no wakeups, each
+    -- to another run: what `append_events` does for them, without the upkeep of hooks and
+    -- wakeups, or a subtransaction per append (none raises here but for an append at the same
+    -- head committed meanwhile, the events' primary key: the batch is then refused whole). One
+    -- row per append, in order: its base position or, where it wrote nothing, -1 - the run's
+    -- head (0 for no run), as the single statement of one such append returns it.
     CREATE OR REPLACE FUNCTION {s}.append_plain_batch(p_requests {s}.append_request[])
     RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
     DECLARE
         v_xact bigint := {_XACT};
         v_ordinal integer := 0;  -- ordinals taken by the appends written so far
+        v_base bigint;
         v_count integer;
         v_head integer;
+        v_head_position bigint;
+        v_changed boolean;
         r {s}.append_request;
     BEGIN
         FOREACH r IN ARRAY p_requests LOOP
             v_count := cardinality(r.types);
-            {move};
-            IF FOUND THEN
+            v_base := v_xact * {_P} + v_ordinal;
+            v_head := NULL;
+            v_changed := NULL;
+            {_last_event(s, _function_field)} INTO v_head, v_head_position;
+            IF v_count > 0 AND {at_head} THEN
+                SELECT {_differs(_function_field, _OWN)} INTO v_changed FROM {s}.runs
+                WHERE run_id = r.run_id AND completed_at IS NULL
+                    AND NOT has_hooks AND NOT has_wakeups;
+            END IF;
+            IF v_changed IS NOT NULL THEN
                 {insert};
-                RETURN NEXT v_xact * {_P} + v_ordinal;
+                IF v_changed THEN
+                    {write};
+                END IF;
+                RETURN NEXT v_base;
                 v_ordinal := v_ordinal + v_count;
             ELSE
-                SELECT head INTO v_head FROM {s}.runs WHERE run_id = r.run_id;
                 RETURN NEXT -1 - coalesce(v_head, 0);
             END IF;
         END LOOP;
@@ -414,40 +487,36 @@ def functions(s: str, *, distributed: bool = False) -> list[str]:
     ]
 
 
-_STATEMENT_CASTS = {"expected": "::integer", "expected_position": "::bigint"}
-
-
 def _statement_field(name: str) -> str:
-    return f"%({name})s{_STATEMENT_CASTS.get(name, '')}"
+    return f"%({name})s{_CASTS.get(name, '') if name.startswith('expected') else ''}"
 
 
 def plain_append(s: str) -> str:
     """One plain append of one event (`AppendRequest.single`) in one statement, schema `s`.
 
     Its parameters are named (`AppendRequest.plain_parameters`). It writes what `append_events`
-    would, with the same head and feed-order checks, on a run without hook claims or wakeups
-    before and after. It returns the base position (never negative) or, where it writes nothing,
-    `-1 - head` for the head its snapshot saw: another head is a `SequenceConflict`; the
-    expected one leaves `append_events` to say why (a commit since the snapshot, hook or wakeup
-    rows to clear, a feed-order retry).
+    would, with the same head and feed-order checks, on a live run without hook claims or
+    wakeups before and after, whose runs row the append leaves as it is. It returns the base
+    position (never negative) or, where it writes nothing, `-1 - head` for the head its snapshot
+    saw: another head is a `SequenceConflict`; the expected one leaves `append_events` to say
+    why (a commit since the snapshot, a runs row to write, hook or wakeup rows to clear, a
+    feed-order retry). An append at the same head committed meanwhile fails on the events'
+    primary key (unique_violation).
     """
-    move = _move_head(
-        s,
-        _statement_field,
-        count="1",
-        position=f"{_XACT} * {_P} + 1",
-        xact=_XACT,
-        plain=True,
-    )
+    field = _statement_field
+    at_head = _at_head(field, head="head.sequence", position="head.position", xact=_XACT)
     event = (
-        "moved, (SELECT %(type)s::text, %(version)s::integer, %(correlation_id)s::text, "
+        "head, (SELECT %(type)s::text, %(version)s::integer, %(correlation_id)s::text, "
         "%(payload)s::bytea, 1) AS e(type, version, correlation_id, payload, n)"
     )
-    insert = _insert_events(s, _statement_field, base="moved.head_position - 1", events=event)
-    # The run's head (as the statement's snapshot saw it) is looked up only when nothing was
-    # written.
+    insert = _insert_events(s, field, base=f"{_XACT} * {_P}", events=event)
+    unchanged = _differs(field, _OWN, casts=True).replace("IS DISTINCT", "IS NOT DISTINCT")
+    # The run's head (as the statement's snapshot saw it) is that of the one search.
     return f"""
-WITH moved AS ({move} RETURNING head_position), written AS ({insert})
-SELECT coalesce((SELECT head_position - 1 FROM moved),
-    -1 - coalesce((SELECT head FROM {s}.runs WHERE run_id = %(run_id)s), 0))
+WITH head AS ({_last_event(s, field)}),
+written AS ({insert} WHERE {at_head} AND EXISTS (SELECT FROM {s}.runs
+    WHERE run_id = %(run_id)s AND completed_at IS NULL AND NOT has_hooks AND NOT has_wakeups
+        AND {unchanged})
+    RETURNING position)
+SELECT coalesce((SELECT position - 1 FROM written), -1 - coalesce((SELECT sequence FROM head), 0))
 """

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from runfold.kernel import RunSummary, WorkerLease
-from runfold.stores._sql import SUMMARY_COLUMNS, summary_from_row
+from runfold.stores._sql import summary_from_row
 from runfold.stores.leases import check_orphaned_runs, check_renew_lease, check_worker_id
 from runfold.stores.time_keys import from_key, time_key
 
@@ -31,15 +31,15 @@ RETURNING true
 It returns a row when it did, none when the lease had lapsed (and nothing changed).
 """
 
-ORPHANED_RUNS = f"""
-SELECT {SUMMARY_COLUMNS} FROM {{s}}.runs
-LEFT JOIN {{s}}.leases ON leases.worker_id = runs.owner_id
+ORPHANED_RUNS = """
+SELECT {summary} FROM {s}.runs
+LEFT JOIN {s}.leases ON leases.worker_id = runs.owner_id
 WHERE runs.owner_id IS NOT NULL
     AND (leases.worker_id IS NULL OR leases.lease_until <= %(now)s)
     AND (%(served)s::text[] IS NULL OR runs.workflow_name = ANY(%(served)s::text[]))
-ORDER BY runs.updated_at, runs.run_id LIMIT %(limit)s
+ORDER BY updated_at, run_id LIMIT %(limit)s
 """
-"""The runs rows of `orphaned_runs`, oldest update first.
+"""The runs rows (`summary`) of `orphaned_runs`, oldest update first.
 
 Owned runs (so live ones; through the partial index `runs_owner`) whose owner's lease is missing
 or lapsed at `now`, of the `served` workflows (NULL: any).
@@ -52,6 +52,7 @@ class PostgresLeases:
     __slots__ = ()
 
     _s: str
+    SUMMARY: str
     _fetch: Callable[..., Awaitable[list[tuple[Any, ...]]]]
 
     async def renew_lease(self, worker_id: str, *, lease_until: datetime, now: datetime) -> bool:
@@ -88,7 +89,7 @@ class PostgresLeases:
         """Live runs whose owner holds no lease at `now`, oldest update first (`WorkerLeases`)."""
         check_orphaned_runs(now, limit=limit, workflow_names=workflow_names)
         rows = await self._fetch(
-            ORPHANED_RUNS.format(s=self._s),
+            ORPHANED_RUNS.format(s=self._s, summary=self.SUMMARY),
             {
                 "now": time_key(now),
                 "served": None if workflow_names is None else sorted(set(workflow_names)),

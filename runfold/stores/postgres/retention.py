@@ -60,8 +60,9 @@ retain no token past `before`, oldest first.
 """
 
 DROP_UNBORN_RUN = _drop(
-    "SELECT run_id FROM {s}.runs WHERE run_id = %(run_id)s AND head = 0 FOR UPDATE",
-    "SELECT coalesce(max(head), 0) FROM {s}.runs WHERE run_id = %(run_id)s",
+    "SELECT run_id FROM {s}.runs WHERE run_id = %(run_id)s AND NOT EXISTS "
+    "(SELECT FROM {s}.events WHERE run_id = %(run_id)s) FOR UPDATE",
+    "SELECT coalesce(max(sequence), 0) FROM {s}.events WHERE run_id = %(run_id)s",
 )
 """The statement of `rewrite_index` with no index, which returns the run's head.
 

@@ -154,6 +154,12 @@ MIGRATIONS: tuple[str, ...] = (
     # queued runs down `runs_queued`, skips orphans and wakeups when there are none, and keeps
     # its statements' plans.
     "SELECT 1",
+    # Migration 7 changed no table: a run's head is its last event (`heads`), and an append
+    # writes the runs row only when a field the row holds changes; the row's head, last
+    # sequence and time stand only for a run without events. Rows written before agree with
+    # their events. Its number keeps an older runfold, which reads the head off the row, from
+    # opening the schema.
+    "SELECT 1",
 )
 """The migrations, in order: the schema version is how many of them a database has had."""
 SCHEMA_VERSION = len(MIGRATIONS)

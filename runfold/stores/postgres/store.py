@@ -28,7 +28,6 @@ from runfold.kernel import (
 from runfold.kernel.limits import DEFAULT_LIMITS
 from runfold.stores import arguments, conninfo
 from runfold.stores._sql import (
-    SUMMARY_COLUMNS,
     IndexReads,
     envelopes_from_rows,
     holder_from_row,
@@ -52,6 +51,7 @@ from runfold.stores.postgres.connections import (
 from runfold.stores.postgres.due_work import PostgresDueWork
 from runfold.stores.postgres.feed import Feed
 from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
+from runfold.stores.postgres.heads import HEAD, summary_columns
 from runfold.stores.postgres.leases import PostgresLeases
 from runfold.stores.postgres.placement import Placement
 from runfold.stores.postgres.request import AppendRequest
@@ -86,6 +86,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
         self._writer = GroupCommitWriter(self._connections, schema)
         self._feed = Feed(self._connections, schema, feed_wait=feed_wait)
         self._distributed = False  # asked for at open, or found: see `runfold...citus`
+        self.SUMMARY = summary_columns(self._s)
         self.migrated_from: int | None = None
         """The schema version this store found and migrated from (0: it created the schema), or
         None while it has migrated nothing (the schema was current)."""
@@ -341,7 +342,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
 
     async def _head(self, run_id: str, /) -> int:
         """The run's last sequence; 0 for an unknown run."""
-        rows = await self._fetch(f"SELECT head FROM {self._s}.runs WHERE run_id = %s", (run_id,))
+        rows = await self._fetch(HEAD.format(s=self._s), (run_id,))
         return int(rows[0][0]) if rows else 0
 
     async def _read_all(self, after_position: int, limit: int, /) -> list[Envelope]:
@@ -384,7 +385,7 @@ class PostgresStore(IndexReads, PostgresLeases, PostgresDueWork, StoreBase):
             self._check_open()
             return []
         rows = await self._fetch(
-            f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.runs WHERE run_id = ANY(%s::text[])",
+            f"SELECT {self.SUMMARY} FROM {self._s}.runs WHERE run_id = ANY(%s::text[])",
             (list(dict.fromkeys(run_ids)),),
         )
         found = {row[0]: summary_from_row(row) for row in rows}

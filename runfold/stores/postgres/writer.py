@@ -39,6 +39,7 @@ from runfold.stores.postgres.functions import (
     TOKEN_CONFLICT,
     plain_append,
 )
+from runfold.stores.postgres.heads import HEAD
 from runfold.stores.postgres.overlap import OverlapChooser
 from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.schema import quote
@@ -112,7 +113,7 @@ class GroupCommitWriter:
         self._plain_sql = plain_append(s)
         self._batch_sql = f"SELECT state, base, detail FROM {s}.append_batch(%b)"
         self._plain_batch_sql = f"SELECT * FROM {s}.append_plain_batch(%b)"
-        self._head_sql = f"SELECT head FROM {s}.runs WHERE run_id = %s"
+        self._head_sql = HEAD.format(s=s)
 
     def group_by_worker(self, group_of: Callable[[str], int]) -> None:
         """On a cluster: a group commit takes the appends of one worker only.
