@@ -73,10 +73,15 @@ _KEYS: dict[DueReason, tuple[str, ...]] = {
 }
 """The order of each source's candidates (then `run_id`), to read the page after a key."""
 
-_LOCK = """SELECT runs.last_sequence FROM {s}.runs WHERE runs.run_id = %(run)s
-    AND runs.last_sequence = %(sequence)s AND runs.owner_id IS NOT DISTINCT FROM %(owner)s::text
+_LOCK = """SELECT runs.run_id FROM {s}.runs WHERE runs.run_id = %(run)s
+    AND runs.owner_id IS NOT DISTINCT FROM %(owner)s::text
     FOR UPDATE SKIP LOCKED"""
-"""The candidate's runs row, locked, if nothing was appended to it since it was read."""
+"""The candidate's runs row, locked, if its owner is the one read.
+
+Without the head: Citus locks rows only in a statement without subqueries."""
+_AT_SEQUENCE = """SELECT FROM {s}.runs WHERE runs.run_id = %(run)s
+    AND runs.last_sequence = %(sequence)s"""
+"""The candidate, if nothing was appended to it since it was read (`heads.derived`)."""
 
 _HOLD = """INSERT INTO {s}.due_holds AS h (run_id, worker_id, held_until, at_sequence)
     VALUES (%(run)s, %(worker)s, %(until)s, %(sequence)s)
@@ -289,8 +294,9 @@ class _Claimer:
         """Hold the run for the worker, in a transaction on its worker node: whether it did."""
         params = {**self._params, "run": run_id, "sequence": sequence, "owner": owner}
         async with self._conn.transaction():
-            cursor = await self._conn.execute(derived(_LOCK, self._s), params)
-            if await cursor.fetchone() is None:
-                return False
+            for check in (_LOCK.format(s=self._s), derived(_AT_SEQUENCE, self._s)):
+                cursor = await self._conn.execute(check, params)
+                if await cursor.fetchone() is None:
+                    return False
             cursor = await self._conn.execute(_HOLD.format(s=self._s), params)
             return await cursor.fetchone() is not None
