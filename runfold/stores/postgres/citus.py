@@ -9,8 +9,11 @@ Migrations are sent one statement at a time (Citus propagates each DDL statement
 after them `distribute` distributes every table of the layout that is not yet distributed, so a
 table a later migration adds is distributed by the same step.
 
-Three things change on a cluster, each written here once (a fourth, `claim_due`, is `citus_due`):
+Four things change on a cluster, each written here once (a fifth, `claim_due`, is `citus_due`):
 
+- **The append.** A plain append is one `INSERT ... SELECT` that Citus routes whole to the run's
+  worker (`routed_append`; in a group commit, one per append: `plain_batch_function`): one
+  round trip from the coordinator, committed on the worker in one phase.
 - **The feed's bound.** Positions stay the coordinator's transaction id × 1,000,000 + ordinal,
   one integer store-wide. `read_feed` takes its bound (the oldest transaction still running) on
   the coordinator, where those ids are issued, and then waits for the transactions below it that
@@ -23,8 +26,8 @@ Three things change on a cluster, each written here once (a fourth, `claim_due`,
   record of such a transaction: killed within the next moment (before the WAL writer's next
   round), the coordinator recovered without it and handed its ids out again, two appends
   sharing positions and the feed going back below positions already read. Each append writes
-  a small WAL record on the coordinator first (`durable_position`), so that its commit there is
-  flushed before the store answers, as on one server. Left open: a crash while an append
+  a small WAL record on the coordinator first (`durable_position`, `durable_xact_function`), so
+  that its commit there is flushed before the store answers, as on one server. Left open: a crash while an append
   commits (its worker already committed, the coordinator's flush not yet done).
 - **Retention.** A statement may not lock rows of several shards (`FOR UPDATE`), nor mix a
   distributed read with writes to a table of another distribution: `delete_runs` chooses its
@@ -184,16 +187,13 @@ def _routed_insert(
         RETURNING w.position"""
 
 
-_CASTS = {
-    "expected": "integer",
-    "expected_position": "bigint",
-    "recorded_at": "bigint",
-    "completed_at": "bigint",
-}
+_BIGINTS = ("expected_position", "recorded_at", "completed_at")
 
 
 def _parameter(name: str) -> str:
-    return f"%({name})s::{_CASTS.get(name, 'text')}"
+    """The `plain_append` parameter `name`, typed: a NULL comes untyped."""
+    kind = "integer" if name == "expected" else "bigint" if name in _BIGINTS else "text"
+    return f"%({name})s::{kind}"
 
 
 def routed_append(s: str, positions: int) -> str:
