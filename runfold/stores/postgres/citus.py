@@ -197,10 +197,10 @@ def _parameter(name: str) -> str:
 
 
 def routed_append(s: str, positions: int) -> str:
-    """One plain append of one event on a cluster, as one statement Citus routes to the run's
-    worker and commits there in one phase (autocommit): its base position, or no row.
+    """One plain append of one event on a cluster, as one statement routed to its worker.
 
-    It is `_routed_insert`'s statement, with `plain_append`'s parameters; its position the
+    Citus sends it whole to the run's worker, which commits it in one phase (autocommit). It
+    returns the base position, or no row. It is `_routed_insert`'s statement, with `plain_append`'s parameters; its position the
     coordinator's transaction id (`durable_xact`, evaluated there). No row: the append wrote
     nothing, and `append_events` says why (or writes it, with the run's row)."""
     event = "%(type)s::text, %(version)s::integer, %(correlation_id)s::text, %(payload)s::bytea"
