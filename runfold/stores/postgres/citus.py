@@ -27,8 +27,9 @@ Four things change on a cluster, each written here once (a fifth, `claim_due`, i
   round), the coordinator recovered without it and handed its ids out again, two appends
   sharing positions and the feed going back below positions already read. Each append writes
   a small WAL record on the coordinator first (`durable_position`, `durable_xact_function`), so
-  that its commit there is flushed before the store answers, as on one server. Left open: a crash while an append
-  commits (its worker already committed, the coordinator's flush not yet done).
+  that its commit there is flushed before the store answers, as on one server. Left open: a
+  crash while an append commits (its worker already committed, the coordinator's flush not
+  yet done).
 - **Retention.** A statement may not lock rows of several shards (`FOR UPDATE`), nor mix a
   distributed read with writes to a table of another distribution: `delete_runs` chooses its
   candidates without locks, then deletes each run in a transaction of its own, locking its runs
@@ -200,9 +201,10 @@ def routed_append(s: str, positions: int) -> str:
     """One plain append of one event on a cluster, as one statement routed to its worker.
 
     Citus sends it whole to the run's worker, which commits it in one phase (autocommit). It
-    returns the base position, or no row. It is `_routed_insert`'s statement, with `plain_append`'s parameters; its position the
-    coordinator's transaction id (`durable_xact`, evaluated there). No row: the append wrote
-    nothing, and `append_events` says why (or writes it, with the run's row)."""
+    returns the base position, or no row. It is `_routed_insert`'s statement, with
+    `plain_append`'s parameters; its position the coordinator's transaction id (`durable_xact`,
+    evaluated there). No row: the append wrote nothing, and `append_events` says why (or
+    writes it, with the run's row)."""
     event = "%(type)s::text, %(version)s::integer, %(correlation_id)s::text, %(payload)s::bytea"
     position = f"{s}.durable_xact() * {positions} + 1"
     xact = "pg_current_xact_id()::text::bigint"
