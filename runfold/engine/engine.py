@@ -21,9 +21,8 @@ writes to a run of another workflow, and asks the store only for their wakeups.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from types import MappingProxyType
 
 import attrs
 
@@ -31,35 +30,27 @@ from runfold.engine.drive import Drive, DriveSetup
 from runfold.engine.errors import RunDefinitionConflict, WorkflowNotServed
 from runfold.engine.journal import StepsInFlight
 from runfold.engine.lease import Lease
+from runfold.engine.observing import ObserverFanOut
 from runfold.engine.queues import hold_dedup
 from runfold.engine.retry import DEFAULT_JITTER
 from runfold.engine.runtime import DEFAULT_STEP_TIMEOUT, EngineObserver, WorkflowRuntime
-from runfold.engine.suspensions import (
-    EngineSummary,
-    Resumption,
-    Suspension,
-    suspension_order,
-    suspensions_of,
-)
+from runfold.engine.survey import LIVE, engine_summary, live_summaries, open_suspensions
+from runfold.engine.suspensions import EngineSummary, Resumption, Suspension
 from runfold.engine.turns import DriveTurns
 from runfold.handler import CommandHandler, Outcome, new_run_id
 from runfold.kernel import (
-    LIVE_RUN_STATUSES,
     BatchDecision,
     CancelRun,
     Command,
     CompleteWait,
     CreateRun,
     EntityConflict,
-    Envelope,
     Ownership,
     OwnershipLost,
     RequestCancel,
     RunCreated,
     RunExpired,
     RunOwned,
-    RunStatus,
-    RunSummary,
     Snapshot,
     StartRun,
     StoreClosed,
@@ -73,9 +64,6 @@ from runfold.kernel import (
 __all__ = ["Engine"]
 
 _log = logging.getLogger("runfold.engine")
-
-_LIVE: tuple[RunStatus, ...] = ("pending", "running", "cancelling")
-_PAGE = 500
 
 
 class Engine:
@@ -129,11 +117,8 @@ class Engine:
             raise ValueError("runtime.workflow_names must name at least one workflow")
         self.handler = handler
         self.runtime = runtime
-        self.observers = tuple(observers)
-        # Per observer, the event classes it sees (its `observed_events`), or None: every one.
-        self._observed: tuple[Collection[type] | None, ...] = tuple(
-            getattr(observer, "observed_events", None) for observer in self.observers
-        )
+        self._fan_out = ObserverFanOut(observers)
+        self.observers = self._fan_out.observers
         self.max_replay_iterations = max_replay_iterations
         self.jitter = jitter
         self.step_timeout = step_timeout
@@ -325,29 +310,9 @@ class Engine:
                 by_run.setdefault(wakeup.run_id, []).append(wakeup)
         resumed = []
         for run_id, due in by_run.items():
-            try:
-                for wakeup in due:
-                    if wakeup.kind == "wait":
-                        await self._settle(run_id, CompleteWait(wait_id=wakeup.subject_id))
-                    elif wakeup.kind == "deadline":
-                        await self._settle(
-                            run_id, TimeOutRun(deadline=wakeup.due_at, reason="deadline passed")
-                        )
-                snapshot = await self.drive(run_id)
-            except (StoreUnavailable, StoreClosed):
-                raise
-            except (RunOwned, OwnershipLost) as exc:
-                _log.debug("run %r is another worker's: %s", run_id, exc)
-                continue
-            except Exception as exc:
-                _log.warning("resuming run %r failed: %r", run_id, exc)
-                resumed.append(
-                    Resumption(run_id=run_id, wakeups=tuple(due), snapshot=None, error=exc)
-                )
-            else:
-                resumed.append(
-                    Resumption(run_id=run_id, wakeups=tuple(due), snapshot=snapshot, error=None)
-                )
+            resumption = await self._resume(run_id, tuple(due))
+            if resumption is not None:
+                resumed.append(resumption)
         return tuple(resumed)
 
     async def recover(self) -> tuple[Resumption, ...]:
@@ -370,27 +335,37 @@ class Engine:
         """
         resumed = []
         for workflow_name in sorted(self.workflow_names):
-            for status in _LIVE:
-                async for summary in self._summaries(status, workflow_name):
-                    try:
-                        snapshot = await self.drive(summary.run_id)
-                    except (StoreUnavailable, StoreClosed):
-                        raise
-                    except (RunOwned, OwnershipLost) as exc:
-                        _log.debug("run %r is another worker's: %s", summary.run_id, exc)
-                        continue
-                    except Exception as exc:
-                        _log.warning("recovering run %r failed: %r", summary.run_id, exc)
-                        resumed.append(
-                            Resumption(run_id=summary.run_id, wakeups=(), snapshot=None, error=exc)
-                        )
-                    else:
-                        resumed.append(
-                            Resumption(
-                                run_id=summary.run_id, wakeups=(), snapshot=snapshot, error=None
-                            )
-                        )
+            for status in LIVE:
+                async for summary in live_summaries(self.handler, status, workflow_name):
+                    resumption = await self._resume(summary.run_id, ())
+                    if resumption is not None:
+                        resumed.append(resumption)
         return tuple(resumed)
+
+    async def _resume(self, run_id: str, due: tuple[Wakeup, ...]) -> Resumption | None:
+        """Settle the run's `due` waits and deadline, then drive it once; what it came to.
+
+        None when another worker owns the run. A drive that fails is reported (and logged),
+        not raised, so one run never stops a sweep; a store that cannot be reached does.
+        """
+        try:
+            for wakeup in due:
+                if wakeup.kind == "wait":
+                    await self._settle(run_id, CompleteWait(wait_id=wakeup.subject_id))
+                elif wakeup.kind == "deadline":
+                    await self._settle(
+                        run_id, TimeOutRun(deadline=wakeup.due_at, reason="deadline passed")
+                    )
+            snapshot = await self.drive(run_id)
+        except (StoreUnavailable, StoreClosed):
+            raise
+        except (RunOwned, OwnershipLost) as exc:
+            _log.debug("run %r is another worker's: %s", run_id, exc)
+            return None
+        except Exception as exc:
+            _log.warning("resuming run %r failed: %r", run_id, exc)
+            return Resumption(run_id=run_id, wakeups=due, snapshot=None, error=exc)
+        return Resumption(run_id=run_id, wakeups=due, snapshot=snapshot, error=None)
 
     async def deliver(self, token: str, payload: bytes, delivery_id: str | None = None) -> Snapshot:
         """Deliver `payload` to the live hook holding `token`, then drive its run.
@@ -409,7 +384,7 @@ class Engine:
             RunfoldError: Whatever `drive` raises.
         """
         outcome = await self.handler.deliver(token, payload, delivery_id)
-        await self._notify(outcome.appended)
+        await self._fan_out.notify(outcome.appended)
         return await self._take_input(outcome.snapshot)
 
     async def request_cancel(self, run_id: str, reason: str | None = None) -> Snapshot:
@@ -487,46 +462,11 @@ class Engine:
         id.
         """
         now = now if now is not None else self.handler.clock()
-        found: list[Suspension] = []
-        for status in _LIVE:
-            async for summary in self._summaries(status):
-                found.extend(suspensions_of(await self.handler.snapshot(summary.run_id), now))
-        found.sort(key=suspension_order)
-        return tuple(found)
+        return await open_suspensions(self.handler, now)
 
     async def summary(self, now: datetime | None = None) -> EngineSummary:
         """Runs by status across the store, and the open work of live runs at `now`."""
-        now = now if now is not None else self.handler.clock()
-        by_status: dict[str, int] = {}
-        open_work: list[Suspension] = []
-        async for summary in self._summaries(None):
-            by_status[summary.status] = by_status.get(summary.status, 0) + 1
-            if summary.status in LIVE_RUN_STATUSES:
-                snapshot = await self.handler.snapshot(summary.run_id)
-                open_work.extend(suspensions_of(snapshot, now))
-        kinds = [s.kind for s in open_work]
-        return EngineSummary(
-            runs=sum(by_status.values()),
-            by_status=MappingProxyType(dict(sorted(by_status.items()))),
-            open_waits=kinds.count("wait"),
-            active_hooks=kinds.count("hook"),
-            delayed_retries=kinds.count("retry"),
-            due=sum(s.due for s in open_work),
-        )
-
-    async def _summaries(
-        self, status: RunStatus | None, workflow_name: str | None = None
-    ) -> AsyncIterator[RunSummary]:
-        cursor: str | None = None
-        while True:
-            page = await self.handler.store.list_runs(
-                status=status, workflow_name=workflow_name, cursor=cursor, limit=_PAGE
-            )
-            for summary in page.items:
-                yield summary
-            if not page.has_more or page.cursor is None:
-                return
-            cursor = page.cursor
+        return await engine_summary(self.handler, now if now is not None else self.handler.clock())
 
     # --- appending and checks --------------------------------------------------------------------
 
@@ -562,7 +502,7 @@ class Engine:
             acting_as=acting_as,
         )
         if self.observers:
-            await self._notify(outcome.appended)
+            await self._fan_out.notify(outcome.appended)
         return outcome
 
     async def _settle(self, run_id: str, command: Command) -> None:
@@ -572,19 +512,3 @@ class Engine:
             await self.execute(run_id, (command,))
         except (EntityConflict, TerminalState, RunExpired) as exc:
             _log.debug("%s on run %r was already settled: %s", type(command).__name__, run_id, exc)
-
-    async def _notify(self, envelopes: Sequence[Envelope]) -> None:
-        for envelope in envelopes:
-            kind = type(envelope.event)
-            for observer, observed in zip(self.observers, self._observed, strict=True):
-                if observed is not None and kind not in observed:
-                    continue  # not awaited for an event it ignores
-                try:
-                    await observer.on_event(envelope)
-                except Exception:
-                    _log.exception(
-                        "observer %r failed on event %d of run %r; the run goes on",
-                        observer,
-                        envelope.sequence,
-                        envelope.run_id,
-                    )

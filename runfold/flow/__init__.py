@@ -39,8 +39,9 @@ from runfold.flow.errors import (
     UnsupportedAwait,
 )
 from runfold.flow.events import set_event
-from runfold.flow.flow import Flow, FlowRun
+from runfold.flow.flow import Flow
 from runfold.flow.info import WorkflowInfo, workflow_info
+from runfold.flow.outcome import FlowRun
 from runfold.flow.patches import deprecated_patch, patched
 from runfold.flow.replay import Divergence, ReplayChecker, ReplayResult
 from runfold.flow.versions import code_version

@@ -14,8 +14,6 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import attrs
-
 from runfold.engine import (
     DEFAULT_LEASE,
     AwaitHook,
@@ -32,7 +30,7 @@ from runfold.engine import (
 )
 from runfold.flow.bodies import StepBodies
 from runfold.flow.calls import cancel_child
-from runfold.flow.continuation import continued_as, follow, last_run
+from runfold.flow.continuation import follow, last_run
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import FlowError, UnknownWorkflow
@@ -42,6 +40,7 @@ from runfold.flow.fork import restart_at, write_fork
 from runfold.flow.info import WorkflowInfo
 from runfold.flow.interpreter import OBSERVED, Interpreter
 from runfold.flow.messages import mailbox_hook
+from runfold.flow.outcome import FlowRun, flow_run
 from runfold.flow.versions import code_version
 from runfold.handler import CommandHandler
 from runfold.kernel import (
@@ -58,26 +57,11 @@ from runfold.kernel import (
 )
 from runfold.stores.protocol import EventStore
 
-__all__ = ["Flow", "FlowRun"]
+__all__ = ["Flow"]
 
 _RUN_ENDS = frozenset({RunCompleted, RunFailed, RunCancelled, RunTimedOut})
 # The decisions the Family acts on (a child's creation, a wait on a child).
 _FAMILY_DECISIONS = frozenset({LinkChildOperation, AwaitHook})
-
-
-@attrs.frozen(kw_only=True)
-class FlowRun:
-    """A run as a `Flow` reports it: status, and the output decoded once it completed."""
-
-    run_id: str
-    status: str
-    output: Any
-    """The decoded output of a completed run, else None."""
-    error: str | None
-    """The error of a failed run, else None."""
-    snapshot: Snapshot = attrs.field(repr=False)
-    continued_as: str | None = None
-    """The successor of a run that ended with `continue_as_new` (its `output` is None)."""
 
 
 class Flow:
@@ -198,11 +182,17 @@ class Flow:
         try:
             snapshot = await start(workflow_version=self.version)
         except RunDefinitionConflict:
-            # A start retried by newer code, whose digest differs, is the same start.
+            # A start retried by newer code, whose digest differs, is the same start; so is one
+            # that raced the run's first start, whose deadline was fixed a moment earlier.
             existing = None if run_id is None else await self.handler.lookup(run_id)
-            if not self.hashed_version or existing is None:
+            if existing is None:
                 raise
-            snapshot = await start(workflow_version=existing.workflow_version)
+            version = existing.workflow_version if self.hashed_version else self.version
+            if deadline is not None and existing.deadline is not None:
+                deadline = existing.deadline
+            if (version, deadline) == (self.version, start.keywords["deadline"]):
+                raise
+            snapshot = await start(workflow_version=version, deadline=deadline)
         queued = queued or queue is not None
         if queued and self.worker is not None:
             self.worker.wake()
@@ -445,20 +435,7 @@ class Flow:
 
     def report(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` as a `FlowRun`."""
-        output = successor = None
-        if snapshot.status == "completed" and snapshot.output is not None:
-            successor = continued_as(snapshot)
-            if successor is None:
-                output = self.codec.decode(snapshot.output)
-        error = None if snapshot.error is None else snapshot.error.decode(errors="replace")
-        return FlowRun(
-            run_id=snapshot.run_id,
-            status=snapshot.status,
-            output=output,
-            error=error,
-            snapshot=snapshot,
-            continued_as=successor,
-        )
+        return flow_run(snapshot, self.codec)
 
     # --- the engine's runtime and observer ----------------------------------------------------
 

@@ -12,22 +12,19 @@ Reads decode in bulk (`EventCodec.decode_many`): the payloads are joined into on
 so one call of the CBOR decoder reads them all, and each item is structured by a function
 generated once per event type and schema version (`fast.compile_decoder`).
 
-Decoding is strict (`_one_item`): a payload is exactly one CBOR item, and a map in it names each
-key once, so a corrupted tail or a doubled field is an `EventDecodeError`, never read past.
+Decoding is strict (`wire.one_item`): a payload is exactly one CBOR item, and a map in it names
+each key once, so a corrupted tail or a doubled field is an `EventDecodeError`, never read past.
+The primitives and each class's layout are in `runfold.kernel.wire`.
 """
 
 from __future__ import annotations
 
-import os
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
 from operator import call
-from types import UnionType
 from typing import Any, TypeAlias
 
 import attrs
-import cattrs
 import cbor2
 
 from runfold.kernel.errors import EventDecodeError
@@ -48,13 +45,18 @@ from runfold.kernel.events import (
     StepFailed,
     StepRetrying,
     StepStarted,
-    StepWriter,
     WaitCompleted,
     WaitCreated,
-    WorkflowWriter,
-    Writer,
 )
 from runfold.kernel.fast import compile_decoder
+from runfold.kernel.wire import (
+    REQUIRED,
+    Layout,
+    compile_fields,
+    load_payloads,
+    make_converter,
+    one_item,
+)
 
 __all__ = [
     "EventCodec",
@@ -73,100 +75,6 @@ It receives the payload as stored at version N (a dict for a map, a list for an 
 the upcaster before it returned it, and returns a dict keyed by field name or a list of the
 fields in declaration order."""
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_loads = cbor2.loads
-_MICROSECOND = timedelta(microseconds=1)
-_SEPARATOR = b"\xf7"
-"""CBOR `undefined`, written after each payload of a bulk decode: no event field is ever
-undefined, so finding it after every item, and only there, shows that the payloads split
-where the rows do."""
-_UNDEFINED = cbor2.undefined
-_MARK = os.urandom(16)
-_AFTER_ITEM = cbor2.dumps(_MARK)
-
-
-def _one_item(*parts: bytes) -> Any:
-    """The one CBOR item that `parts`, joined, hold, read strictly.
-
-    cbor2 stops at the end of the first item and ignores what follows, and keeps the last of
-    duplicate map keys. Here a duplicate key raises `CBORDecodeError`, and the bytes are read
-    as the first of a two-item array whose second is a random marker of this process: bytes
-    after the item are read in the marker's place (or make the marker unreadable), so anything
-    but exactly one item raises `ValueError`. No stored payload can hold a marker drawn at
-    start. (The parts are joined with the wrapper at once: a read's buffer is copied once.)
-    """
-    both = _loads(b"".join((b"\x82", *parts, _AFTER_ITEM)), allow_duplicate_keys=False)
-    if both[1] != _MARK:
-        raise ValueError("has bytes after its CBOR item")
-    return both[0]
-
-
-def _time_to_wire(value: datetime) -> int:
-    return (value - _EPOCH) // _MICROSECOND
-
-
-def _time_from_wire(value: Any, _: Any) -> datetime:
-    if type(value) is not int:
-        raise TypeError(f"time must be integer microseconds, not {type(value).__name__}")
-    return _EPOCH + timedelta(0, 0, value)
-
-
-def _duration_from_wire(value: Any, _: Any) -> timedelta:
-    if type(value) is not int:
-        raise TypeError(f"duration must be integer microseconds, not {type(value).__name__}")
-    return timedelta(0, 0, value)
-
-
-def _exact(kind: type) -> Callable[[Any, Any], Any]:
-    """A structure hook that accepts only values already of `kind` (no silent coercion)."""
-
-    def structure(value: Any, _: Any) -> Any:
-        if type(value) is not kind:
-            raise TypeError(f"expected {kind.__name__}, found {type(value).__name__}")
-        return value
-
-    return structure
-
-
-def _float_from_wire(value: Any, _: Any) -> float:
-    if type(value) is float or type(value) is int:
-        return float(value)
-    raise TypeError(f"expected float, found {type(value).__name__}")
-
-
-def _writer_to_wire(value: Writer) -> dict[str, Any]:
-    if isinstance(value, StepWriter):
-        return {"kind": "step", "step_id": value.step_id, "attempt": value.attempt}
-    return {"kind": "workflow"}
-
-
-def _writer_from_wire(value: Any, _: Any) -> Writer:
-    kind = value.get("kind") if isinstance(value, dict) else None
-    if kind == "workflow":
-        return WorkflowWriter()
-    if kind == "step" and type(value.get("step_id")) is str and type(value.get("attempt")) is int:
-        return StepWriter(step_id=value["step_id"], attempt=value["attempt"])
-    raise TypeError("writer must be {kind: workflow} or {kind: step, step_id, attempt}")
-
-
-def _is_str_mapping(kind: Any) -> bool:
-    return bool(kind == Mapping[str, str])
-
-
-def _make_converter() -> cattrs.Converter:
-    converter = cattrs.Converter(detailed_validation=False)
-    converter.register_unstructure_hook(datetime, _time_to_wire)
-    converter.register_structure_hook(datetime, _time_from_wire)
-    converter.register_unstructure_hook(timedelta, lambda d: d // _MICROSECOND)
-    converter.register_structure_hook(timedelta, _duration_from_wire)
-    for kind in (str, bytes, int, bool):
-        converter.register_structure_hook(kind, _exact(kind))
-    converter.register_structure_hook(float, _float_from_wire)
-    converter.register_unstructure_hook(Writer, _writer_to_wire)
-    converter.register_structure_hook(Writer, _writer_from_wire)
-    converter.register_unstructure_hook_factory(_is_str_mapping, lambda _: dict)
-    return converter
-
 
 def _map_form(data: Any) -> Any:
     """Upcaster of every catalogue type from schema version 1 (a map by field name) to 2 (the
@@ -176,71 +84,6 @@ def _map_form(data: Any) -> Any:
     return data
 
 
-_AS_IS = frozenset({str, bytes, int, bool, type(None)})
-"""Field types that travel as they are: cattrs' unstructure hook for each is the identity."""
-
-
-def _travels_as_is(hint: Any) -> bool:
-    if hint in _AS_IS:
-        return True
-    return type(hint) is UnionType and all(arg in _AS_IS for arg in typing.get_args(hint))
-
-
-def _compile_fields(
-    cls: type[Event], hints: Mapping[str, Any], hook: Callable[[Any], Callable[[Any], Any]]
-) -> Callable[[Event], list[Any]]:
-    """`event -> [field, …]` in declaration order, each unstructured as cattrs would.
-
-    Written out once per class, because the encode of every append runs it: a field of a type
-    that travels as it is is read straight off the event; any other goes through the
-    converter's hook for its type (the one cattrs' own unstructure of the class calls).
-    """
-    namespace: dict[str, Any] = {}
-    items = []
-    for number, field in enumerate(attrs.fields(cls)):  # type: ignore[arg-type]
-        hint = hints[field.name]
-        if _travels_as_is(hint):
-            items.append(f"e.{field.name}")
-        else:
-            namespace[f"h{number}"] = hook(hint)
-            items.append(f"h{number}(e.{field.name})")
-    source = f"def fields(e):\n    return [{', '.join(items)}]\n"
-    exec(compile(source, f"<runfold encoder {cls.__name__}>", "exec"), namespace)
-    return namespace["fields"]  # type: ignore[no-any-return]
-
-
-@attrs.frozen
-class _Layout:
-    """What the codec knows of one event class: its wire forms and how to build it from each."""
-
-    cls: type[Event]
-    unstructure: Callable[[Event], dict[str, Any]]
-    by_name: Callable[[Any], Event]
-    by_position: Callable[[Any], Event]
-    wire_defaults: tuple[Any, ...]
-    """Each field's default as it travels (`_REQUIRED` for a field without one)."""
-    fields: Callable[[Event], list[Any]]
-    """The event's fields as they travel, in order (`_compile_fields`)."""
-
-    def encode(self, event: Event) -> Any:
-        if not self.cls.positional:
-            return self.unstructure(event)
-        values = self.fields(event)
-        count = len(values)
-        defaults = self.wire_defaults
-        while count:  # trailing fields that hold their defaults (same type, equal) are left out
-            value, default = values[count - 1], defaults[count - 1]
-            if type(value) is not type(default) or value != default:
-                break
-            count -= 1
-        del values[count:]
-        return values
-
-    def structure(self, data: Any) -> Event:
-        return self.by_name(data) if type(data) is dict else self.by_position(data)
-
-
-_REQUIRED: Any = object()
 _RUN_CREATED_V2_FIELDS = 10
 """How many fields `run_created` had at schema version 2 (never edit)."""
 
@@ -266,7 +109,7 @@ def _is_wire_form(data: Any) -> bool:
     return type(data) is dict or type(data) is list
 
 
-def _lifted(chain: Sequence[Upcaster], layout: _Layout) -> Callable[[Any], Event]:
+def _lifted(chain: Sequence[Upcaster], layout: Layout) -> Callable[[Any], Event]:
     """The unchecked decoder of an older schema version: its upcasters, then the structure."""
 
     def decode(data: Any) -> Event:
@@ -279,20 +122,6 @@ def _lifted(chain: Sequence[Upcaster], layout: _Layout) -> Callable[[Any], Event
     return decode
 
 
-def load_payloads(payloads: Sequence[bytes]) -> list[Any]:
-    """The CBOR items of `payloads`, read in one call of the CBOR decoder: each payload's
-    unstructured form, not yet upcast or structured.
-
-    Raises `ValueError` when a payload is not exactly one CBOR item, and what the CBOR decoder
-    raises for bytes that are not CBOR or a map naming a key twice.
-    """
-    count = len(payloads)
-    items = _one_item(b"\x9f", _SEPARATOR.join(payloads), _SEPARATOR + b"\xff")  # strictly
-    if len(items) != 2 * count or items[1::2].count(_UNDEFINED) != count:
-        raise ValueError("the payloads did not split where the rows do")
-    return items[0::2]  # type: ignore[no-any-return]
-
-
 class EventCodec:
     """Encodes and decodes events; holds the upcaster registry.
 
@@ -302,7 +131,7 @@ class EventCodec:
 
     def __init__(self, event_types: Mapping[str, type[Event]] = EVENT_TYPES) -> None:
         self._types = dict(event_types)
-        self._converter = _make_converter()
+        self._converter = make_converter()
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         self._layouts = {name: self._layout_of(cls) for name, cls in self._types.items()}
         self._by_class = {layout.cls: layout for layout in self._layouts.values()}
@@ -320,7 +149,7 @@ class EventCodec:
             if EVENT_TYPES[name] is self._types.get(name):
                 self.register_upcaster(name, version, upcaster)
 
-    def _layout_of(self, cls: type[Event]) -> _Layout:
+    def _layout_of(self, cls: type[Event]) -> Layout:
         fields = attrs.fields(cls)  # type: ignore[arg-type]
         hints = typing.get_type_hints(cls)
         unstructure = self._converter.unstructure
@@ -337,13 +166,13 @@ class EventCodec:
                 cls, hook, post, wire_defaults=wire_defaults, positional=positional
             )
 
-        return _Layout(
+        return Layout(
             cls=cls,
             unstructure=self._converter.get_unstructure_hook(cls),
             by_name=decoder(False),
             by_position=decoder(True),
-            wire_defaults=tuple(wire_defaults.get(f.name, _REQUIRED) for f in fields),
-            fields=_compile_fields(cls, hints, self._converter.get_unstructure_hook),
+            wire_defaults=tuple(wire_defaults.get(f.name, REQUIRED) for f in fields),
+            fields=compile_fields(cls, hints, self._converter.get_unstructure_hook),
         )
 
     def register_upcaster(self, event_type: str, from_version: int, upcaster: Upcaster) -> None:
@@ -389,7 +218,7 @@ class EventCodec:
         fast = self._fast.get((event_type, schema_version))
         if fast is not None:
             try:
-                return fast(_one_item(payload))
+                return fast(one_item(payload))
             except Exception:
                 pass  # the checked path below says precisely what is wrong
         return self._decode_checked(event_type, schema_version, payload)
@@ -425,7 +254,7 @@ class EventCodec:
         if layout is None:
             raise EventDecodeError(event_type, schema_version, "unknown event type")
         try:
-            data = _one_item(payload)
+            data = one_item(payload)
         except ValueError as exc:
             raise EventDecodeError(event_type, schema_version, f"payload {exc}") from None
         except Exception as exc:  # cbor2 raises several unrelated classes on bad input

@@ -41,7 +41,7 @@ from runfold.kernel import (
     default_codec,
     encode_event,
 )
-from runfold.kernel.codec import _make_converter
+from runfold.kernel.wire import make_converter
 
 CATALOGUE = {
     "run_created",
@@ -500,7 +500,7 @@ def written_before_queues(event: Event) -> bool:
 def version_1_payload(event: Event) -> bytes:
     """An event's payload as runfold wrote it before the positional form: every field in a map
     (of those it had then: no queue's)."""
-    fields = _make_converter().unstructure(event)
+    fields = make_converter().unstructure(event)
     if isinstance(event, RunCreated):
         for name in _QUEUE_FIELDS:
             del fields[name]

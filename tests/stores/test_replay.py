@@ -40,7 +40,7 @@ from runfold.kernel import (
     project_run,
     run_index,
 )
-from runfold.kernel.codec import _make_converter
+from runfold.kernel.wire import make_converter
 from runfold.stores import SQLiteStore
 from runfold.stores._sql import envelopes_from_rows
 from runfold.stores.protocol import Replayer, replay_run
@@ -192,7 +192,7 @@ async def test_version_1_rows_read_through_postgres() -> None:
 def _version_1_payload(event: Any) -> bytes:
     """An event's payload as runfold wrote it before the positional form: every field in a map
     (of those it had then: a run on a queue is written as today's runfold writes it)."""
-    fields = _make_converter().unstructure(event)
+    fields = make_converter().unstructure(event)
     if isinstance(event, RunCreated):
         for name in ("queue_name", "priority", "dedup_id"):
             del fields[name]

@@ -56,13 +56,18 @@ async def test_an_append_that_changes_no_status_leaves_the_runs_row_as_it_was(
         assert ended == await kernel_summary(store, "r")
 
 
+async def orphan(store: SQLiteStore, run_id: str) -> None:
+    """A started run claimed by a worker that is gone, recorded at T0."""
+    await write(store, run_id, *started(), RunClaimed(owner_id="gone", epoch=1), at=T0)
+
+
 async def test_orphans_come_oldest_last_event_first_when_no_append_rewrote_their_row(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "runfold.db"
     async with await SQLiteStore.open(path) as store:
-        await write(store, "first", *started(), RunClaimed(owner_id="gone", epoch=1), at=T0)
-        await write(store, "second", *started(), RunClaimed(owner_id="gone", epoch=1), at=T0)
+        await orphan(store, "first")
+        await orphan(store, "second")
         await write(store, "first", log("later"), at=T0 + SECOND)  # no runs row written
         orphans = await store.orphaned_runs(LATER)
         assert [s.run_id for s in orphans] == ["second", "first"]
@@ -74,7 +79,7 @@ async def test_a_claim_due_hold_lapses_once_the_run_moves_on_without_a_runs_writ
 ) -> None:
     path = tmp_path / "runfold.db"
     async with await SQLiteStore.open(path) as store:
-        await write(store, "r", *started(), RunClaimed(owner_id="gone", epoch=1), at=T0)
+        await orphan(store, "r")
         until = LATER + timedelta(minutes=5)
         [due] = await store.claim_due("w1", now=LATER, hold_until=until, limit=10)
         assert due.run_id == "r"

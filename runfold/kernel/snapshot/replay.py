@@ -2,7 +2,7 @@
 
 A cold load reads a run's whole history and folds it. Decoded the usual way, every stored row
 becomes an event and an envelope that the fold reads once and drops. Here the payloads are read
-in one call of the CBOR decoder (`codec.load_payloads`), and the events a run repeats (those of
+in one call of the CBOR decoder (`wire.load_payloads`), and the events a run repeats (those of
 steps, waits, deliveries and log lines: `_handlers.FIELD_HANDLERS`) are folded
 straight from their positional payloads by an unpacker generated once per type
 (`fast.compile_unpacker`), which checks every field as the type's decoder does. Any other row
@@ -23,7 +23,7 @@ from itertools import islice, repeat
 from typing import Any
 
 from runfold.kernel.bulk import in_bulk
-from runfold.kernel.codec import decode_events, default_codec, load_payloads
+from runfold.kernel.codec import decode_events, default_codec
 from runfold.kernel.events import Event, make_envelope, make_envelopes
 from runfold.kernel.fast import compile_unpacker
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
@@ -31,6 +31,7 @@ from runfold.kernel.snapshot._builder import Builder, start_builder
 from runfold.kernel.snapshot._handlers import FIELD_HANDLERS, HANDLERS
 from runfold.kernel.snapshot.reducer import project_run
 from runfold.kernel.snapshot.states import Snapshot
+from runfold.kernel.wire import load_payloads
 
 __all__ = ["project_rows"]
 
