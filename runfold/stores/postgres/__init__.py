@@ -8,12 +8,13 @@
   `docs/scaling.md`).
 - **Append**: one call of the server-side function `append_events` (or, for a single event onto a
   run without hooks or wakeups, one statement that does its part, `plain_append`): one
-  transaction, one round trip. It moves the run's head in `runs` (that row is the run's lock:
-  concurrent appends to one run queue on it and all but one find the head moved), inserts the
-  batch, and keeps the run's hook and wakeup rows; the `(run_id, sequence)` primary key is the
-  backstop. Refusals come back as SQLSTATEs of runfold's own (`SEQUENCE_CONFLICT`,
-  `TOKEN_CONFLICT`). The request travels as one value of the composite type `append_request`,
-  in PostgreSQL's binary format (`wire`).
+  transaction, one round trip. It checks the run's head (its last event, `heads`) and inserts
+  the batch: the events' `(run_id, sequence)` primary key is the run's lock (concurrent appends
+  at one head queue on it and all but one fail on it). It writes the run's row in `runs` only
+  when a field the row holds changes, and keeps the run's hook and wakeup rows. Refusals come
+  back as SQLSTATEs of runfold's own (`SEQUENCE_CONFLICT`, `TOKEN_CONFLICT`). The request
+  travels as one value of the composite type `append_request`, in PostgreSQL's binary format
+  (`wire`).
 - **Group commit**: an append takes a free write slot (`MAX_WRITES` of them); while every slot
   is taken, further appends wait and go together in one transaction, one append per run and
   one write per run in flight, sorted by run id so that batches lock runs in one order. Plain
@@ -32,7 +33,8 @@
   `bytea` and attributes JSON `text`, because `text` and `jsonb` cannot hold U+0000.
 
 One idea per module: `store` (the class), `connections` (the pool and driver errors), `schema`
-(tables, migrations), `functions` (the server-side SQL), `request` and `wire` (one append and its
+(tables, migrations), `functions` (the server-side SQL), `heads` (a run's head, read from its
+last event), `request` and `wire` (one append and its
 binary encoding), `writer` (the append and its group commit), `overlap` (when a group commit
 starts beside another), `feed` (the global feed and its notifications) and `retention`.
 """

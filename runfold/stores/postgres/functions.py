@@ -1,14 +1,16 @@
 """The SQL the PostgreSQL store runs on the server: its functions, and the one-statement append.
 
-An append is one idea written once, here: check that the run's head is where the caller left it
-and move it (`_move_head`), then insert the events (`_insert_events`). Three variants compose
-those parts, each for the appends it is the cheapest way to write:
+An append is one idea written once, here: check that the run's head, its last event
+(`_last_event`), is where the caller left it (`_at_head`), insert the events (`_insert_events`),
+whose primary key refuses a concurrent append at the same head, and write the run's row only
+where a field it holds changes (`_differs`, `_write_run`). Three variants compose those parts,
+each for the appends it is the cheapest way to write:
 
 - `append_events`, the plpgsql function every append can go through: it also creates runs and
   keeps their hook claims and wakeups, and says why it refused (`SEQUENCE_CONFLICT`,
   `TOKEN_CONFLICT`, serialization_failure);
-- `append_plain_batch`, a group commit of appends onto runs without hook claims or wakeups: no
-  upkeep, and no subtransaction per append, since none can raise once written;
+- `append_plain_batch`, a group commit of appends onto live runs without hook claims or
+  wakeups: no upkeep, and no subtransaction per append (only a race on the key can raise);
 - `plain_append(s)`, one such append of one event as one statement with scalar parameters,
   sparing the function call and the composite value.
 

@@ -2,7 +2,8 @@
 
 Each statement deletes the runs its first query selects, with their events, hook, token and
 wakeup rows, in one transaction. That query locks the runs rows first: an append to a doomed run
-waits, then finds its run gone (a sequence conflict at head 0). `{s}` is the quoted schema name;
+(which holds the row of an ended run, `functions`) waits, then finds its run gone (a sequence
+conflict at head 0). `{s}` is the quoted schema name;
 the parameters are named.
 """
 

@@ -37,7 +37,8 @@ MIGRATIONS: tuple[str, ...] = (
 
     -- The summary, then the run's head (last sequence and feed position) and whether it has
     -- hook or wakeup rows (so that appends to a run without them skip their upkeep). Free space
-    -- on each page keeps the update of every append HOT.
+    -- on each page keeps the row's updates HOT. (Since migration 7 the head is read from the
+    -- run's last event, and the row written only when a field it holds changes.)
     CREATE TABLE {s}.runs (
         run_id text COLLATE "C" PRIMARY KEY,
         workflow_name text COLLATE "C" NOT NULL,
