@@ -166,8 +166,8 @@ async def test_plain_appends_are_routed_to_one_worker_in_one_phase() -> None:
     """8 writers on distinct runs, plain appends, alone and in group commits: what the
     coordinator sends the workers is, per append, one `INSERT` of its event naming one shard
     (the run's row left as it is), alone or between a `BEGIN` and a `COMMIT` (a group commit's):
-    no `COPY`, no statement over several shards, no two-phase commit; and the appends alone,
-    most of them with 4 write slots, go without a `BEGIN`, one statement each."""
+    no `COPY`, no statement over several shards, no two-phase commit; an append alone is that
+    one statement, without a `BEGIN`."""
     issued: list[str] = []
 
     async def log_remote_commands(conn: psycopg.AsyncConnection[Any]) -> None:
