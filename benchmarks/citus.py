@@ -6,8 +6,9 @@ compare like with like on a shared machine.
   to a run of its own, one call per append: a single-row `INSERT` through the coordinator
   against the same on a plain schema of the same server; the same `INSERT` in a function Citus
   pushes down to the run's worker; and the leads for a whole append (run on the worker, with
-  the worker's or the coordinator's transaction id as its position, or routed statement by
-  statement as the store does).
+  the worker's or the coordinator's transaction id as its position; routed statement by
+  statement, as the store's group commits are; one routed `INSERT ... SELECT`, as the store's
+  appends alone are).
 - **The store**: 8 writers on distinct runs through `PostgresStore`, the cluster's store opened
   with `distributed=True` on the coordinator, the plain one on a schema of the same server that
   is not distributed.
@@ -30,6 +31,7 @@ from benchmarks.citus_raw import RawSchema, raw_appends
 from benchmarks.harness import (
     Remark,
     Result,
+    Rows,
     Target,
     Trial,
     compare,
@@ -70,7 +72,19 @@ RAW_CASES: tuple[tuple[str, bool, str, str], ...] = (
         "cluster routed",
         True,
         "append_routed",
-        "raw append run on the coordinator, each statement routed (the store's path)",
+        "raw append run on the coordinator, each statement routed (the store's group commits)",
+    ),
+    (
+        "plain one",
+        False,
+        "append_one",
+        "raw append as one INSERT ... SELECT (head checked by the previous event), plain schema",
+    ),
+    (
+        "cluster one",
+        True,
+        "append_one",
+        "the same through the coordinator, routed, autocommit: the store's path",
     ),
     (
         "cluster on worker",
@@ -87,7 +101,12 @@ RAW_CASES: tuple[tuple[str, bool, str, str], ...] = (
 )
 """The raw contenders: (name, distributed, `citus_raw` case, what the row says)."""
 
-_ANCHORS = {"insert": "plain insert", "pushed": "plain insert", "append": "plain append"}
+_ANCHORS = {
+    "insert": "plain insert",
+    "pushed": "plain insert",
+    "append_one": "plain one",
+    "append": "plain append",
+}
 
 
 def _dsn() -> str:
@@ -152,38 +171,34 @@ def _measured(dsn: str, quick: bool, on: str) -> list[Result]:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 for schema_name in schemas:
                     conn.execute(f'DROP SCHEMA IF EXISTS "{schema_name}" CASCADE')
+    row = Rows(GROUP, on)
     results = []
     for name, _, case, text in RAW_CASES:
         anchor = next(a for key, a in _ANCHORS.items() if key in case)
+        against = () if name == anchor else compare(rates[name], anchor, rates[anchor])
         results.append(
-            Result(
-                group=GROUP,
-                case=f"{text}: {WRITERS} connections, ×{count} calls each",
-                on=on,
-                unit="calls/s",
-                value=rates[name],
-                comparisons=() if name == anchor else compare(rates[name], anchor, rates[anchor]),
+            row(
+                f"{text}: {WRITERS} connections, ×{count} calls each",
+                "calls/s",
+                rates[name],
+                against,
             )
         )
     case = f"{WRITERS} writers on distinct runs, ×{count} appends of one event each"
     results += [
-        Result(
-            group=GROUP,
-            case=f"plain server (one node, schema not distributed): {case}",
-            on=on,
-            unit="appends/s",
-            value=rates["plain server"],
-            comparisons=compare(rates["plain server"], "plain append", rates["plain append"]),
+        row(
+            f"plain server (one node, schema not distributed): {case}",
+            "appends/s",
+            rates["plain server"],
+            compare(rates["plain server"], "plain append", rates["plain append"]),
         ),
-        Result(
-            group=GROUP,
-            case=f"cluster through the coordinator (distributed=True): {case}",
-            on=on,
-            unit="appends/s",
-            value=rates["cluster"],
-            comparisons=(
+        row(
+            f"cluster through the coordinator (distributed=True): {case}",
+            "appends/s",
+            rates["cluster"],
+            (
                 *compare(rates["cluster"], "plain server", rates["plain server"], TARGET),
-                *compare(rates["cluster"], "cluster routed", rates["cluster routed"]),
+                *compare(rates["cluster"], "cluster one", rates["cluster one"]),
             ),
         ),
     ]

@@ -18,7 +18,12 @@ distributed by run through the coordinator:
   position.
 - `append_routed`: the head moved and the event inserted by a function run on the coordinator,
   each statement routed to the worker, the position from the coordinator's transaction id: what
-  `PostgresStore` does on a cluster today, without the store around it.
+  `PostgresStore` did on a cluster before its one-statement append, without the store around it.
+- `append_one`: the whole append as one `INSERT ... SELECT` of the event from the run's previous
+  one, autocommit: the head checked by that event's presence (and, with the primary key, by
+  the next one's absence), no runs row moved, the position from the coordinator's transaction
+  id (Citus evaluates the function there and sends the value). Routed to the run's worker and
+  committed there in one phase, as `insert` is: the ceiling of an append in one statement.
 """
 
 from __future__ import annotations
@@ -133,6 +138,14 @@ def _calls(s: str) -> dict[str, Call]:
             raise
         await conn.execute("COMMIT")
 
+    async def one(conn: psycopg.AsyncConnection[Any], run_id: str, n: int) -> None:
+        await conn.execute(
+            f"INSERT INTO {s}.events SELECT e.run_id, e.sequence + 1, %s, "
+            "pg_current_xact_id()::text::bigint * 1000000 + 1 "
+            f"FROM {s}.events e WHERE e.run_id = %s AND e.sequence = %s",
+            (PAYLOAD, run_id, n - 1),
+        )
+
     async def routed(conn: psycopg.AsyncConnection[Any], run_id: str, n: int) -> None:
         await conn.execute(f"SELECT {s}.append_routed(%s, %s, %s)", (run_id, n, PAYLOAD))
 
@@ -142,6 +155,7 @@ def _calls(s: str) -> dict[str, Call]:
         "append_on_worker": on_worker,
         "append_xact": xact,
         "append_routed": routed,
+        "append_one": one,
     }
 
 
@@ -178,6 +192,10 @@ def raw_appends(
         runs[:] = [f"{case}-{round_number}-{n}" for n in range(writers)]
         for conn, run_id in zip(conns, runs, strict=True):
             await conn.execute(f"INSERT INTO {schema.s}.runs VALUES (%s, 0, 0)", (run_id,))
+            # The event `append_one` finds before the first append.
+            await conn.execute(
+                f"INSERT INTO {schema.s}.events VALUES (%s, 0, %s, 0)", (run_id, PAYLOAD)
+            )
 
     async def writer(conn: psycopg.AsyncConnection[Any], run_id: str) -> None:
         for n in range(1, count + 1):

@@ -21,6 +21,7 @@ __all__ = [
     "Measurement",
     "Remark",
     "Result",
+    "Rows",
     "StepClock",
     "Target",
     "Trial",
@@ -103,6 +104,34 @@ class Result:
     comparisons: tuple[Comparison, ...] = ()
     note: str = ""
     lower_is_better: bool = False
+
+
+@attrs.frozen
+class Rows:
+    """The rows of one group measured on one thing: `Result`s sharing `group` and `on`."""
+
+    group: str
+    on: str
+
+    def __call__(
+        self,
+        case: str,
+        unit: str,
+        value: Measurement,
+        comparisons: tuple[Comparison, ...] = (),
+        *,
+        lower_is_better: bool = False,
+    ) -> Result:
+        """The row of `case`: `value` in `unit`, with its `comparisons`."""
+        return Result(
+            group=self.group,
+            case=case,
+            on=self.on,
+            unit=unit,
+            value=value,
+            comparisons=comparisons,
+            lower_is_better=lower_is_better,
+        )
 
 
 @attrs.frozen(kw_only=True)

@@ -21,6 +21,7 @@ from benchmarks.harness import (
     Measurement,
     Remark,
     Result,
+    Rows,
     StepClock,
     Trial,
     compare,
@@ -281,6 +282,7 @@ def _rows(
     concurrent: int,
 ) -> list[Result | Remark]:
     rows: list[Result | Remark] = []
+    row = Rows(GROUP, on)
     sequential, together = rates["sequential"], rates["concurrent"]
     for name in sequential:
         what = ENGINE if name == "runfold" else PEER
@@ -298,24 +300,14 @@ def _rows(
                 # ceiling); the hop through the driver's thread is shown beside it.
                 target = ENGINE_SEQUENTIAL_VS_CEILING if ceiling == next(iter(ceilings)) else None
                 against += compare(sequential[name], f"ceiling: {ceiling}", rate, target)
+        workflow = f"{what}: {WORKFLOW_STEPS}-step sequential workflow"
+        rows.append(row(f"{workflow}, one at a time", "workflows/s", sequential[name], against))
         rows.append(
-            Result(
-                group=GROUP,
-                case=f"{what}: {WORKFLOW_STEPS}-step sequential workflow, one at a time",
-                on=on,
-                unit="workflows/s",
-                value=sequential[name],
-                comparisons=against,
-            )
-        )
-        rows.append(
-            Result(
-                group=GROUP,
-                case=f"{what}: {WORKFLOW_STEPS}-step sequential workflow, {concurrent} at once",
-                on=on,
-                unit="workflows/s",
-                value=together[name],
-                comparisons=compare(
+            row(
+                f"{workflow}, {concurrent} at once",
+                "workflows/s",
+                together[name],
+                compare(
                     together[name],
                     "DBOS",
                     together[peer] if peer else None,
@@ -324,27 +316,17 @@ def _rows(
             )
         )
         rows += [
-            Result(
-                group=GROUP,
-                case=f"{what}: step latency p{p}",
-                on=on,
-                unit="ms",
-                value=latencies[name][p],
-                comparisons=compare(
-                    latencies[name][p], f"DBOS p{p}", latencies[peer][p] if peer else None
-                ),
+            row(
+                f"{what}: step latency p{p}",
+                "ms",
+                latencies[name][p],
+                compare(latencies[name][p], f"DBOS p{p}", latencies[peer][p] if peer else None),
                 lower_is_better=True,
             )
             for p in PERCENTILES
         ]
     rows += [
-        Result(
-            group=GROUP,
-            case=f"ceiling: {ceiling} ÷ runfold's appends per workflow",
-            on=on,
-            unit="workflows/s",
-            value=rate,
-        )
+        row(f"ceiling: {ceiling} ÷ runfold's appends per workflow", "workflows/s", rate)
         for ceiling, rate in ceilings.items()
     ]
     return rows
@@ -355,18 +337,14 @@ def _count_rows(on: str, appends: int, calls: int) -> list[Result | Remark]:
         ("appends", appends, APPENDS_BOUND, ENGINE_APPENDS_PER_WORKFLOW),
         ("store calls", calls, STORE_CALLS_BOUND, ENGINE_STORE_CALLS_PER_WORKFLOW),
     )
+    row = Rows(GROUP, on)
     return [
-        Result(
-            group=GROUP,
-            case=f"{ENGINE}: {what} per {WORKFLOW_STEPS}-step workflow",
-            on=on,
-            unit=what.split()[-1],
-            value=Measurement.of([count]),
-            comparisons=compare(
-                Measurement.of([count]),
-                f"the bound of {bound}",
-                Measurement.of([bound]),
-                target,
+        row(
+            f"{ENGINE}: {what} per {WORKFLOW_STEPS}-step workflow",
+            what.split()[-1],
+            Measurement.of([count]),
+            compare(
+                Measurement.of([count]), f"the bound of {bound}", Measurement.of([bound]), target
             ),
             lower_is_better=True,
         )

@@ -164,10 +164,10 @@ async def test_tailing_readers_skip_nothing_under_sixteen_writers() -> None:
 
 async def test_plain_appends_are_routed_to_one_worker_in_one_phase() -> None:
     """8 writers on distinct runs, plain appends, alone and in group commits: what the
-    coordinator sends the workers is, per append, one `SELECT` of the run's head and row (a
-    log line leaves the row as it is: no `UPDATE`) and one `INSERT` of its event, each naming
-    one shard group, between a `BEGIN` and a `COMMIT` (one per transaction,
-    at most one per append): no `COPY`, no statement over several shards, no two-phase commit."""
+    coordinator sends the workers is, per append, one `INSERT` of its event naming one shard
+    (the run's row left as it is), alone or between a `BEGIN` and a `COMMIT` (a group commit's):
+    no `COPY`, no statement over several shards, no two-phase commit; an append alone is that
+    one statement, without a `BEGIN`."""
     issued: list[str] = []
 
     async def log_remote_commands(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -207,15 +207,12 @@ async def test_plain_appends_are_routed_to_one_worker_in_one_phase() -> None:
         await pool.close()
     commands = [text.removeprefix("issuing ").split(" ", 3) for text in issued]
     kinds = [words[0] for words in commands]
-    selects = [text for text in issued if text.startswith("issuing SELECT")]
     inserts = [words for words in commands if words[:2] == ["INSERT", "INTO"]]
-    assert "UPDATE" not in kinds
-    assert len(selects) == appends and all(".runs_" in t and ".events_" in t for t in selects)
     assert len(inserts) == appends and all(".events_" in words[2] for words in inserts)
     begins = [text for text in issued if text.startswith("issuing BEGIN")]
     commits = [text for text in issued if text == "issuing COMMIT"]
-    assert 0 < len(begins) == len(commits) <= appends
-    assert len(issued) == len(begins) + len(commits) + 2 * appends, sorted(set(kinds))
+    assert len(begins) == len(commits) <= appends / 2
+    assert len(issued) == len(begins) + len(commits) + appends, sorted(set(kinds))
 
 
 async def test_the_client_places_runs_on_the_workers_citus_does() -> None:

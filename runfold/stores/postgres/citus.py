@@ -9,8 +9,11 @@ Migrations are sent one statement at a time (Citus propagates each DDL statement
 after them `distribute` distributes every table of the layout that is not yet distributed, so a
 table a later migration adds is distributed by the same step.
 
-Three things change on a cluster, each written here once (a fourth, `claim_due`, is `citus_due`):
+Four things change on a cluster, each written here once (a fifth, `claim_due`, is `citus_due`):
 
+- **The append.** A plain append is one `INSERT ... SELECT` that Citus routes whole to the run's
+  worker (`routed_append`; in a group commit, one per append: `plain_batch_function`): one
+  round trip from the coordinator, committed on the worker in one phase.
 - **The feed's bound.** Positions stay the coordinator's transaction id × 1,000,000 + ordinal,
   one integer store-wide. `read_feed` takes its bound (the oldest transaction still running) on
   the coordinator, where those ids are issued, and then waits for the transactions below it that
@@ -23,9 +26,10 @@ Three things change on a cluster, each written here once (a fourth, `claim_due`,
   record of such a transaction: killed within the next moment (before the WAL writer's next
   round), the coordinator recovered without it and handed its ids out again, two appends
   sharing positions and the feed going back below positions already read. Each append writes
-  a small WAL record on the coordinator first (`durable_position`), so that its commit there is
-  flushed before the store answers, as on one server. Left open: a crash while an append
-  commits (its worker already committed, the coordinator's flush not yet done).
+  a small WAL record on the coordinator first (`durable_position`, `durable_xact_function`), so
+  that its commit there is flushed before the store answers, as on one server. Left open: a
+  crash while an append commits (its worker already committed, the coordinator's flush not
+  yet done).
 - **Retention.** A statement may not lock rows of several shards (`FOR UPDATE`), nor mix a
   distributed read with writes to a table of another distribution: `delete_runs` chooses its
   candidates without locks, then deletes each run in a transaction of its own, locking its runs
@@ -35,7 +39,7 @@ Three things change on a cluster, each written here once (a fourth, `claim_due`,
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from runfold.stores._sql import holds_at
@@ -47,9 +51,12 @@ __all__ = [
     "distribute",
     "drop_unborn_run",
     "durable_position",
+    "durable_xact_function",
     "is_distributed",
     "one_row_inserts",
+    "plain_batch_function",
     "read_feed_function",
+    "routed_append",
     "row_by_row",
     "statements",
 ]
@@ -133,13 +140,126 @@ def durable_position(function: str) -> str:
     return function.replace("\n    BEGIN\n", f"\n    BEGIN\n        {_POSITION_RECORD}\n", 1)
 
 
-def row_by_row(s: str, base: str) -> str:
-    """The events of `append_request` `r` inserted one row per statement.
+def durable_xact_function(s: str) -> str:
+    """`durable_xact()`: this transaction's id, after `_POSITION_RECORD` (see `durable_position`).
+
+    Declared STABLE, though it writes that record, so that Citus evaluates it on the coordinator
+    and sends the value on: a volatile function in a routed `INSERT ... SELECT` makes Citus
+    run the `SELECT` on the worker (the id then the worker's), send its rows back with `COPY`
+    and commit in two phases."""
+    return f"""
+    CREATE OR REPLACE FUNCTION {s}.durable_xact() RETURNS bigint LANGUAGE plpgsql STABLE AS $fn$
+    BEGIN
+        {_POSITION_RECORD}
+        RETURN pg_current_xact_id()::text::bigint;
+    END
+    $fn$;
+"""
+
+
+def _routed_insert(
+    s: str, field: Callable[[str], str], event: str, position: str, xact: str, positions: int
+) -> str:
+    """The `INSERT ... SELECT` of an append's first event that Citus routes to its run's worker.
+
+    It inserts the event (`event`: its type, version, correlation id and payload) at
+    `position`, after the run's last one, found by the primary key at the expected head (and at
+    the expected position, when given), written by a transaction older than `xact` (the feed
+    order; `positions` is `POSITIONS_PER_TRANSACTION`), onto a live run whose row the append
+    leaves as it is: not ended, no hook or wakeup rows, the same status, owner and attributes.
+    The key `(run_id, sequence)` refuses a second event at that sequence (`unique_violation`).
+    It returns the position, or no row where it wrote nothing. `field` gives the append's other
+    fields. Every value but the columns read is a constant or a parameter, the run id among
+    them, and no function in it is volatile, so that Citus routes it (an `INSERT` of a
+    data-modifying `WITH` it runs in steps, and commits in two phases)."""
+    run_id = field("run_id")
+    return f"""INSERT INTO {s}.events AS w (run_id, sequence, type, schema_version,
+            correlation_id, payload, recorded_at, position)
+        SELECT prev.run_id, prev.sequence + 1, {event}, {field("recorded_at")}, {position}
+        FROM {s}.events prev JOIN {s}.runs run ON run.run_id = prev.run_id
+        WHERE prev.run_id = {run_id} AND run.run_id = {run_id}
+            AND prev.sequence = {field("expected")}
+            AND prev.position = coalesce({field("expected_position")}, prev.position)
+            AND prev.position < ({xact} + 1) * {positions}
+            AND run.completed_at IS NULL AND NOT run.has_hooks AND NOT run.has_wakeups
+            AND (run.status, run.completed_at, run.attributes, run.owner_id)
+                IS NOT DISTINCT FROM ({field("status")}, {field("completed_at")},
+                    {field("attributes")}, {field("owner_id")})
+        RETURNING w.position"""
+
+
+_BIGINTS = ("expected_position", "recorded_at", "completed_at")
+
+
+def _parameter(name: str) -> str:
+    """The `plain_append` parameter `name`, typed: a NULL comes untyped."""
+    kind = "integer" if name == "expected" else "bigint" if name in _BIGINTS else "text"
+    return f"%({name})s::{kind}"
+
+
+def routed_append(s: str, positions: int) -> str:
+    """One plain append of one event on a cluster, as one statement routed to its worker.
+
+    Citus sends it whole to the run's worker, which commits it in one phase (autocommit). It
+    returns the base position, or no row. It is `_routed_insert`'s statement, with
+    `plain_append`'s parameters; its position the coordinator's transaction id (`durable_xact`,
+    evaluated there). No row: the append wrote nothing, and `append_events` says why (or
+    writes it, with the run's row)."""
+    event = "%(type)s::text, %(version)s::integer, %(correlation_id)s::text, %(payload)s::bytea"
+    position = f"{s}.durable_xact() * {positions} + 1"
+    xact = "pg_current_xact_id()::text::bigint"
+    insert = _routed_insert(s, _parameter, event, position, xact, positions)
+    return f"{insert} - 1"
+
+
+def plain_batch_function(s: str, positions: int) -> str:
+    """`append_plain_batch` for a cluster: each append's first event by `_routed_insert`.
+
+    One routed statement per append of one event, where the single server's function reads
+    the head and the runs row first; what it returns is the same (the base position, or -1 -
+    the run's head where it wrote nothing). An append it cannot write (a runs row to write, hook
+    or wakeup rows to clear) it leaves to `append_events` that way, as it does a conflict."""
+    event = "r.types[1], r.versions[1], r.correlation_ids[1], r.payloads[1]"
+    insert = _routed_insert(s, lambda name: f"r.{name}", event, "v_base + 1", "v_xact", positions)
+    return f"""
+    CREATE OR REPLACE FUNCTION {s}.append_plain_batch(p_requests {s}.append_request[])
+    RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
+    DECLARE
+        v_xact bigint := {s}.durable_xact();
+        v_ordinal integer := 0;  -- ordinals taken by the appends written so far
+        v_base bigint;
+        v_written bigint;
+        v_head integer;
+        v_n integer;
+        r {s}.append_request;
+    BEGIN
+        FOREACH r IN ARRAY p_requests LOOP
+            v_base := v_xact * {positions} + v_ordinal;
+            v_written := NULL;
+            IF cardinality(r.types) > 0 THEN
+                {insert} INTO v_written;
+            END IF;
+            IF v_written IS NOT NULL THEN
+                {row_by_row(s, "v_base", first=2)};
+                RETURN NEXT v_base;
+                v_ordinal := v_ordinal + cardinality(r.types);
+            ELSE
+                SELECT max(sequence) INTO v_head FROM {s}.events WHERE run_id = r.run_id;
+                RETURN NEXT -1 - coalesce(v_head, 0);
+            END IF;
+        END LOOP;
+    END
+    $fn$;
+"""
+
+
+def row_by_row(s: str, base: str, *, first: int = 1) -> str:
+    """The events of `append_request` `r` inserted one row per statement, from the `first`.
 
     Their positions are `base` + n. One `INSERT ... SELECT` would do on one server, but Citus
     writes it with `COPY` and commits any transaction that used it in two phases, even on one
     worker; a row of `VALUES` with the run id given is routed to the run's shard."""
-    return f"""FOR v_n IN 1..cardinality(r.types) LOOP
+    return f"""FOR v_n IN {first}..cardinality(r.types) LOOP
             INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id,
                 payload, recorded_at, position)
             VALUES (r.run_id, r.expected + v_n, r.types[v_n], r.versions[v_n],

@@ -24,7 +24,9 @@ from collections.abc import Callable
 
 from runfold.stores.postgres.citus import (
     durable_position,
+    durable_xact_function,
     one_row_inserts,
+    plain_batch_function,
     read_feed_function,
     row_by_row,
 )
@@ -476,15 +478,13 @@ def functions(s: str, *, distributed: bool = False) -> list[str]:
             _append_plain_batch(s),
             claim_due_function(s),
         ]
-    inserts = {
-        _insert_events(s, _function_field, base=base): row_by_row(s, base)
-        for base in ("v_base", f"v_xact * {_P} + v_ordinal")
-    }
+    inserts = {_insert_events(s, _function_field, base="v_base"): row_by_row(s, "v_base")}
     return [
+        durable_xact_function(s),
         durable_position(one_row_inserts(_append_events(s, row_by_row=True), inserts)),
         _append_batch(s),
         read_feed_function(s, _P),
-        durable_position(one_row_inserts(_append_plain_batch(s), inserts)),
+        plain_batch_function(s, _P),
         claim_due_function(s),
     ]
 

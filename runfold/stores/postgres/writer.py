@@ -30,6 +30,7 @@ from runfold.kernel import (
     StoreUnavailable,
     TokenConflict,
 )
+from runfold.stores.postgres.citus import routed_append
 from runfold.stores.postgres.connections import Connection, Connections, Deadline, Identity
 from runfold.stores.postgres.doubt import SETTLE_GRACE, settle
 from runfold.stores.postgres.functions import (
@@ -103,6 +104,7 @@ class GroupCommitWriter:
         self._group_of: Callable[[str], int] | None = None  # a cluster's worker of a run
         # A plain append alone: as `plain_append` (one server), else as `append_plain_batch`.
         self._one_statement = True
+        self._routed_sql: str | None = None  # a cluster's plain append of one event alone
         self.idle = asyncio.Event()
         """Set while no append is being written or waits to be."""
         self.idle.set()
@@ -119,12 +121,15 @@ class GroupCommitWriter:
         `group_of` gives a run id's worker, so that no group commit is a two-phase commit. Every
         connection of the pool is a write slot: Citus sends a group commit's statements to the
         worker one after another, a round trip each, so a batch saves commits but not time,
-        while appends in transactions side by side overlap their trips. A plain append alone
-        goes through `append_plain_batch` (two statements, each routed by the run id's value),
-        not `plain_append`: Citus plans that one statement in several steps and commits it in
-        two phases."""
+        while appends in transactions side by side overlap their trips. A plain append of one
+        event alone goes as `citus.routed_append`, one statement routed to the run's worker
+        and committed there in one phase (where that writes nothing, through `append_events`);
+        a plain append of more events through `append_plain_batch` (`citus.plain_batch_function`,
+        a statement per event), not `plain_append`: Citus plans that one statement in several
+        steps and commits it in two phases."""
         self._group_of = group_of
         self._one_statement = False
+        self._routed_sql = routed_append(quote(self._schema), POSITIONS_PER_TRANSACTION)
         self._max_writes = self._connections.pool.max_size
 
     async def append(self, request: AppendRequest) -> int:
@@ -266,7 +271,14 @@ class GroupCommitWriter:
                     try:
                         cursor = self._connections.cursors[conn]
                         plain = True
-                        if request.single and self._one_statement:
+                        if request.single and self._routed_sql is not None:
+                            # A cluster's one statement: no row, and append_events says why.
+                            await cursor.execute(self._routed_sql, request.plain_parameters())
+                            row = await cursor.fetchone()
+                            if row is not None:
+                                return int(row[0])
+                            plain = False
+                        elif request.single and self._one_statement:
                             await cursor.execute(self._plain_sql, request.plain_parameters())
                         elif request.plain and not self._one_statement:
                             await cursor.execute(self._plain_batch_sql, (self._encode([request]),))
