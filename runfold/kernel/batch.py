@@ -29,12 +29,26 @@ __all__ = ["BatchDecision", "decide_after", "decide_many", "join_decisions", "re
 # Every `BatchDecision` `decide_many` or `join_decisions` made and that is still alive, by id:
 # the kernel's own decisions, which `recheck_decision` need not fold again. (By id with a weak
 # reference, not a WeakSet: hashing a decision hashes all its events.)
-_MADE: dict[int, weakref.ref[BatchDecision]] = {}
+_MADE: dict[int, _Made] = {}
+
+
+class _Made(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference to a decision of the kernel's, which knows its key in `_MADE`."""
+
+    __slots__ = ("key",)
+    key: int
+
+
+def _forget(ref: _Made) -> None:
+    """Drop a dead decision's entry (unless its id already names a newer decision)."""
+    if _MADE.get(ref.key) is ref:
+        del _MADE[ref.key]
 
 
 def _made(decision: BatchDecision) -> BatchDecision:
-    key = id(decision)
-    _MADE[key] = weakref.ref(decision, lambda _, key=key: _MADE.pop(key, None))  # type: ignore[misc]
+    ref = _Made(decision, _forget)
+    ref.key = key = id(decision)
+    _MADE[key] = ref
     return decision
 
 
