@@ -221,11 +221,10 @@ def render_snapshot(terminal: Terminal, run: Snapshot) -> None:
     line = terminal.line
     line(("run", "bold"), f" {run.run_id}  ", terminal.status(run.status))
     ended = f", ended {elapsed(run.created_at, run.completed_at)}" if run.completed_at else ""
-    fields = [
-        (
-            "workflow",
-            run.workflow_name + (f" v{run.workflow_version}" if run.workflow_version else ""),
-        ),
+    fields = [("workflow", run.workflow_name)]
+    if run.workflow_version:  # "v" before a digest's "code-…" read as a name: a row of its own
+        fields.append(("version", run.workflow_version))
+    fields += [
         ("created", f"{timestamp(run.created_at)}{ended}"),
         ("input", preview(run.input, 72)),
     ]

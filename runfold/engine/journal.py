@@ -340,6 +340,7 @@ class Journal:
         place = exc.command_index
         refused = commands[place]
         if isinstance(refused, StartRun) and isinstance(exc, NonDeterministic):
+            self.discard()  # the run is another's: nothing of this batch can be recorded
             raise RunDefinitionConflict(
                 f"run {self.run_id!r} already exists with another definition", run_id=self.run_id
             ) from exc

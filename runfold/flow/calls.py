@@ -398,8 +398,8 @@ def wait_for_event(hook_id: str, *, token: str, timeout: timedelta | float | Non
 def set_attributes(changes: Mapping[str, str | None]) -> Any:
     """Set the run's attributes (a None value removes the key), recorded once, in order.
 
-    They are what `runfold show`, `runfold runs --attr KEY=VALUE` and the inspector show and
-    filter by: a stage, a customer id. A key starting with `$` is reserved to runfold.
+    They are what `runfold show`, `runfold runs --json` and the inspector show: a stage, a
+    customer id. A key starting with `$` is reserved to runfold.
 
     Raises:
         InvalidAttributes: (from the Flow call driving the run) a key or value the kernel refuses.

@@ -182,11 +182,17 @@ class Flow:
         try:
             snapshot = await start(workflow_version=self.version)
         except RunDefinitionConflict:
-            # A start retried by newer code, whose digest differs, is the same start.
+            # A start retried by newer code, whose digest differs, is the same start; so is one
+            # that raced the run's first start, whose deadline was fixed a moment earlier.
             existing = None if run_id is None else await self.handler.lookup(run_id)
-            if not self.hashed_version or existing is None:
+            if existing is None:
                 raise
-            snapshot = await start(workflow_version=existing.workflow_version)
+            version = existing.workflow_version if self.hashed_version else self.version
+            if deadline is not None and existing.deadline is not None:
+                deadline = existing.deadline
+            if (version, deadline) == (self.version, start.keywords["deadline"]):
+                raise
+            snapshot = await start(workflow_version=version, deadline=deadline)
         queued = queued or queue is not None
         if queued and self.worker is not None:
             self.worker.wake()

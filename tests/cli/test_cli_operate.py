@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,9 +22,10 @@ import pytest
 from runfold import CommandHandler
 from runfold.commands import CreateHook, CreateRun, StartRun
 from runfold.flow import Flow
-from runfold.stores import SQLiteStore
+from runfold.stores import SQLiteStore, open_store
 from runfold.testing import CrashingStore, Fault, SimulatedCrash
 from tests.support.cli_support import ROOT, ok, one_line_error, run_ids, runfold_cli
+from tests.support.postgres_support import DSN, admin, schema_name
 
 pytestmark = pytest.mark.slow
 
@@ -209,13 +211,25 @@ def make(store):
 """
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ops.db'}"
+        return
+    admin()  # skips without a server (fails under CI=true)
+    name = schema_name("operate")
+    yield f"{DSN}?schema={name}"
+    admin().execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
 async def test_resume_hands_the_store_to_a_factory_that_takes_one(
-    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, backend_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    url = backend_url
     (tmp_path / "relay_runtime.py").write_text(RELAY_RUNTIME)
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("relay_runtime")
-    async with await SQLiteStore.open(tmp_path / "ops.db") as store:
+    async with await open_store(url) as store:
         flow = module.make(store)
         await flow.start(module.listener, "told-token", run_id="L")
         dying = Flow(CrashingStore(store, [Fault(write=1, moment="after", kind="stop")]))

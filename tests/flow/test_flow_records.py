@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
@@ -11,12 +13,15 @@ from runfold.engine import RunDefinitionConflict
 from runfold.flow import (
     Flow,
     FlowNonDeterminism,
+    FlowRun,
     report_progress,
     set_attributes,
     sleep,
     step,
     workflow,
 )
+from runfold.kernel import Envelope
+from runfold.testing import DelegatingStore
 from tests.conftest import Clock
 
 
@@ -93,6 +98,53 @@ async def test_a_timeout_is_fixed_at_the_first_start(store: EventStore, clock: C
     later = clock.now + timedelta(days=1)
     assert await flow.engine.open_suspensions(later) == ()
     assert await store.due_wakeups(later, limit=10) == []
+
+
+class RacedByAnotherStart(DelegatingStore):
+    """Lets another process's start of the same run commit right after this one's nth read."""
+
+    def __init__(
+        self, inner: EventStore, racer: Callable[[], Awaitable[object]], reads: int
+    ) -> None:
+        super().__init__(inner)
+        self.racer: Callable[[], Awaitable[object]] | None = racer
+        self.reads = reads
+
+    async def _read(
+        self, run_id: str, after: int, limit: int | None, descending: bool, /
+    ) -> list[Envelope]:
+        found = await super()._read(run_id, after, limit, descending)
+        self.reads -= 1
+        racer, self.racer = (self.racer, None) if self.reads == 0 else (None, self.racer)
+        if racer is not None:
+            await racer()
+        return found
+
+
+@pytest.mark.parametrize("reads", [1, 2])  # before its deadline is fixed; before it records
+async def test_a_start_racing_the_first_start_gets_its_deadline(
+    store: EventStore, clock: Clock, caplog: pytest.LogCaptureFixture, reads: int
+) -> None:
+    # Two web requests for one order: the second read no run, then the first recorded it with
+    # its deadline, a moment before the second's. The same start: not a conflict.
+    first_flow = Flow(store, [slow_order], clock=clock)
+    later = Clock(clock.now + timedelta(seconds=1))
+
+    async def first() -> FlowRun:
+        return await first_flow.start(slow_order, "o", run_id="o", timeout=timedelta(hours=1))
+
+    raced = RacedByAnotherStart(store, first, reads)
+    second = await Flow(raced, [slow_order], clock=later).start(
+        slow_order, "o", run_id="o", timeout=timedelta(hours=1)
+    )
+    assert raced.racer is None  # the first start did go in between
+    assert second.snapshot.deadline == clock.now + timedelta(hours=1)
+    # The refused first try is not logged as a failure to record (with two tracebacks).
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    with pytest.raises(RunDefinitionConflict):  # another input is still another run
+        await Flow(store, [slow_order], clock=later).start(
+            slow_order, "other", run_id="o", timeout=timedelta(hours=1)
+        )
 
 
 async def test_a_timeout_must_be_positive() -> None:

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from runfold.flow import Flow, step, workflow
+from runfold.flow import Flow, code_version, step, workflow
 from runfold.kernel.naming import step_label, step_names
-from runfold.stores import SQLiteStore
+from runfold.stores import SQLiteStore, open_store
 from tests.support.cli_support import cells, ok, runfold_cli
+from tests.support.postgres_support import DSN, admin, schema_name
 from tests.support.ui_support import CHROMIUM, HOSTILE, run_async, serve
 
 # A name a browser would run and a terminal would show reversed, with rich markup in it.
@@ -37,17 +38,33 @@ async def named(amount: int) -> list[str]:
     return [paid, *both]
 
 
-async def _populate(path: Path) -> None:
-    async with await SQLiteStore.open(path) as store:
+async def _populate(url: str) -> None:
+    async with await open_store(url) as store:
         run = await Flow(store, [named]).start(named, 30, run_id=RUN)
         assert run.status == "completed", run.error
 
 
 @pytest.fixture(scope="module")
 def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("names") / "runs.db"
-    run_async(_populate(path))
-    return f"sqlite:///{path}"
+    url = f"sqlite:///{tmp_path_factory.mktemp('names') / 'runs.db'}"
+    run_async(_populate(url))
+    return url
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def cli_url(request: pytest.FixtureRequest, store_url: str) -> Iterator[str]:
+    """The flow run on a SQLite file, or the same run written to PostgreSQL."""
+    if request.param == "sqlite":
+        yield store_url
+        return
+    admin()  # skips without a server (fails under CI=true)
+    name = schema_name("names")
+    url = f"{DSN}?schema={name}"
+    run_async(_populate(url))
+    yield url
+    admin().execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
 def test_a_step_label_is_its_name_and_id_unless_they_are_one() -> None:
@@ -57,21 +74,23 @@ def test_a_step_label_is_its_name_and_id_unless_they_are_one() -> None:
 
 
 @pytest.mark.slow
-def test_show_names_a_flow_runs_steps(store_url: str) -> None:
-    text = ok(runfold_cli("--store", store_url, "show", RUN))
+def test_show_names_a_flow_runs_steps(cli_url: str) -> None:
+    text = ok(runfold_cli("--store", cli_url, "show", RUN))
+    version = next(line for line in text.splitlines() if line.strip().startswith("version"))
+    assert cells(version) == ["version", code_version([named])]  # not "vcode-…" after the name
     rows = {cells(line)[0]: cells(line) for line in text.splitlines() if line.startswith("  ")}
     assert rows["charge #1"][1:3] == ["completed", "1"]
     assert rows["ship #3"][1] == "completed"
     inert_name = HOSTILE + "\\u202egnp.exe[bold]x[/]"
     assert rows[f"{inert_name} #2"][1] == "completed"  # shown inert, markup as text
     assert "\u202e" not in text
-    shown = json.loads(ok(runfold_cli("--store", store_url, "show", RUN, "--json")))
+    shown = json.loads(ok(runfold_cli("--store", cli_url, "show", RUN, "--json")))
     assert shown["steps"]["2"]["step_name"] == NASTY  # JSON keeps ids and names apart
 
 
 @pytest.mark.slow
-def test_history_names_a_flow_runs_steps(store_url: str) -> None:
-    lines = ok(runfold_cli("--store", store_url, "history", RUN)).splitlines()
+def test_history_names_a_flow_runs_steps(cli_url: str) -> None:
+    lines = ok(runfold_cli("--store", cli_url, "history", RUN)).splitlines()
     rows = [cells(line) for line in lines[1:]]
     subjects = [(row[2], row[3]) for row in rows if row[2].startswith("step_")]
     assert ("step_created", "charge #1") in subjects
