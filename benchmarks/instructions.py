@@ -59,8 +59,9 @@ def _counted(part: str, workflows: int, folder: Path) -> int:
 
 def _baseline(part: str) -> str:
     """The part whose run with no workflow is `part`'s start-up: every part imports the same
-    modules, but `flow` also makes a `Flow` (its code's digest) and warms up its own code."""
-    return "flow" if part == "flow" else "engine"
+    modules, but the `flow` ones also make a `Flow` (its code's digest) and warm up their own
+    code (and threads)."""
+    return part if part.startswith("flow") else "engine"
 
 
 def instructions_per_step(
@@ -92,7 +93,9 @@ def bench_instructions(quick: bool) -> list[Result | Remark]:
         return [Remark(group=GROUP, text="No valgrind: instructions per step not counted.")]
     # Quick: the whole engine and runfold.flow only, on few workflows (each count is a process
     # under valgrind).
-    parts = instructions_per_step(*((3, ("flow", "engine")) if quick else (WORKFLOWS, PARTS)))
+    parts = instructions_per_step(
+        *((3, ("flow", "flow-threads", "engine")) if quick else (WORKFLOWS, PARTS))
+    )
     count = Measurement.of([parts["engine"]])
     before = Measurement.of([ENGINE_INSTRUCTIONS_PER_STEP_BEFORE])
 
@@ -127,6 +130,20 @@ def bench_instructions(quick: bool) -> list[Result | Remark]:
             lower_is_better=True,
             note="counted once: the same workflow as `@workflow` code (`Flow.start`); over "
             "the engine, the interpreter, the step calls and bodies, the JSON payloads",
+        )
+    )
+    threads = Measurement.of([parts["flow-threads"]])
+    found.append(
+        Result(
+            group=GROUP,
+            case=f"runfold.flow on MemoryStore, plain `def` step bodies: instructions per step, "
+            f"{WORKFLOW_STEPS}-step workflow (callgrind)",
+            on="MemoryStore",
+            unit="instructions",
+            value=threads,
+            comparisons=compare(threads, "`async def` bodies", flow),
+            lower_is_better=True,
+            note="counted once: each body handed to the Flow's step threads and back",
         )
     )
     if "kernel" in parts:

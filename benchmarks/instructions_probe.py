@@ -8,6 +8,8 @@ step's instructions go:
 - `flow`: the same workflow as `runfold.flow` code (`Flow.start` of `benchmarks.flow`'s
   `flow_sequential`): the engine and the flow layer over it (the interpreter, the step calls,
   the bodies, the JSON payloads).
+- `flow-threads`: the same with a plain `def` step body, which a Flow hands to its step threads
+  and back: over `flow`, what that hand-off costs per step.
 - `engine`: the whole engine (`Engine.start`), as `benchmarks.workflows` runs it.
 - `handler`: the same appends without the engine: the kernel's decisions as the engine's
   journal makes them (`decide_many`, then `decide_after` for the next step's start), each
@@ -28,7 +30,7 @@ from benchmarks.workflows import SequentialWorkflow
 from benchmarks.workloads import PAYLOAD_BYTES, WORKFLOW_STEPS
 from runfold import CommandHandler, MemoryStore
 from runfold.engine import Engine
-from runfold.flow import Flow
+from runfold.flow import Flow, step, workflow
 from runfold.handler import new_run_id
 from runfold.kernel import (
     BatchDecision,
@@ -114,7 +116,25 @@ async def _flow(flow: Flow) -> None:
     assert run.status == "completed"
 
 
-PARTS = ("flow", "engine", "handler", "kernel")
+def _work_in_thread(previous: str) -> str:
+    return "o" * PAYLOAD_BYTES
+
+
+@workflow(name="bench-flow-threads")
+async def flow_threads(input: str) -> str:
+    """`flow_sequential` with a plain `def` body: each step goes to a thread and back."""
+    output = input
+    for _ in range(WORKFLOW_STEPS):
+        output = await step(_work_in_thread, output)
+    return output
+
+
+async def _flow_threads(flow: Flow) -> None:
+    run = await flow.start(flow_threads, "i" * PAYLOAD_BYTES)
+    assert run.status == "completed"
+
+
+PARTS = ("flow", "flow-threads", "engine", "handler", "kernel")
 
 
 async def _main(part: str, workflows: int) -> None:
@@ -123,6 +143,9 @@ async def _main(part: str, workflows: int) -> None:
     if part == "flow":
         flow = Flow(MemoryStore(), [flow_sequential])
         one = lambda: _flow(flow)  # noqa: E731
+    elif part == "flow-threads":
+        threaded = Flow(MemoryStore(), [flow_threads])
+        one = lambda: _flow_threads(threaded)  # noqa: E731
     elif part == "engine":
         engine = Engine(handler, SequentialWorkflow())
         one = lambda: _engine(engine)  # noqa: E731

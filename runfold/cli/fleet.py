@@ -12,7 +12,7 @@ import importlib
 import logging
 import signal
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 
@@ -25,7 +25,7 @@ from runfold.cli.store_access import work_on_store
 from runfold.cli.values import timestamp
 from runfold.engine import DEFAULT_LEASE, Queue
 from runfold.flow import Flow, registered_workflows
-from runfold.kernel import InvalidArgument, RunStatus
+from runfold.kernel import InvalidArgument, RunStatus, WorkerLease
 from runfold.stores import EventStore, WorkerLeases
 
 
@@ -205,11 +205,13 @@ def workers(ctx: click.Context, as_json: bool, command_store: str | None) -> int
                 if not page.has_more:
                     break
                 cursor = page.cursor
+        now = datetime.now(UTC)
         rows = [
             {
                 "worker_id": lease.worker_id,
                 "started_at": timestamp(lease.started_at),
-                "lease_until": timestamp(lease.lease_until),
+                "lease": lease_state(lease, now),
+                "lease_until": None if spent(lease) else timestamp(lease.lease_until),
                 "runs": owned.get(lease.worker_id, 0),
             }
             for lease in leases
@@ -219,10 +221,30 @@ def workers(ctx: click.Context, as_json: bool, command_store: str | None) -> int
         elif not rows:
             terminal.line("no workers")
         for row in [] if as_json else rows:
+            held = {
+                "holds": f"lease until {row['lease_until']}",
+                "lapsed": f"lease lapsed at {row['lease_until']}",
+                "spent": "lease spent (its runs taken over)",
+            }[str(row["lease"])]
             terminal.line(
-                f"{row['worker_id']}  runs {row['runs']}  lease until {row['lease_until']}  "
-                f"since {row['started_at']}"
+                f"{row['worker_id']}  runs {row['runs']}  {held}  since {row['started_at']}"
             )
         return EXIT_OK
 
     return work_on_store(ctx, command_store, work, read_only=True)
+
+
+def spent(lease: WorkerLease) -> bool:
+    """Whether a worker's lease was spent by a takeover, so that it is never renewed again.
+
+    A store that spends leases ends them before they began (SQLite: at the epoch) when another
+    worker takes one of their runs over.
+    """
+    return lease.lease_until <= lease.started_at
+
+
+def lease_state(lease: WorkerLease, now: datetime) -> str:
+    """A lease as `runfold workers` shows it at `now`: `holds`, `lapsed` or `spent`."""
+    if spent(lease):
+        return "spent"
+    return "holds" if lease.lease_until > now else "lapsed"

@@ -55,9 +55,12 @@ class Lease:
         self._until = float("-inf")
         self._renewing: asyncio.Event | None = None  # set once the renewal on its way is done
 
-    def holds(self) -> bool:
-        """Whether the lease still holds by this process's clock (the last renewal + duration)."""
-        return time.monotonic() < self._until
+    def holds(self, margin: float = 0.0) -> bool:
+        """Whether the lease holds by this process's clock (the last renewal + duration).
+
+        With `margin`, whether it holds for that many seconds more.
+        """
+        return time.monotonic() + margin < self._until
 
     def renewed(self, sent_at: float) -> None:
         """The store took a renewal sent at monotonic time `sent_at`."""

@@ -60,7 +60,8 @@ _log = logging.getLogger("runfold.worker")
 _BATCH = 100
 """How many due wakeups, orphans and queued runs a look by listings asks for."""
 _RENEWALS = 3
-"""How many renewals in a row a heartbeat makes while each is taken too late to hold."""
+"""How many renewals in a row a heartbeat makes while each is taken too late to hold until the
+next heartbeat."""
 _WAKE_SPACING = 0.01
 """Seconds between two looks woken by signals (`RunSignals.wait_for_work`)."""
 
@@ -373,24 +374,25 @@ class Worker:
             self.lease.renewed(sent)
         return held
 
-    async def _renew_in_time(self) -> bool:
+    async def _renew_in_time(self, period: float) -> bool:
         """Renew the lease; a renewal the store took too late for the lease to hold by this
-        process's clock is made again at once (the store was busy: a SQLite file's write lock
-        held by a stopped process, say). Appends wait meanwhile (`Lease.settled`)."""
+        process's clock until the next heartbeat, `period` seconds away, is made again at once
+        (the store was busy: a SQLite file's write lock held by a stopped process, say).
+        Appends wait meanwhile (`Lease.settled`)."""
         with self.lease.renewing():
             for _ in range(_RENEWALS):
                 if not await self._renew():
                     return False
-                if self.lease.holds():
+                if self.lease.holds(period):
                     return True
-            return False
+            return self.lease.holds()
 
     async def _heartbeat(self) -> None:
         period = self.lease.duration.total_seconds() / 3
         while True:
             await asyncio.sleep(period)
             try:
-                held = self.lease.holds() and await self._renew_in_time()
+                held = self.lease.holds() and await self._renew_in_time(period)
             except StoreUnavailable as exc:
                 _log.warning("worker %s could not renew its lease: %s", self.worker_id, exc)
                 held = self.lease.holds()

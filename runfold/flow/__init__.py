@@ -44,6 +44,7 @@ from runfold.flow.info import WorkflowInfo, workflow_info
 from runfold.flow.outcome import FlowRun
 from runfold.flow.patches import deprecated_patch, patched
 from runfold.flow.replay import Divergence, ReplayChecker, ReplayResult
+from runfold.flow.sending import get_event, send
 from runfold.flow.versions import code_version
 
 __all__ = [
@@ -76,10 +77,12 @@ __all__ = [
     "continue_as_new",
     "current_step",
     "deprecated_patch",
+    "get_event",
     "patched",
     "recv",
     "registered_workflows",
     "report_progress",
+    "send",
     "set_attributes",
     "set_event",
     "sleep",

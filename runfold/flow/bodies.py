@@ -8,19 +8,17 @@ that never block. Whether a function is an `async def` is remembered, not asked 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextvars import ContextVar
 from typing import Any
 
 from runfold.engine import StepInvocation
 from runfold.flow.errors import FlowError
-from runfold.flow.info import CURRENT_INFO, WorkflowInfo
+from runfold.flow.info import CURRENT_STEP
+from runfold.flow.threads import StepThreads
 
 __all__ = ["StepBodies", "current_step"]
 
@@ -30,8 +28,6 @@ _NEVER_AWAITABLE = frozenset({str, bytes, int, float, bool, type(None), list, di
 _REMEMBERED_BODIES = 1024
 """How many step functions a Flow remembers the kind of (`async def` or not)."""
 
-_CURRENT_STEP: ContextVar[StepInvocation | None] = ContextVar("runfold_flow_step", default=None)
-
 
 def current_step() -> StepInvocation:
     """The attempt of the step body running now (its `idempotency_key`, its `attempt`).
@@ -39,55 +35,51 @@ def current_step() -> StepInvocation:
     Raises:
         FlowError: No step body is running.
     """
-    found = _CURRENT_STEP.get()
+    found = CURRENT_STEP.get()
     if found is None:
         raise FlowError("current_step() is for step bodies run by a Flow")
-    return found
+    invocation: StepInvocation = found[0]
+    return invocation
 
 
 class StepBodies:
-    """The step functions of one `Flow`, and the pool its plain `def` bodies run in."""
+    """The step functions of one `Flow`, and the pool its plain `def` bodies run in.
+
+    `Flow.run_step` sets the step's context (`CURRENT_STEP`) and awaits an `async def` body
+    itself, or `plain` for a `def` one: no coroutine of this class's between it and the body.
+    """
 
     def __init__(self, step_threads: int) -> None:
         if step_threads < 0:
             raise ValueError("step_threads must be 0 (on the loop) or more")
         self.step_threads = step_threads
-        self._threads: ThreadPoolExecutor | None = None  # made on the first `def` step
+        self._threads: StepThreads | None = None  # made on the first `def` step
         self._async_bodies: dict[Callable[..., Any], bool] = {}  # step bodies: `async def`?
 
-    async def call(
-        self,
-        invocation: StepInvocation,
-        info: WorkflowInfo,
-        fn: Callable[..., Any],
-        args: Sequence[Any],
-    ) -> Any:
-        """`fn(*args)`'s result, run as the body of `invocation` (of the run `info` describes)."""
-        token = _CURRENT_STEP.set(invocation)
-        info_token = CURRENT_INFO.set(info)
+    def is_async(self, fn: Callable[..., Any]) -> bool:
+        """Whether `fn` is an `async def` (remembered: asked per step)."""
         try:
-            try:
-                is_async = self._async_bodies[fn]
-            except (KeyError, TypeError):  # not seen yet, or a callable that is not hashable
-                is_async = self._remember_kind(fn)
-            if is_async:
-                return await fn(*args)
-            if not self.step_threads:  # bodies that never block: no thread hop
-                result = fn(*args)
-            else:  # a plain `def` may block: it runs in the pool, with this context
-                context = contextvars.copy_context()
-                call = functools.partial(context.run, _outcome, fn, tuple(args))
-                raised, result = await asyncio.get_running_loop().run_in_executor(
-                    self.threads, call
-                )
-                if raised:  # raised here, on the loop, as an on-loop body's would be
-                    raise result
-            if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
-                result = await result
-            return result
-        finally:
-            CURRENT_INFO.reset(info_token)
-            _CURRENT_STEP.reset(token)
+            return self._async_bodies[fn]
+        except (KeyError, TypeError):  # not seen yet, or a callable that is not hashable
+            return self._remember_kind(fn)
+
+    async def plain(self, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
+        """`fn(*args)`'s result for a plain `def` `fn`, run in the pool.
+
+        It runs with the caller's context (on the loop with `step_threads=0`); an awaitable it
+        returns is awaited.
+        """
+        if not self.step_threads:  # bodies that never block: no thread hop
+            result = fn(*args)
+        else:  # a plain `def` may block: it runs in the pool, with this context
+            context = contextvars.copy_context()
+            call = functools.partial(context.run, _outcome, fn, tuple(args))
+            raised, result = await self.threads.run(call)
+            if raised:  # raised here, on the loop, as an on-loop body's would be
+                raise result
+        if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
+            result = await result
+        return result
 
     def _remember_kind(self, fn: Callable[..., Any]) -> bool:
         """Whether `fn` is an `async def`, remembered (for a bounded number of functions)."""
@@ -99,12 +91,10 @@ class StepBodies:
         return found
 
     @property
-    def threads(self) -> ThreadPoolExecutor:
+    def threads(self) -> StepThreads:
         """The pool that runs plain `def` step bodies (`step_threads` threads at most)."""
         if self._threads is None:
-            self._threads = ThreadPoolExecutor(
-                max_workers=self.step_threads, thread_name_prefix="runfold-step"
-            )
+            self._threads = StepThreads(self.step_threads, name="runfold-step")
         return self._threads
 
 

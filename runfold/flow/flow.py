@@ -37,10 +37,11 @@ from runfold.flow.errors import FlowError, UnknownWorkflow
 from runfold.flow.events import EventBoard
 from runfold.flow.family import Family
 from runfold.flow.fork import restart_at, write_fork
-from runfold.flow.info import WorkflowInfo
+from runfold.flow.info import CURRENT_STEP, WorkflowInfo
 from runfold.flow.interpreter import OBSERVED, Interpreter
 from runfold.flow.messages import mailbox_hook
 from runfold.flow.outcome import FlowRun, flow_run
+from runfold.flow.sending import FLOW_BODIES
 from runfold.flow.versions import code_version
 from runfold.handler import CommandHandler
 from runfold.kernel import (
@@ -227,25 +228,49 @@ class Flow:
         It is recorded in the run at once (a delivery of the run's mailbox hook for the topic,
         which this call creates when the workflow has not asked yet), so it is kept until a
         `recv` takes it; the run is then driven. The same `idempotency_key` again records the
-        message once. A run that continued as new passes it to the last run of its chain.
+        message once (and is taken as sent once the run ended). A run that continued as new
+        passes it to the last run of its chain.
 
         Raises:
             RunNotFound: The run has no history.
             TerminalState: The run has ended.
             EntityConflict: `idempotency_key` was already used with another message.
         """
+        snapshot = await self.record_message(
+            run_id, message, topic=topic, idempotency_key=idempotency_key
+        )
+        return await self.settled(snapshot)
+
+    async def record_message(
+        self, run_id: str, message: Any, *, topic: str | None, idempotency_key: str | None
+    ) -> Snapshot:
+        """`send` without the follow-ups of children and parents, for workflow code's `send`.
+
+        Its step's body calls it while the sending run's drive is running.
+
+        Raises:
+            RunNotFound: The run has no history.
+            TerminalState: The run has ended (without this `idempotency_key`'s message).
+            EntityConflict: `idempotency_key` was already used with another message.
+        """
         run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
         hook_id, token, metadata = mailbox_hook(run_id, topic)
         encoded = self.codec.encode(message)
-        for _ in range(2):
-            try:
-                snapshot = await self.engine.deliver(token, encoded, idempotency_key)
-            except HookNotFound:  # no mailbox yet: make it, then deliver
-                create = CreateHook(hook_id=hook_id, token=token, metadata=metadata)
-                with contextlib.suppress(EntityConflict):  # made meanwhile
-                    await self.engine.execute(run_id, (create,))
-                continue
-            return await self.settled(snapshot)
+        try:
+            for _ in range(2):
+                try:
+                    return await self.engine.deliver(token, encoded, idempotency_key)
+                except HookNotFound:  # no mailbox yet: make it, then deliver
+                    create = CreateHook(hook_id=hook_id, token=token, metadata=metadata)
+                    with contextlib.suppress(EntityConflict):  # made meanwhile
+                        await self.engine.execute(run_id, (create,))
+        except TerminalState:  # sent before it ended, by a send now retried: done
+            ended = await self.handler.snapshot(run_id)
+            hook = ended.hooks.get(hook_id)
+            kept = () if hook is None else (d.delivery_id for d in hook.deliveries)
+            if idempotency_key is None or idempotency_key not in kept:
+                raise
+            return ended
         raise AssertionError("a mailbox hook created just now took no delivery")
 
     async def cancel(self, run_id: str, reason: str | None = None) -> FlowRun:
@@ -463,23 +488,31 @@ class Flow:
     async def run_step(self, invocation: StepInvocation) -> bytes:
         """Run the step's function on its decoded arguments; its result, encoded."""
         interpreter = self.interpreter
-        held = interpreter.at_step(invocation.run_id, invocation.step_id)
+        held = interpreter.at_step(invocation.run_id, invocation.step_id, invocation.input)
         if held is not None:  # the run's coroutine is at this step: its own call
-            fn = held[1].fn
-            args = interpreter.arguments(held, invocation.input)
-            info = held[0].info
+            session, call, args = held
+            fn, info = call.fn, session.info
         else:
             found = interpreter.bodies.get(invocation.step_name)
             if found is None:
                 raise FlowError(f"no function is known for step {invocation.step_name!r}")
             fn, args = found, self.codec.decode(invocation.input)
             info = WorkflowInfo.of(await self.handler.snapshot(invocation.run_id))
-        if fn is cancel_child:  # `handle.cancel()`: the body acts through this Flow
+        if fn is cancel_child or fn in FLOW_BODIES:  # it acts through this Flow
             args = (self, *args)
-        result = await self.bodies.call(invocation, info, fn, args)
+        # What `StepBodies.call` does, inline: one coroutine less per step.
+        bodies = self.bodies
+        token = CURRENT_STEP.set((invocation, info))
+        try:
+            if bodies.is_async(fn):
+                result = await fn(*args)
+            else:
+                result = await bodies.plain(fn, args)
+        finally:
+            CURRENT_STEP.reset(token)
         output = self.codec.encode(result)
         if held is not None:
-            interpreter.ran(held, invocation.step_id, output, result)
+            interpreter.ran(held[0], invocation.step_id, output, result)
         return output
 
     observed_events = OBSERVED

@@ -8,6 +8,8 @@ consumed is the one a snapshot holds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from runfold.flow.calls import (
     AttributesCall,
     Call,
@@ -26,7 +28,7 @@ from runfold.flow.gathering import Gathered
 from runfold.flow.session import Consumed, Expected
 from runfold.kernel import Snapshot
 
-__all__ = ["agrees", "describe_call", "describe_recorded", "is_recorded"]
+__all__ = ["agrees", "describe_call", "describe_recorded", "is_recorded", "other_kinds"]
 
 
 def agrees(snapshot: Snapshot, key: Consumed, expected: Expected) -> bool:
@@ -61,17 +63,19 @@ def is_recorded(snapshot: Snapshot, entity_id: str, *, steps: bool = True) -> bo
         return True
     # Asked for every new call: an empty kind (most runs hold no waits, hooks, ...) is passed
     # on its length alone, without a lookup.
-    for entries in (
+    return any(entries and entity_id in entries for entries in other_kinds(snapshot))
+
+
+def other_kinds(snapshot: Snapshot) -> tuple[Mapping[str, object], ...]:
+    """The history's entries of every kind but steps, kind by kind."""
+    return (
         snapshot.waits,
         snapshot.hooks,
         snapshot.hook_conflicts,
         snapshot.attribute_write_ids,
         snapshot.progress,
         snapshot.children,
-    ):
-        if entries and entity_id in entries:
-            return True
-    return False
+    )
 
 
 def describe_recorded(snapshot: Snapshot, entity_id: str) -> str | None:

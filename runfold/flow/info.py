@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from datetime import datetime
+from typing import Any
 
 import attrs
 
@@ -63,6 +64,12 @@ class WorkflowInfo:
 
 
 CURRENT_INFO: ContextVar[WorkflowInfo | None] = ContextVar("runfold_flow_info", default=None)
+"""The run whose workflow code runs in this context (a session's own context holds it)."""
+CURRENT_STEP: ContextVar[tuple[Any, WorkflowInfo] | None] = ContextVar(
+    "runfold_flow_step", default=None
+)
+"""The step body running in this context: its `StepInvocation` and its run's info (one
+variable, so a step sets one)."""
 
 
 def workflow_info() -> WorkflowInfo:
@@ -72,6 +79,9 @@ def workflow_info() -> WorkflowInfo:
         NotInWorkflow: Called outside workflow code or a step body run by a `Flow`.
     """
     found = CURRENT_INFO.get()
-    if found is None:
+    if found is not None:
+        return found
+    step = CURRENT_STEP.get()
+    if step is None:
         raise NotInWorkflow("workflow_info() is for workflow code and step bodies run by a Flow")
-    return found
+    return step[1]

@@ -22,6 +22,7 @@ when one disagrees.
 from __future__ import annotations
 
 import logging
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -49,11 +50,16 @@ from runfold.flow.encoding import (
     JsonCodec,
     PayloadCodec,
     payload_error,
-    round_trips,
 )
 from runfold.flow.errors import FlowNonDeterminism, UnknownWorkflow
 from runfold.flow.gathering import Gathered
-from runfold.flow.history import agrees, describe_call, describe_recorded, is_recorded
+from runfold.flow.history import (
+    agrees,
+    describe_call,
+    describe_recorded,
+    is_recorded,
+    other_kinds,
+)
 from runfold.flow.info import WorkflowInfo
 from runfold.flow.messages import on_recv
 from runfold.flow.parallel import on_gathered
@@ -197,38 +203,38 @@ class Interpreter:
             evicted.close()
         return session
 
-    def at_step(self, run_id: str, step_id: str) -> tuple[Session, StepCall] | None:
-        """The run's session and its call, if its coroutine is at step `step_id`."""
+    def at_step(
+        self, run_id: str, step_id: str, step_input: bytes
+    ) -> tuple[Session, StepCall, Sequence[Any]] | None:
+        """The run's session, call and body arguments, if its coroutine is at step `step_id`.
+
+        The step was recorded with `step_input`; the arguments are the call's own when decoding
+        `step_input` would give them back, else decoded.
+        """
         session = self.sessions.get(run_id)
         if session is None:
             return None
         call = session.call
+        found: StepCall | None = None
         if isinstance(call, StepCall) and str(session.position) == step_id:
-            return session, call
-        if isinstance(call, Gathered):
+            found = call
+        elif isinstance(call, Gathered):
             found = call.at(step_id)
-            return None if found is None else (session, found)
-        return None
-
-    def arguments(self, held: tuple[Session, StepCall], step_input: bytes) -> Sequence[Any]:
-        """The arguments to run the held call's body with, for a step recorded with `step_input`.
-
-        They are the call's own when decoding `step_input` would give them back, else decoded.
-        """
-        session, call = held
+        if found is None:
+            return None
         if self.exact and step_input == session.call_input:
-            for arg in call.args:  # a loop, not `all(...)` of a generator: asked per step
+            for arg in found.args:  # a loop, not `all(...)` of a generator: asked per step
                 if type(arg) not in ROUND_TRIP_TYPES:
                     break
             else:
-                return call.args
+                return session, found, found.args
         decoded: Sequence[Any] = self.codec.decode(step_input)
-        return decoded
+        return session, found, decoded
 
-    def ran(self, held: tuple[Session, StepCall], step_id: str, output: bytes, value: Any) -> None:
-        """Note that the held call's body returned `value`, recorded as `output`."""
-        if self.exact and round_trips(value):
-            held[0].produced = (step_id, output, value)
+    def ran(self, session: Session, step_id: str, output: bytes, value: Any) -> None:
+        """Note that the body of the session's call returned `value`, recorded as `output`."""
+        if self.exact and type(value) in ROUND_TRIP_TYPES:  # what `round_trips` asks
+            session.produced = (step_id, output, value)
 
     def forget(self, run_id: str) -> None:
         """Drop the run's session, if any."""
@@ -354,6 +360,14 @@ class Interpreter:
 
         `steps=False`: the caller found no step there (it looked), so the steps are not asked.
         """
+        if not steps:  # a new call, asked per step: what was found empty is known empty
+            kinds = other_kinds(snapshot)
+            empty = session.empty_kinds
+            if empty is not None and all(map(operator.is_, kinds, empty)):
+                return
+            if not any(map(len, kinds)):
+                session.empty_kinds = kinds
+                return
         if not is_recorded(snapshot, call_id, steps=steps):
             return
         recorded = describe_recorded(snapshot, call_id)

@@ -4,11 +4,16 @@ The interpreter (`runfold.flow.interpreter`) keeps a session per run it decides,
 coroutine each call's recorded result (`resume`) until it asks for something not yet done. A
 coroutine that awaits anything but a `runfold.flow` call (or `asyncio.gather` of steps) ends
 the session with `UnsupportedAwait`: everything a workflow waits on must be durable.
+
+The code runs in the session's own `contextvars` context (a copy of the one the session started
+in, marked as workflow code of its run), entered for each resume: a context variable the code
+sets lasts across its awaits, as in an asyncio task, and none is set and reset per resume.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from asyncio.events import _get_running_loop, _set_running_loop
 from asyncio.tasks import _enter_task, _leave_task
@@ -19,7 +24,7 @@ from runfold.engine.raised import CODE_BASE_EXCEPTIONS, error_text
 from runfold.flow.calls import CALL_TYPES, IN_WORKFLOW, Call, PatchCall
 from runfold.flow.errors import UnsupportedAwait
 from runfold.flow.gathering import Gathered, gathered
-from runfold.flow.info import CURRENT_INFO, WorkflowInfo
+from runfold.flow.info import CURRENT_INFO, CURRENT_STEP, WorkflowInfo
 from runfold.flow.tasks import WorkflowLoop, WorkflowTask, abandoned, grouped
 
 __all__ = ["Consumed", "Expected", "Session"]
@@ -54,7 +59,9 @@ class Session:
         "call",
         "call_input",
         "confirmed",
+        "context",
         "coro",
+        "empty_kinds",
         "failure",
         "family",
         "finished",
@@ -70,6 +77,10 @@ class Session:
     def __init__(self, coro: Coroutine[Any, Any, Any], info: WorkflowInfo) -> None:
         self.coro = coro
         self.info = info  # what `workflow_info()` answers in the run's code
+        # The context the code runs in, entered per resume (no variable set and reset each
+        # time): that of the session's start, marked as workflow code of the run.
+        self.context = contextvars.copy_context()
+        self.context.run(_mark, info)
         self.loop = WorkflowLoop()  # the event loop the code sees (`runfold.flow.tasks`)
         self.family = False  # whether the code started a child (its end concerns them)
         self.received: dict[str, int] = {}  # messages taken so far, by mailbox hook id
@@ -84,18 +95,22 @@ class Session:
         # (step id, encoded, value): a result this process's body produced for the current
         # call, that decoding its recorded output gives back as itself (see `Interpreter.ran`).
         self.produced: tuple[str, bytes, Any] | None = None
+        # The history's other kinds than steps (`history.other_kinds`) last found all empty:
+        # a snapshot holding these very mappings (unchanged since) holds none either.
+        self.empty_kinds: tuple[object, ...] | None = None
 
     def resume(self, value: Any = None, error: BaseException | None = None) -> None:
         """Run the coroutine to its next call (or its end), sending `value` or throwing `error`."""
-        token = IN_WORKFLOW.set(True)
-        info_token = CURRENT_INFO.set(self.info)
         running = _get_running_loop()
         loop = self.loop
         # The loop and task asyncio.TaskGroup finds (stand-ins: typeshed wants the real ones).
         _set_running_loop(loop)  # type: ignore[arg-type]
         _enter_task(loop, _TASK)  # type: ignore[arg-type]
         try:
-            yielded = self.coro.throw(error) if error is not None else self.coro.send(value)
+            if error is not None:
+                yielded = self.context.run(self.coro.throw, error)
+            else:
+                yielded = self.context.run(self.coro.send, value)
         except StopIteration as stop:
             self.finished, self.result, self.call = True, stop.value, None
             self.failure = loop.refused
@@ -106,8 +121,6 @@ class Session:
         finally:
             _leave_task(loop, _TASK)  # type: ignore[arg-type]
             _set_running_loop(running)
-            CURRENT_INFO.reset(info_token)
-            IN_WORKFLOW.reset(token)
         if loop.refused is not None:  # a TaskGroup use that cannot be deterministic
             self.close()
             self.finished, self.result, self.call = True, None, None
@@ -157,6 +170,13 @@ class Session:
                 _log.warning("workflow code raised as its coroutine was dropped: %s", group)
         except _FAILURES as exc:
             _log.warning("workflow code raised as its coroutine was dropped: %s", error_text(exc))
+
+
+def _mark(info: WorkflowInfo) -> None:
+    """Mark the current context as that of workflow code of the run `info` describes."""
+    IN_WORKFLOW.set(True)
+    CURRENT_INFO.set(info)
+    CURRENT_STEP.set(None)  # a session started by a step body's code is not that step
 
 
 def _shown(value: object) -> str:

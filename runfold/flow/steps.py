@@ -40,9 +40,9 @@ def on_step(
             what = f"the arguments of step {call.name!r} (call {call_id})"
             session.resume(error=payload_error(what, exc))
             return None
-    steps = snapshot.steps
-    # `in` first: a miss through `get` raises and catches a KeyError inside the mapping.
-    if call_id not in steps:
+    # One lookup (a snapshot's mapping answers a miss of `get` without raising).
+    step = snapshot.steps.get(call_id)
+    if step is None:
         interpreter.other_kind(session, snapshot, call_id, steps=False)
         return ScheduleStep(
             step_id=call_id,
@@ -51,7 +51,6 @@ def on_step(
             retry=call.retry,
             timeout=call.timeout,
         )
-    step = steps[call_id]
     if step.step_name != call.name:
         interpreter.mismatch(session, snapshot, f"step {step.step_name!r}")
     if step.input != step_input:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from typing import Any
 
@@ -62,3 +63,28 @@ async def test_workflow_info_in_workflow_code_and_steps(store: EventStore, clock
 def test_workflow_info_outside_a_run_is_typed() -> None:
     with pytest.raises(NotInWorkflow):
         workflow_info()
+
+
+_MARK: contextvars.ContextVar[str] = contextvars.ContextVar("test_flow_info_mark", default="unset")
+
+
+async def mark_seen() -> str:
+    return _MARK.get()
+
+
+@workflow(name="test-info-context")
+async def marking(_: None) -> list[str]:
+    before = _MARK.get()
+    _MARK.set("set by the code")
+    in_step = await step(mark_seen)  # the body runs in the engine's context, not the code's
+    return [before, in_step, _MARK.get()]
+
+
+async def test_workflow_code_keeps_its_own_context(store: EventStore, clock: Clock) -> None:
+    _MARK.set("the caller's")
+    done = await Flow(store, [marking], clock=clock).start(marking, None)
+    assert done.status == "completed", done.error
+    # The code sees its starter's variables, and what it sets lasts across its awaits...
+    assert done.output == ["the caller's", "the caller's", "set by the code"]
+    # ... without reaching the caller's context.
+    assert _MARK.get() == "the caller's"

@@ -6,6 +6,7 @@ messages, and shows progress and results from another process."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import signal
@@ -29,6 +30,7 @@ from tests.support.ui_support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "orders" / "order_service.py"
+DBOS_TWIN = EXAMPLE.parent / "dbos_order_service.py"
 sys.path.insert(0, str(EXAMPLE.parent))
 import order_service as service  # noqa: E402
 
@@ -38,7 +40,7 @@ LINES = [
     {"sku": "lamp", "quantity": 1, "price": 3000},
     {"sku": "desk", "quantity": 2, "price": 12000},
 ]
-STEPS = ("quote_tax", "score_fraud", "charge", "reserve", "ship")
+STEPS = ("quote_tax", "score_fraud", "charge", "reserve", "ship", "refund")
 
 
 def an_order(order_id: str, customer: str = "ada") -> dict[str, Any]:
@@ -49,8 +51,36 @@ def ledger(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def code_lines(path: Path) -> int:
+    """The lines of `path` that hold code: not blank, not only a comment, not in a docstring
+    (of the module, a class or a function). Both versions are counted so."""
+    source = path.read_text()
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        documented = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+        if isinstance(node, documented) and ast.get_docstring(node) is not None:
+            first = node.body[0]
+            docstrings.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return sum(
+        1
+        for number, line in enumerate(source.splitlines(), 1)
+        if line.strip() and not line.lstrip().startswith("#") and number not in docstrings
+    )
+
+
+def test_code_lines_skip_blanks_comments_and_docstrings(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        '"""Doc\n\nmore."""\n\n# note\nx = 1  # kept\n\n\ndef f():\n    """Doc."""\n    return x\n'
+    )
+    assert code_lines(sample) == 3
+
+
 def test_the_example_is_no_longer_than_the_dbos_version() -> None:
-    assert len(EXAMPLE.read_text().splitlines()) <= 173  # DBOS's 157 lines, +10 %
+    # The DBOS twin does the same, feature for feature (tests/flow/test_dbos_order_service.py
+    # runs it): runfold's version may be at most 10 % longer, in lines of code.
+    ours, theirs = code_lines(EXAMPLE), code_lines(DBOS_TWIN)
+    assert ours <= 1.1 * theirs, (ours, theirs)
 
 
 @pytest.fixture(params=["sqlite-file", "postgres"])
@@ -158,19 +188,33 @@ def store_url(backend: str, tmp_path: Path) -> str:
 def test_no_double_charge_after_a_sigkill_at_any_step(
     backend: str, kill_at: str, tmp_path: Path
 ) -> None:
+    # A kill at `refund` takes the declined path (the webhook says "declined"); every other
+    # kill the shipped one.
     url, path = store_url(backend, tmp_path), tmp_path / "ledger.jsonl"
-    args = {"store": url, "ledger": str(path), "order": an_order("k1")}
+    payment = "declined" if kill_at == "refund" else "succeeded"
+    args = {"store": url, "ledger": str(path), "order": an_order("k1"), "payment": payment}
     killed = worker({**args, "kill_at": kill_at})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    if kill_at in ("charge", "reserve", "ship"):  # its side effect was done, then the kill
+    if kill_at in (
+        "charge",
+        "reserve",
+        "ship",
+        "refund",
+    ):  # its side effect was done, then the kill
         assert ledger(path)[-1]["op"] == kill_at
     finished = worker(args)
     assert finished.returncode == 0, finished.stderr
     status, output = json.loads(finished.stdout.strip().splitlines()[-1])
-    assert status == "completed" and output["status"] == "shipped", output
     charges = [e for e in ledger(path) if e["op"] == "charge"]
     assert {e["key"] for e in charges} == {"k1/6"}  # one key, whatever the attempts: one charge
     assert len(charges) == (2 if kill_at == "charge" else 1)
+    if kill_at == "refund":  # asked again after the kill, under the same key: one refund
+        assert (status, output) == ("completed", {"status": "refunded", "charge": "ch_k1_6"})
+        refunds = [e for e in ledger(path) if e["op"] == "refund"]
+        assert len(refunds) == 2 and len({e["key"] for e in refunds}) == 1
+        assert {e["charge"] for e in refunds} == {"ch_k1_6"}
+        return
+    assert status == "completed" and output["status"] == "shipped", output
     assert len({(e["op"], e["key"]) for e in ledger(path)}) == 1 + 2 * len(LINES)
 
 
@@ -220,7 +264,7 @@ def test_the_web_app_answers_what_is_not_there_yet_with_a_404(web: tuple[str, st
     for attempt in range(100):
         for path, body in (
             ("/orders/w9", None),
-            ("/warehouse/packed", {"id": "1", "line": "w9/9"}),
+            ("/warehouse/packed", {"id": "1", "line": "w9/line-0"}),
         ):
             with pytest.raises(urllib.error.HTTPError) as refused:
                 call(base, path, {**body, "box": "b"} if body else None)
@@ -235,15 +279,17 @@ async def test_a_message_to_a_line_no_worker_took_up_yet_is_kept(store: EventSto
     # worker claimed it; the send returns with the message kept, and leaves the line to the
     # fleet (the web process ran the line's steps itself), which takes the message.
     web = Flow(store, [service.checkout, service.fulfil_line])
-    line = await web.start(service.fulfil_line, LINES[0], run_id="q1/9", queued=True)
+    line = await web.start(service.fulfil_line, LINES[0], run_id="q1/line-0", queued=True)
     assert line.status == "pending"
-    sent = await asyncio.wait_for(web.send("q1/9", "b", topic="packed", idempotency_key="p"), 30)
+    sent = await asyncio.wait_for(
+        web.send("q1/line-0", "b", topic="packed", idempotency_key="p"), 30
+    )
     assert sent.snapshot.hooks["mailbox:packed"].deliveries[0].payload == b'"b"'
     assert sent.status == "pending"  # queued for the fleet: the sender runs none of its steps
     worker = Flow(store, [service.checkout, service.fulfil_line])
     serving = asyncio.create_task(worker.serve(handle_signals=False, poll_interval=0.05))
     try:
-        done = await worker.result("q1/9", wait=30)
+        done = await worker.result("q1/line-0", wait=30)
     finally:
         worker.stop()
         await serving
@@ -271,8 +317,7 @@ async def test_the_web_app_and_a_worker_serve_an_order_together(
             shown = call(base, "/orders/w1")
         assert shown == {"status": "running", "progress": "paying", "result": None}
         call(base, "/webhooks/payment", {"id": "evt-1", "order": "w1", "status": "succeeded"})
-        for line_call in ("9", "10"):
-            line = f"w1/{line_call}"
+        for line in ("w1/line-0", "w1/line-1"):  # the lines' stable run ids
             for _ in range(400):
                 try:
                     call(base, "/warehouse/packed", {"id": line, "line": line, "box": "b"})

@@ -1,17 +1,13 @@
 """SQLite store calls end by their deadline: `StoreTimeout` (nothing written) or `CommitUnknown`.
 
 The lock is a real one: another process holds the file's write lock (`BEGIN IMMEDIATE`) for
-as long as the test wants, as an application sharing the file would.
+as long as the test wants, as an application sharing the file would (`write_lock_held`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,40 +20,7 @@ from runfold.errors import CommitUnknown, StoreTimeout, StoreUnavailable
 from runfold.store_retry import StoreRetry
 from runfold.stores import SQLiteStore
 from tests.conftest import T0
-
-_HOLDER = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.read()
-conn.execute("ROLLBACK")
-"""
-
-
-@contextlib.contextmanager
-def write_lock_held(path: str) -> Iterator[subprocess.Popen[str]]:
-    """Another process holds the file's write lock until the block ends (or `release`)."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, path],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        yield holder
-    finally:
-        release(holder)
-
-
-def release(holder: subprocess.Popen[str]) -> None:
-    if holder.poll() is None:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=10)
-    if holder.stdout is not None:
-        holder.stdout.close()
+from tests.support.sqlite_lock import let_go, write_lock_held
 
 
 async def append_log(store: SQLiteStore, run_id: str, message: str) -> Any:
@@ -105,7 +68,7 @@ async def test_a_call_queued_behind_a_lock_wait_ends_by_its_own_deadline(
             with store.timeout(0.2), pytest.raises(StoreTimeout, match="was not made"):
                 await store.head("r")  # queued behind it on the connection's thread
             assert time.monotonic() - started < 0.2 + 1.0
-            release(holder)
+            let_go(holder)
             [written] = await waiting  # the lock freed within its deadline: written
         assert written.sequence == 3
         assert await store.head("r") == 3
@@ -145,7 +108,7 @@ async def test_the_handler_rides_through_a_foreign_lock_held_past_a_call_deadlin
             )
             await asyncio.sleep(0.8)  # several deadlines pass
             assert not logging.done()
-            release(holder)
+            let_go(holder)
             outcome = await logging
         assert [e.event.event_type for e in outcome.appended] == ["log_recorded"]
         assert [e.sequence for e in await store.read("r")] == [1, 2, 3]

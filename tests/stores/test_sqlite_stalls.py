@@ -10,6 +10,9 @@ is a real one, held by another process (`lock_holder`).
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from runfold.commands import ClaimRun, StartRun
 from runfold.flow import Flow, step, workflow
 from runfold.stores import SQLiteStore
 from tests.conftest import T0
+from tests.support.fleet_chaos import ROOT
 from tests.support.fleet_workflows import LEDGER_ENV, ledger_step, read_ledger
 from tests.support.rules_helpers import create
 from tests.support.sqlite_lock import let_go, lock_holder, take
@@ -70,6 +74,57 @@ async def test_a_lease_that_lapses_while_the_file_is_stalled_is_not_taken_over(
     finally:
         await holder.close()
         await claimer.close()
+
+
+async def test_a_process_started_after_a_stall_spares_the_leases_that_lapsed_in_it(
+    tmp_path: Path,
+) -> None:
+    # A process holds the write lock, then is killed; a worker process that opens the store
+    # only after that stall reads it in the file (recorded by the process that waited through
+    # it), and leaves the run whose owner's lease lapsed in it to the owner, whose renewal is
+    # late (it may yet come: its process was waiting too).
+    path = str(tmp_path / "runs.db")
+    owner = await SQLiteStore.open(path, busy_timeout=30.0)
+    waiter = await SQLiteStore.open(path, busy_timeout=30.0)
+    late = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.late_claimer", path],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert late.stdout is not None and late.stdin is not None
+        assert late.stdout.readline().strip() == "ready"  # imported, the store not opened yet
+        handler = CommandHandler(owner)
+        await handler.execute("r", StartRun(create=create()))
+        await handler.execute("r", ClaimRun(owner_id="owner"))
+        assert await waiter.renew_lease("waiter", lease_until=now() + 30 * LEASE, now=now())
+        with lock_holder(path) as lock:
+            assert await owner.renew_lease("owner", lease_until=now() + 2 * LEASE, now=now())
+            take(lock)
+            looking = asyncio.create_task(
+                waiter.claim_due("waiter", now(), hold_until=now() + LEASE, limit=10)
+            )
+            await asyncio.sleep(0.5)
+            sent = now()  # when the owner sends a renewal, before its lease lapses
+            await asyncio.sleep(3 * LEASE.total_seconds())  # the owner's lease lapses meanwhile
+            lock.kill()  # as the chaos harness kills a worker stopped holding the lock
+            assert await looking == []
+        late.stdin.write("\n")  # the stall is over: the late process opens the store and looks
+        late.stdin.flush()
+        assert json.loads(late.stdout.readline()) == {"claimed": [], "orphaned": []}
+        # The owner's renewal sent in the stall, that its store takes only after the look (its
+        # process is slow to come back), still finds its lease: it was not spent.
+        assert await owner.renew_lease("owner", lease_until=sent + 2 * LEASE, now=sent)
+    finally:
+        late.kill()
+        late.wait(timeout=10)
+        for stream in (late.stdin, late.stdout):
+            if stream is not None:
+                stream.close()
+        await owner.close()
+        await waiter.close()
 
 
 async def test_a_lease_whose_run_was_taken_over_is_never_renewed_again(tmp_path: Path) -> None:
@@ -131,3 +186,45 @@ async def test_workers_run_no_step_twice_for_a_stall_longer_than_the_lease(
             await asyncio.gather(*serving)
             for store in stores:
                 await store.close()
+
+
+@workflow(name="test-idle")
+async def idle(value: int) -> int:
+    return value
+
+
+async def test_a_worker_renews_at_once_a_lease_a_stall_left_short_of_its_next_heartbeat(
+    tmp_path: Path,
+) -> None:
+    # A stall shorter than the lease: the renewal waiting in it is taken late, and leaves the
+    # lease holding (by the worker's clock) for less than a heartbeat period. Renewing only at
+    # the next heartbeat, the worker would find its lease lapsed then, and drop its runs.
+    path = str(tmp_path / "runs.db")
+    lease = timedelta(seconds=1.5)  # a heartbeat every 0.5 s
+    store = await SQLiteStore.open(path, busy_timeout=30.0)
+    watcher = await SQLiteStore.open(path, busy_timeout=30.0)
+    flow = Flow(store, [idle])
+    with lock_holder(path) as lock:
+        serving = asyncio.create_task(
+            flow.serve(poll_interval=0.05, lease=lease, handle_signals=False)
+        )
+        try:
+            while flow.worker is None or not await watcher.list_leases():
+                await asyncio.sleep(0.01)
+            [first] = await watcher.list_leases()
+            while [first] == await watcher.list_leases():  # wait for a renewal, and stall then
+                await asyncio.sleep(0.005)
+            take(lock)
+            # The next renewal is sent about 0.5 s later: taken 1.7 s after the lock was, it
+            # leaves the lease about 0.25 s by the worker's clock.
+            await asyncio.sleep(1.7)
+            let_go(lock)
+            await asyncio.sleep(2 * lease.total_seconds())  # heartbeats after the stall
+            assert flow.worker.counts.lapses == 0
+            [held] = await watcher.list_leases()
+            assert held.worker_id == first.worker_id  # still the id it started with
+        finally:
+            flow.stop()
+            await serving
+            await store.close()
+            await watcher.close()

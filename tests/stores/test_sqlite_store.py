@@ -188,6 +188,8 @@ def as_older_file(path: Path, version: int) -> None:
     """Make the runfold file at `path` the file a runfold of schema `version` wrote."""
     conn = sqlite3.connect(path)
     try:
+        if version < 6:  # no record of the file's stalls
+            conn.execute("DROP TABLE stalls")
         if version < 5:  # no queues, no holds (the triggers of version 4 come back below)
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
                 conn.execute(f'DROP TRIGGER "{name}"')

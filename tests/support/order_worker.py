@@ -2,9 +2,10 @@
 
 Run as `python -m tests.support.order_worker '<json arguments>'` from the repository root. It opens
 the store, recovers every live run and carries order `order` on: starts it (idempotent), sends the
-payment webhook and each line's "packed" message (each once, by idempotency key), until it ends,
-then prints its output. With `kill_at` naming a step, that step's body does its side effect
-(the ledger line) and the process SIGKILLs itself before the outcome is recorded.
+payment webhook (`payment`, "succeeded" unless told; anything else refunds) and each line's
+"packed" message (each once, by idempotency key), until it ends, then prints its output. With
+`kill_at` naming a step, that step's body does its side effect (the ledger line) and the process
+SIGKILLs itself before the outcome is recorded.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ async def main() -> None:
     if ARGS.get("kill_at"):
         name = ARGS["kill_at"]
         setattr(service, name, dying(getattr(service, name)))
-    order = ARGS["order"]
+    order, payment = ARGS["order"], ARGS.get("payment", "succeeded")
     async with await open_store(ARGS["store"]) as store:
         flow = Flow(store, [service.checkout, service.fulfil_line])
         await flow.recover()
@@ -53,7 +54,7 @@ async def main() -> None:
             if run.status not in ("pending", "running"):
                 break
             with contextlib.suppress(TerminalState):
-                await flow.send(order["id"], "succeeded", topic="payment", idempotency_key="pay")
+                await flow.send(order["id"], payment, topic="payment", idempotency_key="pay")
             for link in (await flow.result(order["id"])).snapshot.children.values():
                 line = link.child_run_id or ""
                 with contextlib.suppress(TerminalState, RunNotFound):

@@ -1,7 +1,7 @@
 """Another process that takes a SQLite file's write lock when told, and lets it go when told.
 
-As a worker stopped in the middle of a transaction holds it: every other connection's writes
-wait until it lets go.
+As a worker stopped in the middle of a transaction holds it (or an application sharing the file
+in a long transaction): every other connection's writes wait until it lets go.
 """
 
 from __future__ import annotations
@@ -40,6 +40,17 @@ def lock_holder(path: str) -> Iterator[subprocess.Popen[str]]:
         holder.stdin.close()
         holder.wait(timeout=10)
         holder.stdout.close()
+
+
+@contextlib.contextmanager
+def write_lock_held(path: str) -> Iterator[subprocess.Popen[str]]:
+    """Another process that holds the file's write lock from the block's start to its end.
+
+    `let_go` lets it go sooner.
+    """
+    with lock_holder(path) as holder:
+        take(holder)
+        yield holder
 
 
 def take(holder: subprocess.Popen[str]) -> None:

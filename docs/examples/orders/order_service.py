@@ -106,7 +106,10 @@ async def checkout(order: dict[str, Any]) -> dict[str, Any]:
         await step(refund, order_id, charge_id, amount + tax)
         return {"status": "refunded", "charge": charge_id}
     await report_progress(2, total=3, message="fulfilling")
-    lines = [await start_child(fulfil_line, line) for line in order["lines"]]
+    lines = [  # one child per line, at an id the warehouse can address: `<order>/line-<n>`
+        await start_child(fulfil_line, line, run_id=f"{order_id}/line-{n}")
+        for n, line in enumerate(order["lines"])
+    ]
     parcels = [await line.result() for line in lines]
     await report_progress(3, total=3, message="shipped")
     return {"status": "shipped", "charge": charge_id, "parcels": parcels}
@@ -142,7 +145,7 @@ def web(flow: Flow) -> Any:
         return JSONResponse({"received": event["id"]})
 
     async def packed(request: Request) -> JSONResponse:
-        event = await request.json()  # the line's run: `<order id>/<call id>`
+        event = await request.json()  # the line's run: `<order id>/line-<n>`
         await flow.send(event["line"], event["box"], topic="packed", idempotency_key=event["id"])
         return JSONResponse({"received": event["id"]})
 

@@ -7,9 +7,11 @@ sees the first's holds. Each source of work is read through its index (`runs_own
 `wakeups_due`, `runs_queued`), a bounded number of rows; the counts a queue's limits need go
 through `runs_queue_live` and `queue_starts`.
 
-An orphan whose owner's lease lapsed during a stall of the file this process saw (the claim's
-own wait for the write lock included) is left to its owner for the stall's length (`Stalls`):
-the owner's renewal was waiting for the lock too. Taking an orphan spends its owner's lease
+An orphan whose owner's lease lapsed during a stall of the file recorded in it, by whichever
+process waited through it (the claim records its own long wait for the write lock before it
+looks), or during one of this store's own long calls, is left to its owner for the stall's
+length (`Stalls`): the owner's renewal
+was waiting for the lock too. Taking an orphan spends its owner's lease
 (its end moves to the epoch), so that a renewal the owner sent before it lapsed, and the store
 takes only now, cannot revive it.
 """
@@ -17,7 +19,6 @@ takes only now, cannot revive it.
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, TypeVar
@@ -115,9 +116,7 @@ def _claim(
     queues: list[Queue],
     stalls: Stalls,
 ) -> list[DueRun]:
-    since = time.monotonic()
-    conn.execute("BEGIN IMMEDIATE")
-    stalls.took(since)  # a long wait for the lock is a stall: it spares the leases it saw lapse
+    stalls.begin(conn)  # a long wait for the lock is a stall: recorded before the look
     try:
         conn.execute("DELETE FROM due_holds WHERE held_until <= ?", (now,))
         found = _pick(conn, worker_id, now, limit, served, queues, stalls)
@@ -166,7 +165,7 @@ def _pick(
     for row in conn.execute(query, (now, -1, *(orphan_names or ()))):
         if len(found) >= limit:
             break
-        if stalls and row[-1] is not None and not stalls.lapsed_by(row[-1], now):
+        if not stalls.lapsed(conn, row[-1], now):
             continue  # lapsed while the file was stalled: its owner may yet renew it
         if within(row[_QUEUE]):
             found.append(DueRun(run_id=row[0], reason="orphan", displacing=row[_OWNER]))

@@ -6,8 +6,9 @@ once the lease lapsed. Times are integer microseconds (`time_key`), as everywher
 
 A renewal that waited `STALL_MIN` or more for the file (its write lock held by a process that
 stopped in a transaction, say) moves the lease that much further: the lease runs from when the
-store took the renewal, so that the worker, renewing again at once, still holds it. Listings
-spare the leases that lapsed during a stall this process saw (`Stalls`).
+store took the renewal, so that the worker, renewing again at once, still holds it, and the wait
+is recorded in the file as a stall. Listings spare the leases that lapsed during a stall recorded
+there, whichever process waited through it, or one of this store's own calls (`Stalls`).
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ def orphaned_runs_query(served: int | None) -> str:
     )
 
 
-def _renew(conn: sqlite3.Connection, worker_id: str, until: int, now: int, sent: float) -> bool:
-    conn.execute("BEGIN IMMEDIATE")
+def _renew(
+    conn: sqlite3.Connection, worker_id: str, until: int, now: int, sent: float, stalls: Stalls
+) -> bool:
+    stalls.begin(conn)
     try:
         late = time.monotonic() - sent  # since the renewal was asked for (monotonic `sent`)
         if late >= STALL_MIN:
@@ -93,13 +96,13 @@ def _orphans(
     # and then `INDEXED BY` has no plan to hold to ("no query solution").
     names: list[str | None] | None = None if served is None else [*served] or [None]
     query = orphaned_runs_query(None if names is None else len(names))
-    if not stalls:
+    if not stalls.any(conn):
         return conn.execute(query, (now, limit, *(names or ()))).fetchall()
     found: list[Any] = []
     for row in conn.execute(query, (now, -1, *(names or ()))):  # read lazily, no LIMIT
         if len(found) >= limit:
             break
-        if row[-1] is None or stalls.lapsed_by(row[-1], now):
+        if stalls.lapsed(conn, row[-1], now):
             found.append(row)
     return found
 
@@ -138,7 +141,9 @@ class SQLiteLeases:
         """
         check_renew_lease(worker_id, lease_until=lease_until, now=now)
         sent = time.monotonic()
-        return await self._run(_renew, worker_id, time_key(lease_until), time_key(now), sent)
+        return await self._run(
+            _renew, worker_id, time_key(lease_until), time_key(now), sent, self._stalls
+        )
 
     async def drop_lease(self, worker_id: str) -> None:
         """Forget the worker's lease (`WorkerLeases`)."""

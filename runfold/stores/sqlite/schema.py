@@ -203,6 +203,15 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     """
     + _typed_queue(),
+    # The file's stalls (`stalls.Stalls`): waits for the write lock that took long enough to let
+    # leases lapse through no fault of their holders; every process spares those.
+    """
+    CREATE TABLE stalls (
+        ended_at INTEGER NOT NULL CHECK (typeof(ended_at) = 'integer'),
+        started_at INTEGER NOT NULL CHECK (typeof(started_at) = 'integer'),
+        PRIMARY KEY (ended_at, started_at)
+    ) WITHOUT ROWID;
+    """,
 )
 """The migrations, in order: the schema version is how many of them a database has had."""
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -101,7 +101,7 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBa
         self._inline = inline  # for appends that find no other in flight (`commit_inline`)
         self._path = path
         self._closed = False
-        self._stalls = Stalls()  # the file's stalls this process saw (leases they spare)
+        self._stalls = Stalls()  # its own long calls, and lock waits not yet in the file
         self._signals = SignalBoard()
         self.migrated_from: int | None = None
         """The schema version `open` found and migrated from (0: it created the schema), or None

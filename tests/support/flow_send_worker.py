@@ -1,0 +1,70 @@
+"""A child process for `tests/flow/test_flow_sending.py`: a `send` from workflow code, killed.
+
+Run as `python -m tests.support.flow_send_worker '<json arguments>' GENERATION` from the
+repository root. It opens the store (SQLite file or PostgreSQL schema) and recovers every live
+run. Generation 0 starts run `target` (it waits for a "ping") and run `sender`, whose `send`
+records the message and then SIGKILLs the process before the step's outcome is recorded.
+Generation 1 carries both on and prints the sender's status and output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+from runfold.flow import Flow, get_event, recv, send, set_event, workflow
+from runfold.kernel import Snapshot
+from runfold.stores import PostgresStore, SQLiteStore
+from runfold.stores.protocol import EventStore
+
+ARGS: dict[str, Any] = json.loads(sys.argv[1]) if __name__ == "__main__" else {}
+GENERATION = int(sys.argv[2]) if __name__ == "__main__" else 0
+
+
+@workflow(name="test-send-target")
+async def target(_: None) -> str:
+    got: str = await recv("ping")
+    await set_event("pong", f"{got}/pong")
+    return got
+
+
+@workflow(name="test-send-sender")
+async def sender(to: str) -> Any:
+    await send(to, "ping", topic="ping")
+    return await get_event(to, "pong", timeout=30)
+
+
+class DyingFlow(Flow):
+    """A Flow whose process dies once a message from workflow code is recorded."""
+
+    async def record_message(
+        self, run_id: str, message: Any, *, topic: str | None, idempotency_key: str | None
+    ) -> Snapshot:
+        recorded = await super().record_message(
+            run_id, message, topic=topic, idempotency_key=idempotency_key
+        )
+        os.kill(os.getpid(), signal.SIGKILL)  # after the message, before the step's outcome
+        return recorded
+
+
+async def open_backend(args: dict[str, Any]) -> EventStore:
+    if args["backend"] == "sqlite":
+        return await SQLiteStore.open(args["path"])
+    return await PostgresStore.open(args["dsn"], schema=args["schema"], pool_max=2)
+
+
+async def main() -> None:
+    async with await open_backend(ARGS) as store:
+        flow = (DyingFlow if GENERATION == 0 else Flow)(store, [target, sender])
+        await flow.recover()
+        await flow.start(target, None, run_id="target")
+        run = await flow.start(sender, "target", run_id="sender")
+        print(json.dumps([run.status, run.output]), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
