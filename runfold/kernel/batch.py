@@ -15,25 +15,40 @@ import attrs
 
 from runfold.kernel._pmap import stored
 from runfold.kernel.commands import ClaimRun, Command, StartStep
-from runfold.kernel.decide import decide
+from runfold.kernel.decide import decided_events
 from runfold.kernel.errors import HistoryError, InvalidCommand, OwnershipLost, Rejection
 from runfold.kernel.events import Event, RunClaimed, StepCreated, make_envelope
 from runfold.kernel.fast import fast_init
 from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot import Ownership, Snapshot, apply, project_run
+from runfold.kernel.snapshot.reducer import apply_decided
 
 __all__ = ["BatchDecision", "decide_after", "decide_many", "join_decisions", "recheck_decision"]
 
 # Every `BatchDecision` `decide_many` or `join_decisions` made and that is still alive, by id:
 # the kernel's own decisions, which `recheck_decision` need not fold again. (By id with a weak
 # reference, not a WeakSet: hashing a decision hashes all its events.)
-_MADE: dict[int, weakref.ref[BatchDecision]] = {}
+_MADE: dict[int, _Made] = {}
+
+
+class _Made(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference to a decision of the kernel's, which knows its key in `_MADE`."""
+
+    __slots__ = ("key",)
+    key: int
+
+
+def _forget(ref: _Made) -> None:
+    """Drop a dead decision's entry (unless its id already names a newer decision)."""
+    if _MADE.get(ref.key) is ref:
+        del _MADE[ref.key]
 
 
 def _made(decision: BatchDecision) -> BatchDecision:
-    key = id(decision)
-    _MADE[key] = weakref.ref(decision, lambda _, key=key: _MADE.pop(key, None))  # type: ignore[misc]
+    ref = _Made(decision, _forget)
+    ref.key = key = id(decision)
+    _MADE[key] = ref
     return decision
 
 
@@ -140,17 +155,9 @@ def _decide_onto(
     many = len(commands) > 1
     for place, command in enumerate(commands):
         try:
-            decision = decide(
-                current,
-                command,
-                now=now,
-                limits=limits,
-                token_holder=token_holder,
-                run_id=run_id,
-                acting_as=acting_as,
-            )
+            decided = decided_events(current, command, now, limits, token_holder, run_id, acting_as)
             if acting_as is not None and isinstance(command, ClaimRun):
-                _check_claim(current, decision.events, acting_as)
+                _check_claim(current, decided, acting_as)
         except Rejection as exc:
             exc.command_index = place
             if many:
@@ -159,24 +166,22 @@ def _decide_onto(
                     f"{type(command).__name__}"
                 )
             raise
-        if not decision.events:
+        if not decided:
             if _started_it(current, command):
                 created.append(command.step_id)  # type: ignore[attr-defined]
             continue
-        if isinstance(command, StartStep) and isinstance(decision.events[0], StepCreated):
+        if isinstance(command, StartStep) and type(decided[0]) is StepCreated:
             created.append(command.step_id)
-        first = head + len(events) - first_event + 1
-        owner = current.run_id if current is not None else run_id or ""
-        envelopes = [
-            make_envelope(owner, first + k, event, now, None)
-            for k, event in enumerate(decision.events)
-        ]
-        current = (
-            project_run(envelopes, limits=limits)
-            if current is None
-            else apply(current, envelopes, limits=limits)
-        )
-        events.extend(decision.events)
+        if current is None:
+            first = head + len(events) - first_event + 1
+            envelopes = [
+                make_envelope(run_id or "", first + k, event, now, None)
+                for k, event in enumerate(decided)
+            ]
+            current = project_run(envelopes, limits=limits)
+        else:  # the kernel's own events, numbered from the snapshot's head: no envelopes
+            current = apply_decided(current, decided, now, limits)
+        events.extend(decided)
     return current
 
 

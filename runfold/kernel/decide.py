@@ -21,11 +21,12 @@ from runfold.kernel._rules.steps import STEP_RULES
 from runfold.kernel._rules.waits import WAIT_RULES
 from runfold.kernel.commands import Command, Decision
 from runfold.kernel.errors import HistoryLimitExceeded, InvalidCommand, Rejection, RunNotSupported
+from runfold.kernel.events import Event
 from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import DEFAULT_LIMITS, SPEC_VERSION, Limits
 from runfold.kernel.snapshot import Ownership, Snapshot
 
-__all__ = ["decide"]
+__all__ = ["decide", "decided_events"]
 
 
 _RULES: dict[type[Command], Rule] = {
@@ -77,6 +78,24 @@ def decide(
         HistoryLimitExceeded: The events would take the run past `Limits.max_events_per_run`.
         Rejection: Any other refusal of the rules (`RunNotFound`, `TerminalState`, …).
     """
+    events = decided_events(snapshot, command, now, limits, token_holder, run_id, acting_as)
+    return Decision(events=events) if events else Decision(events=(), idempotent=True)
+
+
+def decided_events(
+    snapshot: Snapshot | None,
+    command: Command,
+    now: datetime,
+    limits: Limits,
+    token_holder: HookHolder | None,
+    run_id: str | None,
+    acting_as: Ownership | None,
+) -> tuple[Event, ...]:
+    """The events `decide` would return, its arguments positional: what a batch asks per command.
+
+    The same checks and rules as `decide`, which wraps it, without a `Decision` to build;
+    empty for a no-op.
+    """
     if snapshot is not None:
         run_id = snapshot.run_id
         if snapshot.spec_version > SPEC_VERSION:
@@ -103,7 +122,7 @@ def decide(
             f"malformed {type(command).__name__}: {type(exc).__name__}", run_id=run_id
         ) from None
     if not events:
-        return Decision(events=(), idempotent=True)
+        return events
     head = snapshot.last_sequence if snapshot is not None else 0
     allowed = limits.max_events_per_run + (1 if command.ends_run else 0)
     if head + len(events) > allowed:
@@ -112,4 +131,4 @@ def decide(
             f"{limits.max_events_per_run}",
             run_id=run_id,
         )
-    return Decision(events=events)
+    return events

@@ -176,8 +176,13 @@ def run_index(snapshot: Snapshot) -> RunIndex:
             claims.append(
                 HookClaim(token=hook.token, hook_id=hook_id, retained_until=hook.retain_token_until)
             )
-    wakeups = tuple(
-        Wakeup(run_id=snapshot.run_id, kind=w.kind, subject_id=w.subject_id, due_at=w.due_at)
-        for w in snapshot.wakeups()
+    due = snapshot.wakeups()
+    wakeups = (
+        tuple(
+            Wakeup(run_id=snapshot.run_id, kind=w.kind, subject_id=w.subject_id, due_at=w.due_at)
+            for w in due
+        )
+        if due
+        else ()  # most appends: no generator to make for nothing
     )
-    return RunIndex(summary=summary, hooks=tuple(claims), wakeups=wakeups)
+    return RunIndex(summary=summary, hooks=tuple(claims) if claims else (), wakeups=wakeups)

@@ -34,7 +34,7 @@ def index_in_utc(index: RunIndex) -> RunIndex:
         and summary.updated_at.tzinfo is UTC
         and (summary.completed_at is None or summary.completed_at.tzinfo is UTC)
         and not index.hooks
-        and all(w.due_at.tzinfo is UTC for w in index.wakeups)
+        and (not index.wakeups or all(w.due_at.tzinfo is UTC for w in index.wakeups))
     ):
         return index  # already so: what the engine's clock gives on every append
     return RunIndex(

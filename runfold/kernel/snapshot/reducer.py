@@ -14,16 +14,17 @@ to its event type's handler (`_handlers`), and the builder frozen into the snaps
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
-from runfold.kernel.bulk import in_bulk
+from runfold.kernel.bulk import BULK, in_bulk
 from runfold.kernel.errors import HistoryError
-from runfold.kernel.events import Envelope
+from runfold.kernel.events import Envelope, Event
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot._builder import Builder, resume_builder, start_builder
 from runfold.kernel.snapshot._handlers import HANDLERS
 from runfold.kernel.snapshot.states import Snapshot
 
-__all__ = ["apply", "project_run"]
+__all__ = ["apply", "apply_decided", "project_run"]
 
 
 def _fold(b: Builder, envelopes: Iterable[Envelope]) -> Snapshot:
@@ -73,3 +74,32 @@ def apply(
     b = resume_builder(snapshot, limits)
     count = len(envelopes) if isinstance(envelopes, list | tuple) else 0
     return in_bulk(count, _fold, b, envelopes)
+
+
+def _fold_decided(b: Builder, events: Sequence[Event], at: datetime) -> Snapshot:
+    seq = b.seq
+    handlers = HANDLERS
+    for event in events:
+        seq += 1
+        b.seq = seq
+        handler = handlers.get(type(event))
+        if handler is None:
+            raise b.fail(f"not an event: {type(event).__name__}")
+        handler(b, event, at)
+    b.updated_at = at
+    return b.freeze()
+
+
+def apply_decided(
+    snapshot: Snapshot, events: Sequence[Event], at: datetime, limits: Limits
+) -> Snapshot:
+    """`apply` of events just decided on `snapshot`, recorded at `at`, without their envelopes.
+
+    The same fold, every law of history checked, as `apply(snapshot, envelopes)` of the
+    envelopes `make_envelope` gives them from the snapshot's next sequence on: the envelopes'
+    own checks (sequence, run id) hold by construction, so none is built.
+    """
+    b = resume_builder(snapshot, limits)
+    if len(events) < BULK:
+        return _fold_decided(b, events, at)
+    return in_bulk(len(events), _fold_decided, b, events, at)
