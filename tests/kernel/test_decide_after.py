@@ -10,7 +10,12 @@ from runfold.kernel import (
     CompleteStep,
     CreateHook,
     EntityConflict,
+    FailStep,
+    LazyStep,
     ReceiveHook,
+    RetryPolicy,
+    RetryStep,
+    StartStep,
     StepNotFound,
     apply,
     decide,
@@ -94,3 +99,39 @@ def test_a_fold_never_changes_the_records_or_sets_of_the_snapshot_it_starts_from
     assert after.live_step_ids == frozenset() and type(after.live_step_ids) is frozenset
     # A set the fold did not change is shared, not copied.
     assert after.active_hook_ids is hooked.active_hook_ids
+
+
+def test_a_step_given_a_start_id_an_error_or_a_retry_time_leaves_older_snapshots_be() -> None:
+    # A step's record holds `start_id`, `error` and `retry_after` only once a fold sets one: the
+    # fold that does gives it a wider record of its own, and older snapshots read as they did.
+    start = decide_many(None, [CREATE, START], now=T0, run_id="r")
+    lazily = StartStep(
+        step_id="s", lazy=LazyStep(step_name="n", input=b"", retry=RetryPolicy(max_attempts=5))
+    )
+    commands = [
+        lazily,
+        RetryStep(step_id="s", error=b"e1", retry_after=T0),
+        StartStep(step_id="s", start_id="second"),
+        RetryStep(step_id="s", error=b"e2"),
+        StartStep(step_id="s"),  # a start without an id: the step's start id is None again
+        FailStep(step_id="s", error=b"e3"),
+    ]
+    decisions = [start]
+    for command in commands:
+        decisions.append(decide_many(decisions[-1].snapshot, [command], now=T0))
+    snapshots = [decision.snapshot for decision in decisions[1:]]
+    states = [snap.steps["s"] for snap in snapshots if snap is not None]  # read after all folds
+    assert [(s.status, s.attempt, s.start_id, s.error, s.retry_after) for s in states] == [
+        ("running", 1, None, None, None),
+        ("pending", 1, None, b"e1", T0),
+        ("running", 2, "second", b"e1", None),
+        ("pending", 2, "second", b"e2", None),
+        ("running", 3, None, b"e2", None),
+        ("failed", 3, None, b"e3", None),
+    ]
+    events = [event for decision in decisions for event in decision.events]
+    history = [make_envelope("r", n, event, T0, None) for n, event in enumerate(events, start=1)]
+    assert decisions[-1].snapshot == project_run(history)
+    # The same start sent again is recognised by the start id its wider record holds.
+    again = decide_many(decisions[3].snapshot, [StartStep(step_id="s", start_id="second")], now=T0)
+    assert again.events == ()

@@ -34,6 +34,7 @@ from runfold.kernel.snapshot._records import (
     HookRecord,
     StepRecord,
     WaitRecord,
+    WideStepRecord,
     empty_records,
     empty_values,
 )
@@ -179,6 +180,18 @@ class Builder:
                 raise self.fail(f"event for unknown step {step_id!r}")
             record = self.steps_new[step_id] = base.clone()
         return record
+
+    def wide_step(self, step_id: str) -> WideStepRecord:
+        """The step's record for this fold to change, widened to set a field most steps never set.
+
+        A `StepRecord` has no slot for `start_id`, `retry_after` or `error`: the first fold to
+        set one of a step's replaces its record with a `WideStepRecord`, which it keeps.
+        """
+        record = self.step(step_id)
+        if isinstance(record, WideStepRecord):
+            return record
+        wide = self.steps_new[step_id] = record.widened()
+        return wide
 
     def wait(self, wait_id: str) -> WaitRecord:
         """The wait's record for this fold to change: cloned on its first change here."""

@@ -188,16 +188,20 @@ def _on_step_started(
     # marker on a step that was not running is a lie.
     if after_interruption and step.status != "running":
         raise b.fail(f"step {step_id!r} started after an interruption, but it was pending")
+    # Most steps never have a start id, an error or a retry time: their record has no slot
+    # for one (and its None is read from the class, which costs more than a type check).
+    if start_id is not None or type(step) is not StepRecord:
+        wide = step = b.wide_step(step_id)
+        wide.start_id = start_id
+        if wide.retry_after is not None:
+            wide.retry_after = None
+            b.own_retrying().discard(step_id)
     if retry is not None:
         step.retry = retry  # the policy from this attempt on
     step.status = "running"
     step.attempt = attempt
-    step.start_id = start_id
     if step.started_at is None:
         step.started_at = at
-    if step.retry_after is not None:
-        step.retry_after = None
-        b.own_retrying().discard(step_id)
     step.updated_at = at
 
 
@@ -209,7 +213,7 @@ def _finish_step(b: Builder, step_id: str, kind: str, at: datetime) -> StepRecor
     if b.status not in LIVE_RUN_STATUSES and status != "running":
         raise b.fail(f"{kind} on {status} step {step_id!r} after the run ended")
     b.own_live_steps().discard(step_id)
-    if step.retry_after is not None:
+    if type(step) is not StepRecord and step.retry_after is not None:  # (see _on_step_started)
         b.own_retrying().discard(step_id)
     step.completed_at = step.updated_at = at
     return step
@@ -222,7 +226,8 @@ def _on_step_completed(b: Builder, at: datetime, step_id: str, output: bytes) ->
 
 
 def _on_step_failed(b: Builder, at: datetime, step_id: str, error: bytes) -> None:
-    step = _finish_step(b, step_id, "step_failed", at)
+    _finish_step(b, step_id, "step_failed", at)
+    step = b.wide_step(step_id)
     step.status = "failed"
     step.error = error
 
@@ -242,6 +247,7 @@ def _on_step_retrying(
         raise b.fail(f"step_retrying on step {step_id!r} in state {step.status}")
     if step.retry is not None and step.attempt >= step.retry.max_attempts:
         raise b.fail(f"step_retrying on step {step_id!r} past its retry budget")
+    step = b.wide_step(step_id)
     step.status = "pending"
     step.error = error
     step.retry_after = retry_after

@@ -29,15 +29,22 @@ from runfold.kernel.snapshot.states import (
     WaitStatus,
 )
 
-__all__ = ["HookRecord", "StepRecord", "WaitRecord", "empty_records", "empty_values"]
+__all__ = [
+    "HookRecord",
+    "StepRecord",
+    "WaitRecord",
+    "WideStepRecord",
+    "empty_records",
+    "empty_values",
+]
 
 
 class _Record:
     # `frozen` caches the public state of a published record (None until first asked): a fold
     # clones a record before it changes it (`Builder.step` …), so a published one never
     # changes. Subclasses list their fields in their own `__slots__`, which `clone` walks
-    # (without `frozen`); `freeze` walks `_fields`, the public class's fields in order (set by
-    # `_public_factory`).
+    # (`_slots`: a base record's too, without `frozen`); `freeze` walks `_fields`, the public
+    # class's fields in order (set by `_public_factory`).
     __slots__ = ("frozen",)
     frozen: Any
     public: Any
@@ -56,18 +63,20 @@ class _Record:
 
 
 class StepRecord(_Record):
-    """A step while folds change it: the fields of its `StepState`, mutable."""
+    """A step while folds change it: the fields of its `StepState`, mutable.
+
+    The fields most steps never set (`start_id`, `retry_after`, `error`) are not slots here
+    but None on the class, a slot fewer each per step a run holds: a fold that sets one gives
+    the step a `WideStepRecord` first (`Builder.wide_step`), and setting one here raises.
+    """
 
     __slots__ = (
         "attempt",
         "completed_at",
         "created_at",
-        "error",
         "input",
         "output",
         "retry",
-        "retry_after",
-        "start_id",
         "started_at",
         "status",
         "step_id",
@@ -78,13 +87,13 @@ class StepRecord(_Record):
     status: StepStatus
     attempt: int
     retry: RetryPolicy | None
-    retry_after: datetime | None
     started_at: datetime | None
-    start_id: str | None
     output: bytes | None
-    error: bytes | None
     completed_at: datetime | None
     updated_at: datetime
+    start_id: str | None = None
+    retry_after: datetime | None = None
+    error: bytes | None = None
 
     def __init__(
         self, step_id: str, step_name: str, input: bytes, retry: RetryPolicy | None, at: datetime
@@ -97,13 +106,24 @@ class StepRecord(_Record):
         self.retry = retry
         self.attempt = 0
         self.output = None
-        self.error = None
-        self.retry_after = None
         self.created_at = at
         self.started_at = None
-        self.start_id = None
         self.completed_at = None
         self.updated_at = at
+
+    def widened(self) -> WideStepRecord:
+        """A copy for a fold to change that has slots for the fields most steps never set."""
+        wide: WideStepRecord = object.__new__(WideStepRecord)
+        wide.frozen = wide.start_id = wide.retry_after = wide.error = None
+        for name in StepRecord.__slots__:
+            setattr(wide, name, getattr(self, name))
+        return wide
+
+
+class WideStepRecord(StepRecord):
+    """A `StepRecord` with slots for `start_id`, `retry_after` and `error`, once one is set."""
+
+    __slots__ = ("error", "retry_after", "start_id")
 
 
 class WaitRecord(_Record):
@@ -154,9 +174,12 @@ class HookRecord(_Record):
 
 def _public_factory(record: type[_Record]) -> None:
     """Give `record` the positional constructor of its public class, that class's field order
-    (the record's slots hold the same names), and its compiled `clone` and `freeze`."""
+    (the record's slots hold those names, but for fields None on its class), and its compiled
+    `clone` and `freeze`."""
     fields = tuple(field.name for field in attrs.fields(record.public))
-    assert set(fields) == set(record.__slots__), record
+    slots = set(_slots(record))  # a field not among them is None on the class
+    assert slots <= set(fields), record
+    assert all(getattr(record, name) is None for name in set(fields) - slots), record
     record._fields = fields
     record._make = staticmethod(frozen_factory(record.public))
     _compiled_copies(record, fields)
@@ -166,7 +189,8 @@ def _compiled_copies(record: type[_Record], fields: tuple[str, ...]) -> None:
     """`clone` and `freeze` of `record` as straight-line code over its fields.
 
     The fields annotated as lists (a hook's deliveries) are copied by `clone` and
-    made tuples by `freeze`, as the loops these replace did for any list value.
+    made tuples by `freeze`, as the loops these replace did for any list value; a field with
+    no slot (None on the class) is a constant None in `freeze`.
     """
     annotations = getattr(record, "__annotations__", {})
     lists = {name for name in fields if str(annotations.get(name, "")).startswith("list[")}
@@ -174,12 +198,16 @@ def _compiled_copies(record: type[_Record], fields: tuple[str, ...]) -> None:
     def copied(name: str) -> str:
         return f"self.{name}.copy()" if name in lists else f"self.{name}"
 
+    slots = _slots(record)
+
     def frozen(name: str) -> str:
+        if name not in slots:
+            return "None"  # no slot: None on the class
         return f"tuple(self.{name})" if name in lists else f"self.{name}"
 
     clone = "\n".join(
         ["def clone(self):", "    copy = new(cls)", "    copy.frozen = None"]
-        + [f"    copy.{name} = {copied(name)}" for name in record.__slots__]
+        + [f"    copy.{name} = {copied(name)}" for name in slots]
         + ["    return copy"]
     )
     freeze = f"def freeze(self):\n    return make({', '.join(frozen(n) for n in fields)})\n"
@@ -192,7 +220,17 @@ def _compiled_copies(record: type[_Record], fields: tuple[str, ...]) -> None:
         setattr(record, name, made)
 
 
-for _record in (StepRecord, WaitRecord, HookRecord):
+def _slots(record: type[_Record]) -> tuple[str, ...]:
+    """The fields `record` keeps in slots, its base classes' too, without `frozen`."""
+    return tuple(
+        name
+        for cls in reversed(record.__mro__)
+        if issubclass(cls, _Record) and cls is not _Record
+        for name in cls.__dict__.get("__slots__", ())
+    )
+
+
+for _record in (StepRecord, WideStepRecord, WaitRecord, HookRecord):
     _public_factory(_record)
 
 
