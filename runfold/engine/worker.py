@@ -62,6 +62,8 @@ _BATCH = 100
 _RENEWALS = 3
 """How many renewals in a row a heartbeat makes while each is taken too late to hold until the
 next heartbeat."""
+_RECANCEL = 0.5
+"""Seconds a cancelled task of the worker's may take to end before it is cancelled again."""
 _WAKE_SPACING = 0.01
 """Seconds between two looks woken by signals (`RunSignals.wait_for_work`)."""
 
@@ -208,11 +210,7 @@ class Worker:
                     await asyncio.wait_for(self._wake.wait(), pause)
         finally:
             await self._wind_down()
-            for task in (heartbeat, listener):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            await _cancel(task for task in (heartbeat, listener) if task is not None)
             with contextlib.suppress(StoreUnavailable, StoreClosed):
                 await self.leases.drop_lease(self.worker_id)
             _log.info("worker %s stopped: %s", self.worker_id, self.counts)
@@ -420,8 +418,18 @@ class Worker:
 
 
 async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:
-    chosen = list(tasks)
-    for task in chosen:
-        task.cancel()
-    if chosen:
-        await asyncio.gather(*chosen, return_exceptions=True)
+    """Cancel the tasks and wait until each has ended, cancelling again any that goes on.
+
+    On Python 3.11 a cancellation can be lost (an `asyncio.wait_for` whose inner call completes
+    as it is cancelled returns the result): a task that swallowed one would keep a stopping
+    worker waiting for ever, so one still running after `_RECANCEL` seconds is cancelled again.
+    """
+    chosen = set(tasks)
+    pending = chosen
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=_RECANCEL)
+    for task in chosen:  # what a task raised on its way out is retrieved, as gather would
+        if not task.cancelled():
+            task.exception()

@@ -4,8 +4,8 @@ DBOS lets workflow code call `DBOS.send` and `DBOS.get_event`; these are the sam
 is a step of the calling run (named `SEND_STEP` or `GET_EVENT_STEP`) whose body acts through
 the `Flow` driving the run, as `ChildHandle.cancel` does, so nothing needs a module-level
 `Flow`. A `send` records its message under the step's idempotency key (`<run id>/<call id>`,
-the same on every attempt): a crash after the message was recorded and before the step's
-outcome was sends it again under that key, and the target keeps it once. A `get_event`'s value
+the same on every attempt): after a crash between the message's record and the step's outcome,
+the step sends it again under that key, and the target keeps it once. A `get_event`'s value
 is the step's output: a replay resumes with the value read the first time.
 """
 

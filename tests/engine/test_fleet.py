@@ -187,3 +187,38 @@ async def test_a_delivery_from_a_process_outside_the_fleet_is_driven_by_a_worker
     claim = history[received + 1]
     assert isinstance(claim, RunClaimed), claim
     assert claim.owner_id.startswith(socket.gethostname() or "worker")
+
+
+STUBBORN_STARTED = asyncio.Event()
+
+
+async def shrug_off_one_cancel() -> str:
+    """A step body that swallows the first cancellation it gets and waits on for an hour."""
+    STUBBORN_STARTED.set()
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        await asyncio.sleep(3600)
+    return "never"
+
+
+@workflow(name="fleet-stubborn")
+async def stubborn(_: None) -> str:
+    text: str = await step(shrug_off_one_cancel)
+    return text
+
+
+async def test_a_stopping_worker_ends_a_drive_that_swallowed_its_cancellation() -> None:
+    """A task that lost a cancellation (a body that swallows it; on Python 3.11 also an
+    `asyncio.wait_for` completing as it is cancelled) is cancelled again: the worker stops
+    after its grace period instead of waiting for the body's hour."""
+    STUBBORN_STARTED.clear()
+    store = MemoryStore()
+    flow = Flow(store, [stubborn])
+    serving = asyncio.create_task(flow.serve(poll_interval=0.02, grace=0.1, handle_signals=False))
+    await flow.start(stubborn, None, queued=True)
+    await asyncio.wait_for(STUBBORN_STARTED.wait(), timeout=60)
+    flow.stop()
+    done, _ = await asyncio.wait({serving}, timeout=60)
+    assert serving in done, "the worker waited on the body that swallowed its cancellation"
+    await serving
