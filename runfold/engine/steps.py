@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -60,30 +60,22 @@ def describe(exc: BaseException) -> bytes:
     return error_payload(exc)
 
 
-class _ArmedAtSuspension:
-    """Awaits `body`, and arms `scope` (an `asyncio.timeout(None)`) for `limit` once it suspends.
+class _Resumed:
+    """Awaits the rest of a body whose first step already ran and suspended on `yielded`.
 
-    A body that returns without suspending (most of them, on a quick store) costs no timer:
-    a cancelled `TimerHandle` per step would stay in the event loop's heap until the loop next
-    turns, and a loop driving runs on `MemoryStore` may not turn for thousands of steps.
+    A body that returns without suspending (most of them, on a quick store) is run to its end
+    by that first step, outside any timeout scope: the scope, its timer and its entry and exit
+    cost a step nothing until the body waits on something (`StepRunner.body`).
     """
 
-    __slots__ = ("body", "limit", "scope")
+    __slots__ = ("it", "yielded")
 
-    def __init__(self, body: Awaitable[bytes], scope: asyncio.Timeout, limit: timedelta) -> None:
-        self.body = body
-        self.scope = scope
-        self.limit = limit
+    def __init__(self, it: Generator[Any, Any, bytes], yielded: Any) -> None:
+        self.it = it
+        self.yielded = yielded
 
     def __await__(self) -> Generator[Any, Any, bytes]:
-        it = self.body.__await__()
-        try:
-            yielded = it.send(None)
-        except StopIteration as stop:
-            result: bytes = stop.value
-            return result
-        loop = asyncio.get_running_loop()
-        self.scope.reschedule(loop.time() + self.limit.total_seconds())
+        it, yielded = self.it, self.yielded
         while True:  # `yield from it`, its first value already taken
             try:
                 sent = yield yielded
@@ -96,7 +88,7 @@ class _ArmedAtSuspension:
                 try:
                     yielded = it.throw(exc)
                 except StopIteration as stop:
-                    result = stop.value
+                    result: bytes = stop.value
                     return result
             else:
                 try:
@@ -255,7 +247,7 @@ class StepRunner:
         The attempt fails as timed out after `timeout` (None: the engine's `step_timeout`).
         """
         limit = timeout if timeout is not None else self.step_timeout
-        scope = asyncio.timeout(None) if limit is not None else None
+        scope: asyncio.Timeout | None = None
         invocation = StepInvocation(
             run_id=self.run_id,
             step_id=step.step_id,
@@ -265,12 +257,20 @@ class StepRunner:
             previous_error=step.error,
         )
         try:
-            if scope is None or limit is None:
+            if limit is None:
                 output = await self.runtime.run_step(invocation)
             else:
-                async with scope:
-                    body = self.runtime.run_step(invocation)
-                    output = await _ArmedAtSuspension(body, scope, limit)
+                # The body's first step runs bare; the limit counts from its first suspension.
+                it = self.runtime.run_step(invocation).__await__()
+                try:
+                    yielded = it.send(None)
+                except StopIteration as stop:
+                    output = stop.value
+                else:
+                    when = asyncio.get_running_loop().time() + limit.total_seconds()
+                    scope = asyncio.timeout_at(when)
+                    async with scope:
+                        output = await _Resumed(it, yielded)
         except Exception as exc:
             failure: Exception = exc
             if scope is not None and limit is not None and scope.expired():
