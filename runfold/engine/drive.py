@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import attrs
 
@@ -169,10 +169,10 @@ class Drive:
         """Take the run one decision further; False when it waits."""
         journal = self.journal
         view = journal.snapshot
-        now = journal.clock()
-        if view.deadline is not None and view.deadline <= now:
+        deadline = view.deadline
+        if deadline is not None and deadline <= journal.clock():
             return await journal.record(
-                TimeOutRun(deadline=view.deadline, reason="deadline passed"), "the deadline"
+                TimeOutRun(deadline=deadline, reason="deadline passed"), "the deadline"
             )
         if view.status == "pending":
             return await journal.record(StartRun(), "starting the run")
@@ -185,11 +185,11 @@ class Drive:
         command: Command
         match decision:
             case ScheduleStep():
-                return await self.steps.schedule((decision,), now)
+                return await self.steps.schedule((decision,))
             case ScheduleSteps():
-                return await self.steps.schedule(decision.steps, now)
+                return await self.steps.schedule(decision.steps)
             case WaitUntil():
-                return await self.wait(decision, now)
+                return await self.wait(decision)
             case AwaitHook():
                 return await self.hook(decision)
             case Complete():
@@ -205,8 +205,8 @@ class Drive:
                     )
                 command = CancelRun(reason=view.cancellation.reason)
             case TimeOut():
-                deadline = view.deadline if view.deadline is not None else now
-                command = TimeOutRun(deadline=deadline, reason=decision.reason)
+                at = deadline if deadline is not None else journal.clock()
+                command = TimeOutRun(deadline=at, reason=decision.reason)
             case ReportProgress():
                 command = RecordProgress(
                     progress_id=decision.progress_id,
@@ -240,10 +240,11 @@ class Drive:
 
     # --- waits and hooks ----------------------------------------------------------------------
 
-    async def wait(self, decision: WaitUntil, now: datetime) -> bool:
+    async def wait(self, decision: WaitUntil) -> bool:
         """Create the wait on first use, complete it once due; False while it is not."""
         journal = self.journal
         view = journal.snapshot
+        now = journal.clock()
         create = CreateWait(wait_id=decision.wait_id, resume_at=decision.resume_at)
         wait = view.waits.get(decision.wait_id)
         if wait is None:

@@ -259,7 +259,8 @@ class Engine:
         return DriveSetup(
             handler=self.handler,
             runtime=self.runtime,
-            execute=self.execute,
+            # With no observer to tell, a drive appends through the handler itself.
+            execute=self.execute if self._fan_out.observers else self.handler.execute_many,
             in_flight=self._in_flight,
             lease=self.lease,
             max_replay_iterations=self.max_replay_iterations,

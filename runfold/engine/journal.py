@@ -26,7 +26,6 @@ from runfold.kernel import (
     Command,
     CompleteStep,
     EntityConflict,
-    Event,
     FailRun,
     FailStep,
     HistoryLimitExceeded,
@@ -84,11 +83,15 @@ class StepsInFlight:
 
     def hold(self, run_id: str, step_ids: Iterable[str]) -> None:
         """Mark steps as run by a drive of this engine."""
-        self._held.update((run_id, step_id) for step_id in step_ids)
+        held = self._held
+        for step_id in step_ids:
+            held.add((run_id, step_id))
 
     def let_go(self, run_id: str, step_ids: Iterable[str]) -> None:
         """Undo `hold`: the steps' outcomes are durable, or the drive ended."""
-        self._held.difference_update((run_id, step_id) for step_id in step_ids)
+        held = self._held
+        for step_id in step_ids:
+            held.discard((run_id, step_id))
 
 
 class Journal:
@@ -99,9 +102,7 @@ class Journal:
 
     __slots__ = (
         "acting_as",
-        "at",
         "clock",
-        "created",
         "decision",
         "durable",
         "execute",
@@ -109,8 +110,8 @@ class Journal:
         "held",
         "in_flight",
         "lease",
+        "limits",
         "pending",
-        "proposed",
         "run_id",
         "view",
     )
@@ -130,16 +131,16 @@ class Journal:
         self.view = durable
         self.handler = handler
         self.clock: Callable[[], datetime] = handler.clock
+        self.limits = handler.limits
         self.execute = execute
         self.in_flight = in_flight
         self.lease = lease
         self.pending: list[Command] = []
-        self.proposed: list[Event] = []  # what the pending commands decided on the view
-        self.created: list[str] = []  # the steps their lazy starts created
-        self.at: datetime | None = None  # when they were decided: the append's decision time
+        # The kernel's one decision of what is pending: its events, its snapshot (the view) and
+        # its time (the append's); None while nothing is.
+        self.decision: BatchDecision | None = None
         self.held: set[str] = set()  # step ids this drive runs or holds an outcome of
         self.acting_as: Ownership | None = None  # the claim of the worker the drive acts for
-        self.decision: BatchDecision | None = None  # the kernel's decision of what is pending
 
     @property
     def snapshot(self) -> Snapshot:
@@ -156,9 +157,9 @@ class Journal:
 
     def let_go(self, step_ids: Iterable[str]) -> None:
         """Undo `hold` for `step_ids`."""
-        chosen = set(step_ids)
+        chosen = tuple(step_ids)  # `held` itself, as a drive ends
         self.in_flight.let_go(self.run_id, chosen)
-        self.held -= chosen
+        self.held.difference_update(chosen)
 
     def elsewhere(self, step_id: str) -> bool:
         """Whether another drive of this engine runs the step.
@@ -179,45 +180,32 @@ class Journal:
         """
         before = self.decision
         if before is None:
-            at = self.clock()
             batch = decide_many(
                 self.view,
                 (command,),
-                now=at,
-                limits=self.handler.limits,
+                now=self.clock(),
+                limits=self.limits,
                 run_id=self.run_id,
                 acting_as=self.acting_as,
             )
             if not batch.events:
                 return False
-            self.at = at
-            known = 0
         else:
             # One decision of everything pending, extended (not a second one joined to it).
             batch = decide_after(
-                before,
-                command,
-                limits=self.handler.limits,
-                run_id=self.run_id,
-                acting_as=self.acting_as,
+                before, command, limits=self.limits, run_id=self.run_id, acting_as=self.acting_as
             )
             if batch is before:
                 return False
-            known = len(before.events)
         self.decision = batch
         self.pending.append(command)
-        self.proposed.extend(batch.events[known:])
-        self.created[:] = batch.created_steps
         self.view = batch.snapshot
         return True
 
     def discard(self) -> None:
         """Drop what is pending: the view becomes the durable run again."""
         self.pending.clear()
-        self.proposed.clear()
-        self.created.clear()
         self.decision = None
-        self.at = None
         self.view = self.durable
 
     async def record(self, command: Command, what: str) -> bool:
@@ -258,7 +246,7 @@ class Journal:
     def same_definition(self, command: Command, now: datetime) -> None:
         """Raise the kernel's `NonDeterministic` if `command` redefines an existing entity."""
         try:
-            decide(self.view, command, now=now, limits=self.handler.limits)
+            decide(self.view, command, now=now, limits=self.limits)
         except NonDeterministic:
             raise
         except EntityConflict:
@@ -289,23 +277,25 @@ class Journal:
         came before that command went in, the rest did not. Either way but "shown", the
         workflow must look again.
         """
-        if not self.pending:
+        decided = self.decision  # what the handler would decide again on the same snapshot
+        if decided is None:
             return "shown"
         commands = tuple(self.pending)
-        proposed = list(self.proposed)
-        decided = self.decision  # what the handler would decide again on the same snapshot
-        lease = self.lease
-        if lease is not None and self.acting_as is not None and not lease.holds():
-            await lease.settled()  # a renewal the store is late to take may make it hold
-        self.check_lease()
+        acting_as = self.acting_as
+        if acting_as is not None:
+            lease = self.lease
+            if lease is not None and not lease.holds():
+                await lease.settled()  # a renewal the store is late to take may make it hold
+            self.check_lease()
+        durable = self.durable
         try:
             outcome = await self.execute(
                 self.run_id,
                 commands,
-                known_sequence=self.durable.last_sequence if self.durable is not None else None,
-                now=self.at,
+                known_sequence=durable.last_sequence if durable is not None else None,
+                now=decided.now,
                 decided=decided,
-                acting_as=self.acting_as,
+                acting_as=acting_as,
             )
         except OwnershipLost:
             raise
@@ -313,22 +303,26 @@ class Journal:
             await self._refused(commands, exc)
             return "refused"
         self._settle(commands, outcome.snapshot)
-        if outcome.missed or len(outcome.appended) != len(proposed):
+        appended, proposed = outcome.appended, decided.events
+        if outcome.missed or len(appended) != len(proposed):
             return "moved"
         # The handler appends the proposed events themselves when it decided nothing anew, so
         # identity settles the common case before any field is compared.
-        for envelope, event in zip(outcome.appended, proposed, strict=True):
+        for envelope, event in zip(appended, proposed, strict=True):
             if envelope.event is not event and envelope.event != event:
                 return "moved"
         return "shown"
 
     def _settle(self, commands: Sequence[Command], durable: Snapshot) -> None:
         """The pending `commands` are durable: `durable` is the run now."""
-        self.durable = durable
-        self.discard()
-        done = {c.step_id for c in commands if isinstance(c, _OUTCOMES)}
-        if done & self.held:
-            self.let_go(done & self.held)
+        self.durable = self.view = durable
+        self.pending.clear()
+        self.decision = None
+        held = self.held
+        if held:
+            for command in commands:
+                if isinstance(command, _OUTCOMES) and command.step_id in held:
+                    self.let_go((command.step_id,))
 
     async def _refused(self, commands: Sequence[Command], exc: Rejection) -> None:
         """Handle the stored run's refusal of command `exc.command_index` of a pending batch.
@@ -339,6 +333,7 @@ class Journal:
         """
         place = exc.command_index
         refused = commands[place]
+        at = self.decision.now if self.decision is not None else None
         if isinstance(refused, StartRun) and isinstance(exc, NonDeterministic):
             self.discard()  # the run is another's: nothing of this batch can be recorded
             raise RunDefinitionConflict(
@@ -348,7 +343,7 @@ class Journal:
         while place > 0:  # the run may keep moving: each try keeps what still stands
             try:
                 outcome = await self.execute(
-                    self.run_id, commands[:place], now=self.at, acting_as=self.acting_as
+                    self.run_id, commands[:place], now=at, acting_as=self.acting_as
                 )
             except Rejection as again:
                 place = again.command_index

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Generator, Sequence
+from datetime import timedelta
 from typing import Any
 
 from runfold.engine.errors import InvalidDecision, StepTimedOut
@@ -117,12 +117,71 @@ class StepRunner:
         self.step_timeout = step_timeout
         self.jitter = jitter
 
-    async def schedule(self, calls: Sequence[ScheduleStep], now: datetime) -> bool:
+    async def schedule(self, calls: Sequence[ScheduleStep]) -> bool:
         """Start the steps of one decision that can run now, run their bodies, record outcomes.
 
         The starts go in one append, the bodies run concurrently. Returns False when none can
         run (each waits for a delayed retry or is being run by this engine already).
         """
+        journal = self.journal
+        run_id = self.run_id
+        if len(calls) == 1 and calls[0].step_id not in journal.snapshot.steps:
+            chosen: list[tuple[ScheduleStep, StepState | None]] = [(calls[0], None)]
+        else:  # steps the run has seen (or several): each checked against its record
+            chosen, exhausted, waiting = self._choose(calls)
+            if exhausted:  # failed for good: the workflow looks again first
+                for failure in exhausted:
+                    await journal.record(failure, repr(failure))
+                return True
+            if not chosen:
+                if waiting:
+                    return False
+                raise InvalidDecision(
+                    f"the workflow of run {run_id!r} scheduled only finished steps "
+                    f"({', '.join(sorted(call.step_id for call in calls))}): it must move on "
+                    "with their outcomes",
+                    run_id=run_id,
+                )
+        # Claimed before the first await, so a concurrent drive of this engine leaves them be.
+        ids = [call.step_id for call, _ in chosen]
+        journal.hold(ids)
+        for call, step in chosen:
+            if step is None:
+                lazy = LazyStep(step_name=call.step_name, input=call.input, retry=call.retry)
+                start = StartStep(step_id=call.step_id, lazy=lazy)
+            else:
+                start = StartStep(step_id=call.step_id, retry=_changed_policy(step, call))
+            try:
+                journal.propose(start)
+            except Rejection as exc:
+                journal.let_go(ids)
+                if await journal.moved_on():
+                    return True  # another writer created, started or finished it first
+                if isinstance(exc, InvalidCommand):  # a name, an input the kernel refuses
+                    raise unrecordable(repr(call), exc, run_id) from exc
+                raise
+        # The starts are durable before any body runs. Refused, they are not ours to run.
+        if await journal.flush() == "refused":
+            journal.let_go(ids)
+            return True
+        steps = journal.snapshot.steps
+        if len(chosen) == 1:  # no task to spawn for the common case
+            call = chosen[0][0]
+            step = steps[call.step_id]
+            command = await self.body(step, call.timeout)
+            try:
+                journal.propose(command)  # pending, to go with the workflow's next decision
+            except Rejection:
+                await self.outcome(step, command, commit=False)
+            return True
+        await self.run_bodies([(steps[call.step_id], call.timeout) for call, _ in chosen])
+        return True
+
+    def _choose(
+        self, calls: Sequence[ScheduleStep]
+    ) -> tuple[list[tuple[ScheduleStep, StepState | None]], list[Command], bool]:
+        """The calls to start now (with their step records), the failures of steps that have no
+        attempt left, and whether any call waits (a delayed retry, a body run elsewhere)."""
         journal = self.journal
         view = journal.snapshot
         run_id = self.run_id
@@ -132,6 +191,7 @@ class StepRunner:
         seen: set[str] = set()
         exhausted: list[Command] = []
         waiting = False
+        now = journal.clock()
         for call in calls:
             if call.step_id in seen:
                 raise InvalidDecision(
@@ -167,60 +227,15 @@ class StepRunner:
                     exhausted.append(FailStep(step_id=step.step_id, error=error.encode()))
                     continue
             chosen.append((call, step))
-        if exhausted:  # failed for good: the workflow looks again first
-            for failure in exhausted:
-                await journal.record(failure, repr(failure))
-            return True
-        if not chosen:
-            if waiting:
-                return False
-            raise InvalidDecision(
-                f"the workflow of run {run_id!r} scheduled only finished steps "
-                f"({', '.join(sorted(seen))}): it must move on with their outcomes",
-                run_id=run_id,
-            )
-        # Claimed before the first await, so a concurrent drive of this engine leaves them be.
-        ids = [call.step_id for call, _ in chosen]
-        journal.hold(ids)
-        for call, step in chosen:
-            if step is None:
-                lazy = LazyStep(step_name=call.step_name, input=call.input, retry=call.retry)
-                start = StartStep(step_id=call.step_id, lazy=lazy)
-            else:
-                start = StartStep(step_id=call.step_id, retry=_changed_policy(step, call))
-            try:
-                journal.propose(start)
-            except Rejection as exc:
-                journal.let_go(ids)
-                if await journal.moved_on():
-                    return True  # another writer created, started or finished it first
-                if isinstance(exc, InvalidCommand):  # a name, an input the kernel refuses
-                    raise unrecordable(repr(call), exc, run_id) from exc
-                raise
-        # The starts are durable before any body runs. Refused, they are not ours to run.
-        if await journal.flush() == "refused":
-            journal.let_go(ids)
-            return True
-        timeouts = {call.step_id: call.timeout for call, _ in chosen}
-        await self.run_bodies([journal.snapshot.steps[i] for i in ids], timeouts)
-        return True
+        return chosen, exhausted, waiting
 
-    async def run_bodies(
-        self, steps: Sequence[StepState], timeouts: Mapping[str, timedelta | None]
-    ) -> None:
-        """Run the step bodies concurrently and propose their outcomes.
+    async def run_bodies(self, steps: Sequence[tuple[StepState, timedelta | None]]) -> None:
+        """Run the step bodies concurrently (each with its own timeout), propose their outcomes.
 
         Each outcome but the last is committed as soon as it is known (those known at once in
-        one append); the last are pending, to go with the workflow's next decision. `timeouts`
-        holds each step's own timeout.
+        one append); the last are pending, to go with the workflow's next decision.
         """
-        if len(steps) == 1:  # no task to spawn for the common case
-            step = steps[0]
-            await self.outcome(step, await self.body(step, timeouts[step.step_id]), commit=False)
-            return
-        tasks = {
-            asyncio.ensure_future(self.body(step, timeouts[step.step_id])): step for step in steps
-        }
+        tasks = {asyncio.ensure_future(self.body(step, timeout)): step for step, timeout in steps}
         errors: list[BaseException] = []
         try:
             while tasks:
