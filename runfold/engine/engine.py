@@ -20,7 +20,6 @@ writes to a run of another workflow, and asks the store only for their wakeups.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
@@ -32,6 +31,7 @@ from runfold.engine.journal import StepsInFlight
 from runfold.engine.lease import Lease
 from runfold.engine.observing import ObserverFanOut
 from runfold.engine.queues import hold_dedup
+from runfold.engine.resuming import due_by_run, resume_run, settle
 from runfold.engine.retry import DEFAULT_JITTER
 from runfold.engine.runtime import DEFAULT_STEP_TIMEOUT, EngineObserver, WorkflowRuntime
 from runfold.engine.survey import LIVE, engine_summary, live_summaries, open_suspensions
@@ -44,26 +44,18 @@ from runfold.kernel import (
     Command,
     CompleteWait,
     CreateRun,
-    EntityConflict,
     Ownership,
-    OwnershipLost,
     RequestCancel,
     RunCreated,
-    RunExpired,
     RunOwned,
     Snapshot,
     StartRun,
-    StoreClosed,
-    StoreUnavailable,
-    TerminalState,
     TimeOutRun,
     Wakeup,
     decide,
 )
 
 __all__ = ["Engine"]
-
-_log = logging.getLogger("runfold.engine")
 
 
 class Engine:
@@ -301,17 +293,12 @@ class Engine:
             StoreClosed: The store was closed.
         """
         now = now if now is not None else self.handler.clock()
-        by_run: dict[str, list[Wakeup]] = {}
         wakeups = await self.handler.store.due_wakeups(
             now, limit=limit, workflow_names=self.workflow_names
         )
-        for wakeup in wakeups:
-            # Input for a fleet's run is a worker's to take (see `deliver`).
-            if wakeup.kind != "ready" or self.lease is not None:
-                by_run.setdefault(wakeup.run_id, []).append(wakeup)
         resumed = []
-        for run_id, due in by_run.items():
-            resumption = await self._resume(run_id, tuple(due))
+        for run_id, due in due_by_run(wakeups, fleet=self.lease is not None).items():
+            resumption = await resume_run(run_id, due, self._settle, self.drive)
             if resumption is not None:
                 resumed.append(resumption)
         return tuple(resumed)
@@ -338,35 +325,10 @@ class Engine:
         for workflow_name in sorted(self.workflow_names):
             for status in LIVE:
                 async for summary in live_summaries(self.handler, status, workflow_name):
-                    resumption = await self._resume(summary.run_id, ())
+                    resumption = await resume_run(summary.run_id, (), self._settle, self.drive)
                     if resumption is not None:
                         resumed.append(resumption)
         return tuple(resumed)
-
-    async def _resume(self, run_id: str, due: tuple[Wakeup, ...]) -> Resumption | None:
-        """Settle the run's `due` waits and deadline, then drive it once; what it came to.
-
-        None when another worker owns the run. A drive that fails is reported (and logged),
-        not raised, so one run never stops a sweep; a store that cannot be reached does.
-        """
-        try:
-            for wakeup in due:
-                if wakeup.kind == "wait":
-                    await self._settle(run_id, CompleteWait(wait_id=wakeup.subject_id))
-                elif wakeup.kind == "deadline":
-                    await self._settle(
-                        run_id, TimeOutRun(deadline=wakeup.due_at, reason="deadline passed")
-                    )
-            snapshot = await self.drive(run_id)
-        except (StoreUnavailable, StoreClosed):
-            raise
-        except (RunOwned, OwnershipLost) as exc:
-            _log.debug("run %r is another worker's: %s", run_id, exc)
-            return None
-        except Exception as exc:
-            _log.warning("resuming run %r failed: %r", run_id, exc)
-            return Resumption(run_id=run_id, wakeups=due, snapshot=None, error=exc)
-        return Resumption(run_id=run_id, wakeups=due, snapshot=snapshot, error=None)
 
     async def deliver(self, token: str, payload: bytes, delivery_id: str | None = None) -> Snapshot:
         """Deliver `payload` to the live hook holding `token`, then drive its run.
@@ -507,9 +469,5 @@ class Engine:
         return outcome
 
     async def _settle(self, run_id: str, command: Command) -> None:
-        """Execute a command that may have been made moot by someone else (a wait completed,
-        a run ended); such a refusal is not an error here."""
-        try:
-            await self.execute(run_id, (command,))
-        except (EntityConflict, TerminalState, RunExpired) as exc:
-            _log.debug("%s on run %r was already settled: %s", type(command).__name__, run_id, exc)
+        """Execute a command that may have been made moot by someone else (`settle`)."""
+        await settle(self.execute, run_id, command)

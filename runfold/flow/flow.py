@@ -16,41 +16,29 @@ from typing import Any
 
 from runfold.engine import (
     DEFAULT_LEASE,
-    AwaitHook,
     Engine,
-    LinkChildOperation,
     Queue,
     Resumption,
     RunDefinitionConflict,
-    RuntimeDecision,
     Schedule,
-    StepInvocation,
     Worker,
-    WorkflowInvocation,
 )
 from runfold.flow.bodies import StepBodies
-from runfold.flow.calls import cancel_child
 from runfold.flow.continuation import follow, last_run
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
-from runfold.flow.errors import FlowError, UnknownWorkflow
+from runfold.flow.errors import UnknownWorkflow
 from runfold.flow.events import EventBoard
 from runfold.flow.family import Family
 from runfold.flow.fork import restart_at, write_fork
-from runfold.flow.info import CURRENT_STEP, WorkflowInfo
-from runfold.flow.interpreter import OBSERVED, Interpreter
+from runfold.flow.interpreter import Interpreter
 from runfold.flow.messages import post_message
 from runfold.flow.outcome import FlowRun, flow_run
-from runfold.flow.sending import FLOW_BODIES
+from runfold.flow.runtime import FlowRuntime
 from runfold.flow.versions import code_version
 from runfold.handler import CommandHandler
 from runfold.kernel import (
     EntityConflict,
-    Envelope,
-    RunCancelled,
-    RunCompleted,
-    RunFailed,
-    RunTimedOut,
     Snapshot,
     TerminalState,
 )
@@ -58,12 +46,8 @@ from runfold.stores.protocol import EventStore
 
 __all__ = ["Flow"]
 
-_RUN_ENDS = frozenset({RunCompleted, RunFailed, RunCancelled, RunTimedOut})
-# The decisions the Family acts on (a child's creation, a wait on a child).
-_FAMILY_DECISIONS = frozenset({LinkChildOperation, AwaitHook})
 
-
-class Flow:
+class Flow(FlowRuntime):
     """Runs `@workflow` functions durably on `store`.
 
     Args:
@@ -426,78 +410,3 @@ class Flow:
     def report(self, snapshot: Snapshot) -> FlowRun:
         """`snapshot` as a `FlowRun`."""
         return flow_run(snapshot, self.codec)
-
-    # --- the engine's runtime and observer ----------------------------------------------------
-
-    @property
-    def workflow_names(self) -> Collection[str]:
-        """The names of the served workflows."""
-        return tuple(self.workflows)
-
-    async def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeDecision:
-        """The interpreter's decision; a replay first reads the stored run to trust it."""
-        snapshot = invocation.snapshot
-        interpreter = self.interpreter
-        session = interpreter.live(snapshot)
-        if session is not None:  # the run's coroutine goes on from where it stopped
-            decision = interpreter.go_on(session, snapshot)
-        else:
-            durable = None
-            if _has_results(snapshot):
-                durable = await self.handler.lookup(snapshot.run_id)
-            decision = interpreter.decide(snapshot, durable, replay=True)
-        if type(decision) in _FAMILY_DECISIONS:
-            decision = await self.family.decided(snapshot, decision)
-        return decision
-
-    async def run_step(self, invocation: StepInvocation) -> bytes:
-        """Run the step's function on its decoded arguments; its result, encoded."""
-        interpreter = self.interpreter
-        held = interpreter.at_step(invocation.run_id, invocation.step_id, invocation.input)
-        if held is not None:  # the run's coroutine is at this step: its own call
-            session, call, args = held
-            fn, info = call.fn, session.info
-        else:
-            found = interpreter.bodies.get(invocation.step_name)
-            if found is None:
-                raise FlowError(f"no function is known for step {invocation.step_name!r}")
-            fn, args = found, self.codec.decode(invocation.input)
-            info = WorkflowInfo.of(await self.handler.snapshot(invocation.run_id))
-        if fn is cancel_child or fn in FLOW_BODIES:  # it acts through this Flow
-            args = (self, *args)
-        # What `StepBodies.call` does, inline: one coroutine less per step.
-        bodies = self.bodies
-        token = CURRENT_STEP.set((invocation, info))
-        try:
-            if bodies.is_async(fn):
-                result = await fn(*args)
-            else:
-                result = await bodies.plain(fn, args)
-        finally:
-            CURRENT_STEP.reset(token)
-        output = self.codec.encode(result)
-        if held is not None:
-            interpreter.ran(held[0], invocation.step_id, output, result)
-        return output
-
-    observed_events = OBSERVED
-    """The events `on_event` acts on: the engine calls it for these only (not for a step's
-    creation or start, the most frequent)."""
-
-    async def on_event(self, envelope: Envelope) -> None:
-        """Confirm what the engine appended to the live sessions; note runs that ended."""
-        kind = type(envelope.event)
-        if kind not in OBSERVED:  # a step's creation or start, most often: nothing to do
-            return
-        if kind in _RUN_ENDS:
-            self.family.ended(envelope.run_id)
-        self.interpreter.observe(envelope)
-        if self.events.waiting:  # someone waits in `get_event`
-            self.events.saw(envelope)
-
-
-def _has_results(snapshot: Snapshot) -> bool:
-    """Whether a replay of `snapshot` could feed the coroutine anything recorded (a step's or a
-    wait's outcome, a hook's payload); a run with none, just created, needs no stored copy to
-    confirm them against."""
-    return bool(len(snapshot.steps) or len(snapshot.waits) or len(snapshot.hooks))
