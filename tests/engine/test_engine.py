@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -723,6 +724,57 @@ async def test_each_retry_waits_its_backoff_from_the_failure_time(
     retries = [e.event for e in await store.read("r") if isinstance(e.event, StepRetrying)]
     delays = [r.retry_after - failed_at[n] for n, r in enumerate(retries, start=1) if r.retry_after]
     assert delays == sorted(delays) and delays[-1] <= RETRY.max_interval  # type: ignore[operator]
+
+
+async def test_a_body_waiting_past_its_timeout_fails_the_attempt_as_timed_out(
+    handler: CommandHandler,
+) -> None:
+    async def stuck(invocation: StepInvocation) -> bytes:
+        await asyncio.sleep(60)
+        return b"never"
+
+    once = RetryPolicy(max_attempts=1)
+    runtime = Scripted(one_step(once), {"body": stuck})
+    engine = Engine(handler, runtime, step_timeout=timedelta(milliseconds=20))
+    run = await engine.start("wf", b"", run_id="r")
+    assert run.status == "failed" and run.error_code == "s_failed"
+    assert (run.steps["s"].error or b"").startswith(b"StepTimedOut: step 'body' (id 's')")
+
+
+async def test_a_step_timeout_counts_from_the_body_first_suspension(
+    handler: CommandHandler,
+) -> None:
+    async def busy_then_quick(invocation: StepInvocation) -> bytes:
+        time.sleep(0.05)  # past the limit, but before the body waits on anything
+        await asyncio.sleep(0.001)
+        return b"done"
+
+    runtime = Scripted(one_step(RetryPolicy(max_attempts=1)), {"body": busy_then_quick})
+    engine = Engine(handler, runtime, step_timeout=timedelta(milliseconds=20))
+    run = await engine.start("wf", b"", run_id="r")
+    assert run.status == "completed" and run.output == b"done"
+    assert run.steps["s"].attempt == 1
+
+
+async def test_a_cancelled_drive_is_no_timeout_of_its_waiting_body(
+    handler: CommandHandler,
+) -> None:
+    started = asyncio.Event()
+
+    async def waits(invocation: StepInvocation) -> bytes:
+        started.set()
+        await asyncio.sleep(60)
+        return b"never"
+
+    runtime = Scripted(one_step(RetryPolicy(max_attempts=1)), {"body": waits})
+    engine = Engine(handler, runtime, step_timeout=timedelta(seconds=30))
+    drive = asyncio.create_task(engine.start("wf", b"", run_id="r"))
+    await started.wait()
+    drive.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await drive
+    run = await handler.snapshot("r")
+    assert run.steps["s"].status == "running" and run.steps["s"].error is None
 
 
 async def test_without_jitter_a_retry_waits_exactly_the_backoff(
