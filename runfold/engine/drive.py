@@ -24,7 +24,7 @@ import attrs
 
 from runfold.engine.custody import Custody
 from runfold.engine.errors import InvalidDecision, ReplayLimitExceeded
-from runfold.engine.journal import Execute, Journal, StepsInFlight
+from runfold.engine.journal import Execute, Journal, Notify, StepsInFlight
 from runfold.engine.lease import Lease
 from runfold.engine.raised import as_failure, is_code_failure
 from runfold.engine.runtime import (
@@ -76,13 +76,14 @@ _log = logging.getLogger("runfold.engine")
 class DriveSetup:
     """What a drive takes from its engine.
 
-    The handler, the runtime, how to append, the steps in flight, the worker's lease, and the
-    engine's settings.
+    The handler, the runtime, how to append and whom to tell (the observers, if any), the steps
+    in flight, the worker's lease, and the engine's settings.
     """
 
     handler: CommandHandler
     runtime: WorkflowRuntime
     execute: Execute
+    notify: Notify | None
     in_flight: StepsInFlight
     lease: Lease | None
     max_replay_iterations: int | None
@@ -111,6 +112,7 @@ class Drive:
             durable,
             handler=setup.handler,
             execute=setup.execute,
+            notify=setup.notify,
             in_flight=setup.in_flight,
             lease=setup.lease,
         )

@@ -251,8 +251,8 @@ class Engine:
         return DriveSetup(
             handler=self.handler,
             runtime=self.runtime,
-            # With no observer to tell, a drive appends through the handler itself.
-            execute=self.execute if self._fan_out.observers else self.handler.execute_many,
+            execute=self.handler.execute_many,
+            notify=self._fan_out.notify if self._fan_out.observers else None,
             in_flight=self._in_flight,
             lease=self.lease,
             max_replay_iterations=self.max_replay_iterations,
@@ -453,8 +453,8 @@ class Engine:
     ) -> Outcome:
         """`CommandHandler.execute_many`, then the observers see what was appended.
 
-        How drives append, and how a process that runs no workflow records a command a drive
-        would have (the engine's observers see it).
+        How a process that runs no workflow records a command a drive would have: the engine's
+        observers see it, as they see what drives append.
         """
         outcome = await self.handler.execute_many(
             run_id,

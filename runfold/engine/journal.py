@@ -26,6 +26,7 @@ from runfold.kernel import (
     Command,
     CompleteStep,
     EntityConflict,
+    Envelope,
     FailRun,
     FailStep,
     HistoryLimitExceeded,
@@ -42,7 +43,7 @@ from runfold.kernel import (
     decide_many,
 )
 
-__all__ = ["Execute", "Flushed", "Journal", "StepsInFlight"]
+__all__ = ["Execute", "Flushed", "Journal", "Notify", "StepsInFlight"]
 
 _log = logging.getLogger("runfold.engine")
 _OUTCOMES = (CompleteStep, RetryStep, FailStep)
@@ -52,7 +53,7 @@ Flushed: TypeAlias = Literal["shown", "moved", "refused"]
 
 
 class Execute(Protocol):
-    """Appends commands to a run (`Engine.execute`: the handler, then the observers)."""
+    """Appends commands to a run (the handler's `execute_many`)."""
 
     def __call__(
         self,
@@ -64,6 +65,10 @@ class Execute(Protocol):
         decided: BatchDecision | None = None,
         acting_as: Ownership | None = None,
     ) -> Awaitable[Outcome]: ...
+
+
+Notify: TypeAlias = Callable[[Sequence[Envelope]], Awaitable[None]]
+"""Shows the engine's observers what an append wrote (`ObserverFanOut.notify`)."""
 
 
 class StepsInFlight:
@@ -111,6 +116,7 @@ class Journal:
         "in_flight",
         "lease",
         "limits",
+        "notify",
         "pending",
         "run_id",
         "view",
@@ -123,6 +129,7 @@ class Journal:
         *,
         handler: CommandHandler,
         execute: Execute,
+        notify: Notify | None,
         in_flight: StepsInFlight,
         lease: Lease | None,
     ) -> None:
@@ -133,6 +140,7 @@ class Journal:
         self.clock: Callable[[], datetime] = handler.clock
         self.limits = handler.limits
         self.execute = execute
+        self.notify = notify  # None: the engine has no observer
         self.in_flight = in_flight
         self.lease = lease
         self.pending: list[Command] = []
@@ -302,6 +310,8 @@ class Journal:
         except Rejection as exc:
             await self._refused(commands, exc)
             return "refused"
+        if self.notify is not None:
+            await self.notify(outcome.appended)
         self._settle(commands, outcome.snapshot)
         appended, proposed = outcome.appended, decided.events
         if outcome.missed or len(appended) != len(proposed):
@@ -348,6 +358,8 @@ class Journal:
             except Rejection as again:
                 place = again.command_index
                 continue
+            if self.notify is not None:
+                await self.notify(outcome.appended)
             self._settle(commands[:place], outcome.snapshot)
             return
         self.durable = await self.handler.snapshot(self.run_id)

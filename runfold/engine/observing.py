@@ -19,7 +19,7 @@ class ObserverFanOut:
     An observer's failure is logged (logger `runfold.engine`) and never reaches the run.
     """
 
-    __slots__ = ("observed", "observers")
+    __slots__ = ("_by_kind", "observed", "observers")
 
     def __init__(self, observers: Iterable[EngineObserver]) -> None:
         self.observers = tuple(observers)
@@ -27,14 +27,24 @@ class ObserverFanOut:
         self.observed: tuple[Collection[type] | None, ...] = tuple(
             getattr(observer, "observed_events", None) for observer in self.observers
         )
+        # Per event class met so far, the observers that see it, in order.
+        self._by_kind: dict[type, tuple[EngineObserver, ...]] = {}
+
+    def _observing(self, kind: type) -> tuple[EngineObserver, ...]:
+        """The observers that see events of class `kind`, in order (found once per class)."""
+        found = self._by_kind.get(kind)
+        if found is None:
+            found = self._by_kind[kind] = tuple(
+                observer
+                for observer, observed in zip(self.observers, self.observed, strict=True)
+                if observed is None or kind in observed
+            )
+        return found
 
     async def notify(self, envelopes: Sequence[Envelope]) -> None:
         """Await each observer on each envelope of a class it observes, in order."""
         for envelope in envelopes:
-            kind = type(envelope.event)
-            for observer, observed in zip(self.observers, self.observed, strict=True):
-                if observed is not None and kind not in observed:
-                    continue  # not awaited for an event it ignores
+            for observer in self._observing(type(envelope.event)):
                 try:
                     await observer.on_event(envelope)
                 except Exception:

@@ -127,6 +127,7 @@ class StepRunner:
         run_id = self.run_id
         if len(calls) == 1 and calls[0].step_id not in journal.snapshot.steps:
             chosen: list[tuple[ScheduleStep, StepState | None]] = [(calls[0], None)]
+            ids = [calls[0].step_id]
         else:  # steps the run has seen (or several): each checked against its record
             chosen, exhausted, waiting = self._choose(calls)
             if exhausted:  # failed for good: the workflow looks again first
@@ -142,8 +143,8 @@ class StepRunner:
                     "with their outcomes",
                     run_id=run_id,
                 )
+            ids = [call.step_id for call, _ in chosen]
         # Claimed before the first await, so a concurrent drive of this engine leaves them be.
-        ids = [call.step_id for call, _ in chosen]
         journal.hold(ids)
         for call, step in chosen:
             if step is None:
