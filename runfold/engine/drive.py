@@ -66,12 +66,14 @@ from runfold.kernel import (
     StoreError,
     TimeOutRun,
 )
+from runfold.kernel.fast import fast_init
 
 __all__ = ["Drive", "DriveSetup"]
 
 _log = logging.getLogger("runfold.engine")
 
 
+@fast_init  # made for every drive
 @attrs.frozen(kw_only=True)
 class DriveSetup:
     """What a drive takes from its engine.
