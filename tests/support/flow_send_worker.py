@@ -1,5 +1,7 @@
 """A child process for `tests/flow/test_flow_sending.py`: a `send` from workflow code, killed.
 
+That test imports `target` from here too, so the in-process and the killed runs share one target.
+
 Run as `python -m tests.support.flow_send_worker '<json arguments>' GENERATION` from the
 repository root. It opens the store (SQLite file or PostgreSQL schema) and recovers every live
 run. Generation 0 starts run `target` (it waits for a "ping") and run `sender`, whose `send`
