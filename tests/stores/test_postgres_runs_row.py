@@ -1,23 +1,20 @@
-"""PostgreSQL's runs row: written by an append only when a field it holds changes.
+"""PostgreSQL's runs row: an append racing the deletion of its ended run.
 
 The run's head is its last event (`postgres.heads`), whose `(run_id, sequence)` primary key is
-the run's lock, so an append that leaves the run's status, end time, owner and attributes as
-they were writes no runs row. These checks look at the row itself (its `xmin`: the transaction
-that last wrote it), at what the store says of the run (the summary, the orphans' order, the
-holds of `claim_due`), and at an append racing the deletion of its ended run.
+the run's lock; an append that changes no field of the runs row still holds that row, so it waits
+for retention's deletion and then conflicts. The checks both SQL stores share (a row no append
+rewrites, the orphans' order, the holds of `claim_due`) are in `test_runs_row.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
-from typing import Any
 
 import pytest
 
-from runfold.conformance.builders import T0, kernel_summary, log, started, write
+from runfold.conformance.builders import T0, log, started, write
 from runfold.errors import SequenceConflict
-from runfold.events import RunClaimed, RunCompleted
+from runfold.events import RunCompleted
 from runfold.kernel import project_run, run_index
 from tests.stores.test_postgres_store import (
     ANYWHERE,
@@ -31,67 +28,6 @@ from tests.stores.test_postgres_store import (
 __all__ = ["schema"]  # the fixture, used by name
 
 pytestmark = pytest.mark.postgres
-
-SECOND = timedelta(seconds=1)
-LATER = T0 + timedelta(days=1)
-
-
-def runs_row(schema: str, run_id: str) -> tuple[Any, ...]:
-    """The run's row in `runs` with the transaction that wrote it, as stored."""
-    [row] = rows(f'SELECT xmin::text, * FROM "{schema}".runs WHERE run_id = %s', (run_id,))
-    return row
-
-
-async def test_an_append_that_changes_no_status_leaves_the_runs_row_as_it_was(schema: str) -> None:
-    async with opened(schema) as store:
-        await write(store, "r", *started(), at=T0)
-        stored = runs_row(schema, "r")
-        await write(store, "r", log("one"), at=T0 + SECOND)  # one statement
-        await write(store, "r", log("two"), log("three"), at=T0 + 2 * SECOND)  # the function
-        assert runs_row(schema, "r") == stored, "a log line rewrote the runs row"
-
-        [summary] = await store.get_runs(["r"])
-        assert summary is not None
-        assert (summary.last_sequence, summary.updated_at) == (5, T0 + 2 * SECOND)
-        assert summary == await kernel_summary(store, "r")
-        assert (await store.list_runs()).items == (summary,)
-        assert await store.head("r") == 5
-
-        await write(store, "r", RunCompleted(output=b""), at=T0 + 3 * SECOND)
-        assert runs_row(schema, "r") != stored, "the end of the run left its row as it was"
-        [ended] = await store.get_runs(["r"])
-        assert ended is not None and ended.status == "completed" and ended.last_sequence == 6
-        assert ended == await kernel_summary(store, "r")
-
-
-async def test_orphans_come_oldest_last_event_first_when_no_append_rewrote_their_row(
-    schema: str,
-) -> None:
-    async with opened(schema) as store:
-        await write(store, "first", *started(), RunClaimed(owner_id="gone", epoch=1), at=T0)
-        await write(store, "second", *started(), RunClaimed(owner_id="gone", epoch=1), at=T0)
-        await write(store, "first", log("later"), at=T0 + SECOND)  # no runs row written
-        orphans = await store.orphaned_runs(LATER)
-        assert [s.run_id for s in orphans] == ["second", "first"]
-        assert [s.updated_at for s in orphans] == [T0, T0 + SECOND]
-        due = await store.claim_due("w1", now=LATER, hold_until=LATER + SECOND, limit=10)
-        assert [d.run_id for d in due] == ["second", "first"]
-
-
-async def test_a_claim_due_hold_lapses_once_the_run_moves_on_without_a_runs_write(
-    schema: str,
-) -> None:
-    async with opened(schema) as store:
-        await write(store, "r", *started(), RunClaimed(owner_id="gone", epoch=1), at=T0)
-        until = LATER + timedelta(minutes=5)
-        [due] = await store.claim_due("w1", now=LATER, hold_until=until, limit=10)
-        assert due.run_id == "r"
-        assert await store.claim_due("w2", now=LATER, hold_until=until, limit=10) == []
-        stored = runs_row(schema, "r")
-        await write(store, "r", log("moved on"), at=T0 + SECOND)
-        assert runs_row(schema, "r") == stored
-        [again] = await store.claim_due("w2", now=LATER, hold_until=until, limit=10)
-        assert again.run_id == "r"
 
 
 async def test_an_append_to_an_ended_run_waits_for_its_deletion_then_conflicts(
