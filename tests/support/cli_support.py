@@ -8,10 +8,12 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
+
+from tests.support.postgres_support import postgres_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,3 +76,13 @@ class Demo:
 def run_ids(url: str) -> list[str]:
     listed = json.loads(ok(runfold_cli("--store", url, "runs", "--json")))
     return [run["run_id"] for run in listed["runs"]]
+
+
+def store_url(backend: str, sqlite_path: Path, label: str) -> Iterator[str]:
+    """A store URL that a test and the CLI in a subprocess share, for a fixture to `yield from`:
+    the SQLite file `sqlite_path` for backend "sqlite", else a fresh PostgreSQL schema named after
+    `label` (`postgres_url`)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{sqlite_path}"
+        return
+    yield from postgres_url(label)
