@@ -20,8 +20,7 @@ from typing import Any
 
 from runfold.flow import Flow, get_event, recv, send, set_event, workflow
 from runfold.kernel import Envelope, HookReceived
-from runfold.stores import PostgresStore, SQLiteStore
-from runfold.stores.protocol import EventStore
+from tests.support.child_workers import open_backend
 
 ARGS: dict[str, Any] = json.loads(sys.argv[1]) if __name__ == "__main__" else {}
 GENERATION = int(sys.argv[2]) if __name__ == "__main__" else 0
@@ -49,12 +48,6 @@ class DyingFlow(Flow):
         if type(envelope.event) is HookReceived and envelope.run_id == "target":
             os.kill(os.getpid(), signal.SIGKILL)  # after the message, before the step's outcome
         await super().on_event(envelope)
-
-
-async def open_backend(args: dict[str, Any]) -> EventStore:
-    if args["backend"] == "sqlite":
-        return await SQLiteStore.open(args["path"])
-    return await PostgresStore.open(args["dsn"], schema=args["schema"], pool_max=2)
 
 
 async def main() -> None:
