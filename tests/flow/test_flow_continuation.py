@@ -36,6 +36,7 @@ from runfold.stores import PostgresStore, SQLiteStore
 from runfold.testing import Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
 from tests.conftest import Clock
+from tests.support.child_workers import spawn_worker
 from tests.support.continuation_workflows import counter
 from tests.support.postgres_support import DSN, admin, schema_name
 
@@ -303,25 +304,17 @@ async def test_a_chain_survives_any_fault_schedule(schedule: tuple[Fault, ...]) 
     assert outcome.same, outcome
 
 
-def spawn(args: dict[str, Any]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.continuation_worker", json.dumps(args)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 async def killed_then_recovered(args: dict[str, Any], store: EventStore) -> None:
-    killed = spawn({**args, "kill_at": args["kill_at"], "generation": 2, "target": 500})
+    killed = spawn_worker(
+        "continuation_worker", {**args, "kill_at": args["kill_at"], "generation": 2, "target": 500}
+    )
     out, err = killed.communicate(timeout=120)
     assert killed.returncode == -signal.SIGKILL, (out, err)
     # The successor exists, not started yet; the run ended with its link (one append) or not.
     assert [type(e.event) for e in await store.read("c~2")] == [RunCreated]
     ended = isinstance((await store.read("c~1"))[-1].event, RunCompleted)
     assert ended == (args["kill_at"] == "linked")
-    recovered = spawn({**args, "kill_at": None, "generation": 0})
+    recovered = spawn_worker("continuation_worker", {**args, "kill_at": None, "generation": 0})
     out, err = recovered.communicate(timeout=120)
     assert recovered.returncode == 0, err
     reported = json.loads(out.strip().splitlines()[-1])
