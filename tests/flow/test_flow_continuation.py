@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from runfold.testing import Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
 from tests.conftest import Clock
 from tests.support.child_workers import spawn_worker
+from tests.support.cli_support import runfold_worker
 from tests.support.continuation_workflows import counter
 from tests.support.postgres_support import DSN, admin, schema_name
 
@@ -275,21 +274,8 @@ async def test_a_fleet_worker_process_claims_each_successor(tmp_path: Path) -> N
     async with await SQLiteStore.open(path) as store:
         flow = Flow(store, [counter])
         await flow.start(counter, {"n": 0, "target": 450}, run_id="f", queued=True)
-        runfold = str(Path(sys.executable).parent / "runfold")
-        app, url = "tests.support.continuation_workflows", f"sqlite:///{path}"
-        worker = subprocess.Popen(
-            [runfold, "worker", "--app", app, "--store", url, "--poll", "0.05"],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
+        with runfold_worker("tests.support.continuation_workflows", f"sqlite:///{path}"):
             run = await flow.result("f", wait=60)
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            _, err = worker.communicate(timeout=60)
-        assert worker.returncode == 0, err
         assert (run.run_id, run.output) == ("f~4", {"n": 450, "generation": 4, "first": "f"})
         runs = await chain_of(store, "f")
         assert [r.owner_epoch for r in runs] == [1] * 5  # each claimed once, as a queued run

@@ -1,11 +1,14 @@
 """Running the real `runfold` entry point in a subprocess, as a user does, and reading what it
-printed; the demo's file that the CLI tests share (`tests/conftest.py`: `demo`)."""
+printed; a `runfold worker` for the length of a block; the demo's file that the CLI tests share
+(`tests/conftest.py`: `demo`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -86,3 +89,23 @@ def store_url(backend: str, sqlite_path: Path, label: str) -> Iterator[str]:
         yield f"sqlite:///{sqlite_path}"
         return
     yield from postgres_url(label)
+
+
+@contextlib.contextmanager
+def runfold_worker(app: str, url: str) -> Iterator[subprocess.Popen[str]]:
+    """`runfold worker --app APP --store URL --poll 0.05` from the repository root, stopped with
+    SIGTERM when the block ends; if the block succeeded, the worker must then exit 0."""
+    runfold = str(Path(sys.executable).parent / "runfold")
+    worker = subprocess.Popen(
+        [runfold, "worker", "--app", app, "--store", url, "--poll", "0.05"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield worker
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err
