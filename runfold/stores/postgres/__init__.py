@@ -33,16 +33,17 @@
   `bytea` and attributes JSON `text`, because `text` and `jsonb` cannot hold U+0000.
 
 One idea per module: `store` (the class), `connections` (the pool and driver errors), `schema`
-(tables, migrations), `functions` (the server-side SQL), `heads` (a run's head, read from its
-last event), `request` and `wire` (one append and its
+(tables, migrations), `append_sql` (the parts appends are written of), `functions` (the
+server-side functions), `plain` (the appends onto runs without hooks or wakeups), `heads` (a
+run's head, read from its last event), `request` and `wire` (one append and its
 binary encoding), `writer` (the append and its group commit), `overlap` (when a group commit
 starts beside another), `feed` (the global feed and its notifications) and `retention`.
 """
 
 from __future__ import annotations
 
+from runfold.stores.postgres.append_sql import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.feed import NOTIFY_INTERVAL
-from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.schema import SCHEMA_VERSION
 from runfold.stores.postgres.store import PostgresStore
 

@@ -30,17 +30,17 @@ from runfold.kernel import (
     StoreUnavailable,
     TokenConflict,
 )
-from runfold.stores.postgres.citus import routed_append
-from runfold.stores.postgres.connections import Connection, Connections, Deadline, Identity
-from runfold.stores.postgres.doubt import SETTLE_GRACE, settle
-from runfold.stores.postgres.functions import (
+from runfold.stores.postgres.append_sql import (
     POSITIONS_PER_TRANSACTION,
     SEQUENCE_CONFLICT,
     TOKEN_CONFLICT,
-    plain_append,
 )
+from runfold.stores.postgres.citus import routed_append
+from runfold.stores.postgres.connections import Connection, Connections, Deadline, Identity
+from runfold.stores.postgres.doubt import SETTLE_GRACE, settle
 from runfold.stores.postgres.heads import HEAD
 from runfold.stores.postgres.overlap import OverlapChooser
+from runfold.stores.postgres.plain import plain_append
 from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.schema import quote
 from runfold.stores.postgres.wire import array
