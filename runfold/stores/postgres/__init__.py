@@ -6,14 +6,14 @@
   only read, so the running application needs no DDL rights. Every table leads with `run_id`
   except `tokens`, the global unique index of hook tokens (see
   `docs/scaling.md`).
-- **Append**: one call of the server-side function `append_events` (or, for a single event onto a
-  run without hooks or wakeups, one statement that does its part, `plain_append`): one
-  transaction, one round trip. It checks the run's head (its last event, `heads`) and inserts
-  the batch: the events' `(run_id, sequence)` primary key is the run's lock (concurrent appends
-  at one head queue on it and all but one fail on it). It writes the run's row in `runs` only
-  when a field the row holds changes, and keeps the run's hook and wakeup rows. Refusals come
-  back as SQLSTATEs of runfold's own (`SEQUENCE_CONFLICT`, `TOKEN_CONFLICT`). The request
-  travels as one value of the composite type `append_request`, in PostgreSQL's binary format
+- **Append**: one call of the server-side function `append_events` (or, onto a live run without
+  hooks or wakeups, one that does its part: `append_plain_batch`, or for a single event one
+  statement, `plain_append`): one transaction, one round trip. It checks the run's head (its last
+  event, `heads`) and inserts the batch: the events' `(run_id, sequence)` primary key is the run's
+  lock (concurrent appends at one head queue on it and all but one fail on it). It writes the run's
+  row in `runs` only when a field the row holds changes, and keeps the run's hook and wakeup rows.
+  Refusals come back as SQLSTATEs of runfold's own (`SEQUENCE_CONFLICT`, `TOKEN_CONFLICT`). The
+  request travels as one value of the composite type `append_request`, in PostgreSQL's binary format
   (`wire`).
 - **Group commit**: an append takes a free write slot (`MAX_WRITES` of them); while every slot
   is taken, further appends wait and go together in one transaction, one append per run and

@@ -3,8 +3,9 @@
 Such an append needs none of `append_events`' upkeep of hooks and wakeups, nor its run
 creation. Two ways write it, each where it is the cheapest:
 
-- `append_plain_batch`, a group commit of such appends: no subtransaction per append (only a
-  race on the events' key can raise, and refuses the batch whole);
+- `append_plain_batch`, a group commit of such appends, or one alone of several events (the
+  engine's steps): no subtransaction per append (only a race on the events' key can raise, and
+  refuses the batch whole);
 - `plain_append`, one such append of one event as one statement with scalar parameters,
   sparing the function call and the composite value.
 
