@@ -80,7 +80,7 @@ async def test_an_append_that_changes_no_status_leaves_the_runs_row_as_it_was(
     await write(store, "r", *started(), at=T0)
     stored = runs_row("r")
     await write(store, "r", log("one"), at=T0 + SECOND)  # PostgreSQL: one statement
-    await write(store, "r", log("two"), log("three"), at=T0 + 2 * SECOND)  # and the function
+    await write(store, "r", log("two"), log("three"), at=T0 + 2 * SECOND)  # a plain batch
     assert runs_row("r") == stored, "a log line rewrote the runs row"
 
     [summary] = await store.get_runs(["r"])
