@@ -24,8 +24,7 @@ from runfold.commands import CreateHook, CreateRun, StartRun
 from runfold.flow import Flow
 from runfold.stores import SQLiteStore, open_store
 from runfold.testing import CrashingStore, Fault, SimulatedCrash
-from tests.support.cli_support import ROOT, ok, one_line_error, run_ids, runfold_cli
-from tests.support.postgres_support import DSN, admin, schema_name
+from tests.support.cli_support import ROOT, ok, one_line_error, run_ids, runfold_cli, store_url
 
 pytestmark = pytest.mark.slow
 
@@ -213,13 +212,7 @@ def make(store):
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ops.db'}"
-        return
-    admin()  # skips without a server (fails under CI=true)
-    name = schema_name("operate")
-    yield f"{DSN}?schema={name}"
-    admin().execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    yield from store_url(request.param, tmp_path / "ops.db", "operate")
 
 
 async def test_resume_hands_the_store_to_a_factory_that_takes_one(

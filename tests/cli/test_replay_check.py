@@ -31,9 +31,9 @@ from runfold.transfer import (
     read_export,
 )
 from tests.conftest import Clock
-from tests.support.cli_support import ok, one_line_error, runfold_cli
+from tests.support.cli_support import ok, one_line_error, runfold_cli, store_url
 from tests.support.deploy_versions import V1, V2, V2_UNPATCHED
-from tests.support.postgres_support import DSN, admin, schema_name
+from tests.support.postgres_support import postgres_url
 
 pytestmark = pytest.mark.slow
 
@@ -41,25 +41,15 @@ PARKED = 3  # v1 runs parked on their timer
 DONE = 2  # v1 runs completed
 
 
-def _postgres_url() -> Iterator[str]:
-    admin()  # skips without a server (fails under CI=true)
-    name = schema_name("deploys")
-    yield f"{DSN}?schema={name}"
-    admin().execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store URL the CLI (in a subprocess) and the test share."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'runs.db'}"
-    else:
-        yield from _postgres_url()
+    yield from store_url(request.param, tmp_path / "runs.db", "deploys")
 
 
 @pytest.fixture
 def other_postgres() -> Iterator[str]:
-    yield from _postgres_url()
+    yield from postgres_url("deploys")
 
 
 async def _opened(url: str) -> EventStore:

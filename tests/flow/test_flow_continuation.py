@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,8 @@ from runfold.stores import PostgresStore, SQLiteStore
 from runfold.testing import Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
 from tests.conftest import Clock
+from tests.support.child_workers import spawn_worker
+from tests.support.cli_support import runfold_worker
 from tests.support.continuation_workflows import counter
 from tests.support.postgres_support import DSN, admin, schema_name
 
@@ -274,21 +274,8 @@ async def test_a_fleet_worker_process_claims_each_successor(tmp_path: Path) -> N
     async with await SQLiteStore.open(path) as store:
         flow = Flow(store, [counter])
         await flow.start(counter, {"n": 0, "target": 450}, run_id="f", queued=True)
-        runfold = str(Path(sys.executable).parent / "runfold")
-        app, url = "tests.support.continuation_workflows", f"sqlite:///{path}"
-        worker = subprocess.Popen(
-            [runfold, "worker", "--app", app, "--store", url, "--poll", "0.05"],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
+        with runfold_worker("tests.support.continuation_workflows", f"sqlite:///{path}"):
             run = await flow.result("f", wait=60)
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            _, err = worker.communicate(timeout=60)
-        assert worker.returncode == 0, err
         assert (run.run_id, run.output) == ("f~4", {"n": 450, "generation": 4, "first": "f"})
         runs = await chain_of(store, "f")
         assert [r.owner_epoch for r in runs] == [1] * 5  # each claimed once, as a queued run
@@ -303,25 +290,17 @@ async def test_a_chain_survives_any_fault_schedule(schedule: tuple[Fault, ...]) 
     assert outcome.same, outcome
 
 
-def spawn(args: dict[str, Any]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.continuation_worker", json.dumps(args)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 async def killed_then_recovered(args: dict[str, Any], store: EventStore) -> None:
-    killed = spawn({**args, "kill_at": args["kill_at"], "generation": 2, "target": 500})
+    killed = spawn_worker(
+        "continuation_worker", {**args, "kill_at": args["kill_at"], "generation": 2, "target": 500}
+    )
     out, err = killed.communicate(timeout=120)
     assert killed.returncode == -signal.SIGKILL, (out, err)
     # The successor exists, not started yet; the run ended with its link (one append) or not.
     assert [type(e.event) for e in await store.read("c~2")] == [RunCreated]
     ended = isinstance((await store.read("c~1"))[-1].event, RunCompleted)
     assert ended == (args["kill_at"] == "linked")
-    recovered = spawn({**args, "kill_at": None, "generation": 0})
+    recovered = spawn_worker("continuation_worker", {**args, "kill_at": None, "generation": 0})
     out, err = recovered.communicate(timeout=120)
     assert recovered.returncode == 0, err
     reported = json.loads(out.strip().splitlines()[-1])

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,30 +17,14 @@ import pytest
 
 from runfold.stores import PostgresStore, SQLiteStore
 from runfold.stores.protocol import EventStore
+from tests.support.child_workers import spawn_worker
 from tests.support.postgres_support import DSN, admin, schema_name
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_worker(args: dict[str, Any], generation: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.flow_key_worker",
-            json.dumps({**args, "generation": generation}),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
 
 async def check(args: dict[str, Any], store: EventStore) -> None:
-    first = run_worker(args, 0)
+    first = spawn_worker("flow_key_worker", {**args, "generation": 0})
     try:
         assert first.stdout is not None
         assert first.stdout.readline().strip() == "charged"
@@ -54,7 +36,7 @@ async def check(args: dict[str, Any], store: EventStore) -> None:
     step = (await store.read("pay"))[-1].event
     assert step.event_type == "step_started"  # the outcome never made it
 
-    second = run_worker(args, 1)
+    second = spawn_worker("flow_key_worker", {**args, "generation": 1})
     out, err = second.communicate(timeout=60)
     assert second.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == ["completed", "charged 42"]

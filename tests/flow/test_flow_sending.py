@@ -17,40 +17,36 @@ from typing import Any
 import pytest
 
 from runfold import EventStore
-from runfold.flow import Flow, StepError, get_event, recv, send, set_event, workflow
+from runfold.flow import Flow, StepError, get_event, send, workflow
 from runfold.flow.messages import mailbox_hook
 from runfold.flow.sending import GET_EVENT_STEP, SEND_STEP
 from runfold.stores import PostgresStore, SQLiteStore
+from tests.support.flow_send_worker import target
 from tests.support.postgres_support import DSN, admin, schema_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@workflow(name="test-sending-ponger")
-async def ponger(_: None) -> str:
-    got: str = await recv("ping")
-    await set_event("pong", f"{got}/pong")
-    return got
-
-
+# `target` is the child process's: it waits for a "ping" and sets "pong". The pinger is this
+# file's own, as it also reads an event the target never sets (timeout 0: None at once).
 @workflow(name="test-sending-pinger")
-async def pinger(target: str) -> Any:
-    await send(target, "ping", topic="ping")
-    return [await get_event(target, "pong", timeout=10), await get_event(target, "none", timeout=0)]
+async def pinger(to: str) -> Any:
+    await send(to, "ping", topic="ping")
+    return [await get_event(to, "pong", timeout=10), await get_event(to, "none", timeout=0)]
 
 
 @workflow(name="test-sending-stray")
-async def stray(target: str) -> str:
+async def stray(to: str) -> str:
     try:
-        await send(target, "hello")
+        await send(to, "hello")
     except StepError as refused:
         return refused.step_error
     return "sent"
 
 
 async def test_a_workflow_sends_to_another_and_reads_its_event(store: EventStore) -> None:
-    flow = Flow(store, [pinger, ponger])
-    await flow.start(ponger, None, run_id="B")
+    flow = Flow(store, [pinger, target])
+    await flow.start(target, None, run_id="B")
     done = await flow.start(pinger, "B", run_id="A")
     assert (done.status, done.output) == ("completed", ["ping/pong", None])
     steps = done.snapshot.steps
@@ -59,20 +55,20 @@ async def test_a_workflow_sends_to_another_and_reads_its_event(store: EventStore
         GET_EVENT_STEP,
         GET_EVENT_STEP,
     ]
-    target = await flow.result("B")
-    assert (target.status, target.output) == ("completed", "ping")
+    target_run = await flow.result("B")
+    assert (target_run.status, target_run.output) == ("completed", "ping")
     hook_id = mailbox_hook("B", "ping")[0]
-    deliveries = target.snapshot.hooks[hook_id].deliveries
+    deliveries = target_run.snapshot.hooks[hook_id].deliveries
     assert len(deliveries) == 1
     # A replay (a fresh Flow, nothing in memory) sends nothing again and reads nothing again.
-    again = Flow(store, [pinger, ponger])
+    again = Flow(store, [pinger, target])
     await again.recover()
     assert (await again.result("A")).output == ["ping/pong", None]
     assert len((await again.result("B")).snapshot.hooks[hook_id].deliveries) == 1
 
 
 async def test_a_send_to_a_run_that_is_not_there_raises_step_error(store: EventStore) -> None:
-    flow = Flow(store, [stray, ponger])
+    flow = Flow(store, [stray, target])
     done = await flow.start(stray, "nobody", run_id="S1")
     assert done.status == "completed" and "nobody" in done.output
     steps = done.snapshot.steps

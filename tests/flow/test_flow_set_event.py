@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,10 +12,9 @@ from runfold.flow import Flow, PayloadError, continue_as_new, recv, set_event, w
 from runfold.flow.events import EVENT_STEP_PREFIX
 from runfold.kernel import RunNotFound
 from runfold.stores import PostgresStore, SQLiteStore
+from tests.support.cli_support import runfold_worker
 from tests.support.continuation_workflows import counter, publisher, slow_publisher
 from tests.support.postgres_support import DSN, admin, schema_name
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_get_event_waits_for_the_latest_value(store: EventStore) -> None:
@@ -124,20 +120,7 @@ async def test_get_event_sees_a_value_set_in_another_process(tmp_path: Path, bac
     async with store:
         await Flow(store, [slow_publisher]).start(slow_publisher, 0.5, run_id="x", queued=True)
         flow = Flow(store, [counter])  # serves not the publisher: only the worker drives it
-        runfold = str(Path(sys.executable).parent / "runfold")
-        app = "tests.support.continuation_workflows"
-        worker = subprocess.Popen(
-            [runfold, "worker", "--app", app, "--store", url, "--poll", "0.05"],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
+        with runfold_worker("tests.support.continuation_workflows", url):
             assert await flow.get_event("x", "ready", timeout=60) == {"after": 0.5}
             done = await flow.result("x", wait=60)
             assert (done.status, done.output) == ("completed", "published")
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            _, err = worker.communicate(timeout=60)
-        assert worker.returncode == 0, err

@@ -12,8 +12,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from runfold.flow import Flow
 from runfold.stores import PostgresStore, SQLiteStore
 from runfold.stores.protocol import EventStore
 from runfold.testing import RoundClock, run_to_end, shape
+from tests.support.child_workers import spawn_worker
 from tests.support.flow_worker import approvals, order_input
 from tests.support.flow_workflows import order
 from tests.support.postgres_support import DSN, admin, schema_name
@@ -49,23 +48,13 @@ async def clean_outcomes() -> dict[str, tuple[list[Any], tuple[object, ...]]]:
     return found
 
 
-def spawn(args: dict[str, Any]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.flow_worker", json.dumps(args)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def kill_at_random(args: dict[str, Any], seed: int) -> list[tuple[int, float]]:
     """Start and SIGKILL `KILLS` children in turn, each after it finished a random number of
     runs and a random while more (so the kill lands inside a run); what was drawn."""
     rng = random.Random(seed)
     drawn = []
     for generation in range(KILLS):
-        child = spawn({**args, "generation": generation})
+        child = spawn_worker("flow_worker", {**args, "generation": generation})
         try:
             assert child.stdout is not None
             assert child.stdout.readline().strip() == "ready"
@@ -82,7 +71,7 @@ def kill_at_random(args: dict[str, Any], seed: int) -> list[tuple[int, float]]:
 
 
 def finish(args: dict[str, Any]) -> dict[str, list[Any]]:
-    child = spawn({**args, "generation": KILLS, "report": True})
+    child = spawn_worker("flow_worker", {**args, "generation": KILLS, "report": True})
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err
     lines = out.strip().splitlines()

@@ -6,17 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from runfold.flow import Flow, code_version, step, workflow
 from runfold.kernel.naming import step_label, step_names
 from runfold.stores import SQLiteStore, open_store
 from tests.support.cli_support import cells, ok, runfold_cli
 from tests.support.postgres_support import DSN, admin, schema_name
-from tests.support.ui_support import CHROMIUM, HOSTILE, run_async, serve
+from tests.support.ui_support import HOSTILE, checked_page, chromium, run_async, serve
 
 # A name a browser would run and a terminal would show reversed, with rich markup in it.
 NASTY = HOSTILE + "\u202egnp.exe[bold]x[/]"
@@ -109,22 +108,12 @@ def base(store_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert Path(CHROMIUM).exists(), f"no browser at {CHROMIUM}: run scripts/ensure-chromium.sh"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM)
-        yield launched
-        launched.close()
+    yield from chromium()
 
 
 @pytest.fixture
 def page(browser: Browser, base: str) -> Iterator[Page]:
-    context = browser.new_context(base_url=base)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert errors == []
+    yield from checked_page(browser, base)
 
 
 def test_the_inspector_names_a_flow_runs_steps(page: Page) -> None:

@@ -17,8 +17,7 @@ from runfold.flow import Flow, Workflow, sleep, step, workflow_info
 from runfold.flow.versions import code_version
 from runfold.stores import open_store
 from tests.conftest import Clock
-from tests.support.cli_support import ok, runfold_cli
-from tests.support.postgres_support import DSN, admin, schema_name
+from tests.support.cli_support import ok, runfold_cli, store_url
 
 RAN: list[tuple[str, str]] = []
 
@@ -126,13 +125,7 @@ async def test_a_version_filter_serves_runs_that_recorded_no_version(store: Even
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'v.db'}"
-        return
-    admin()  # skips without a server (fails under CI=true)
-    name = schema_name("versions")
-    yield f"{DSN}?schema={name}"
-    admin().execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    yield from store_url(request.param, tmp_path / "v.db", "versions")
 
 
 @pytest.mark.slow

@@ -8,20 +8,18 @@ own; the timeout only turns a hang into a failure instead of a stuck suite.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.child_workers import spawn_worker
 from tests.support.postgres_support import DSN, admin, schema_name
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 HANG = 120
 """Seconds after which a child that has not exited is taken to hang (they exit in about one)."""
 
@@ -31,16 +29,6 @@ def backend_args(backend: str, tmp_path: Path) -> dict[str, Any]:
         return {"backend": "sqlite", "path": str(tmp_path / "runfold.db")}
     admin()  # skips the test without a server
     return {"backend": "postgres", "dsn": DSN, "schema": schema_name("exit")}
-
-
-def spawn(args: dict[str, Any]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.exit_worker", json.dumps(args)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def outcome(child: subprocess.Popen[str]) -> tuple[int, str]:
@@ -56,20 +44,24 @@ def outcome(child: subprocess.Popen[str]) -> tuple[int, str]:
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_script_that_raises_with_its_store_open_exits(backend: str, tmp_path: Path) -> None:
-    code, err = outcome(spawn({**backend_args(backend, tmp_path), "mode": "raise"}))
+    code, err = outcome(
+        spawn_worker("exit_worker", {**backend_args(backend, tmp_path), "mode": "raise"})
+    )
     assert code == 1
     assert "RuntimeError: a script's own mistake" in err
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_store_left_open_in_a_global_does_not_hold_the_exit(backend: str, tmp_path: Path) -> None:
-    code, err = outcome(spawn({**backend_args(backend, tmp_path), "mode": "keep"}))
+    code, err = outcome(
+        spawn_worker("exit_worker", {**backend_args(backend, tmp_path), "mode": "keep"})
+    )
     assert code == 0, err
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_ctrl_c_while_appending_exits(backend: str, tmp_path: Path) -> None:
-    child = spawn({**backend_args(backend, tmp_path), "mode": "interrupt"})
+    child = spawn_worker("exit_worker", {**backend_args(backend, tmp_path), "mode": "interrupt"})
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
     child.send_signal(signal.SIGINT)

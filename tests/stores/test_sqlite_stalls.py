@@ -10,9 +10,11 @@ is a real one, held by another process (`lock_holder`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -37,16 +39,29 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+@contextlib.asynccontextmanager
+async def run_claimed_by(
+    path: str, owner_id: str
+) -> AsyncIterator[tuple[SQLiteStore, SQLiteStore]]:
+    """Two stores on the file at `path`, the first with run "r" started and claimed by
+    `owner_id`: two workers, each with its own connection that waits up to 30 s for the lock."""
+    owner = await SQLiteStore.open(path, busy_timeout=30.0)
+    other = await SQLiteStore.open(path, busy_timeout=30.0)
+    try:
+        handler = CommandHandler(owner)
+        await handler.execute("r", StartRun(create=create()))
+        await handler.execute("r", ClaimRun(owner_id=owner_id))
+        yield owner, other
+    finally:
+        await owner.close()
+        await other.close()
+
+
 async def test_a_lease_that_lapses_while_the_file_is_stalled_is_not_taken_over(
     tmp_path: Path,
 ) -> None:
     path = str(tmp_path / "runs.db")
-    holder = await SQLiteStore.open(path, busy_timeout=30.0)
-    claimer = await SQLiteStore.open(path, busy_timeout=30.0)
-    try:
-        handler = CommandHandler(holder)
-        await handler.execute("r", StartRun(create=create()))
-        await handler.execute("r", ClaimRun(owner_id="holder"))
+    async with run_claimed_by(path, "holder") as (holder, claimer):
         assert await claimer.renew_lease("claimer", lease_until=now() + 10 * LEASE, now=now())
         with lock_holder(path) as lock:
             assert await holder.renew_lease("holder", lease_until=now() + LEASE, now=now())
@@ -71,9 +86,6 @@ async def test_a_lease_that_lapses_while_the_file_is_stalled_is_not_taken_over(
         # The holder renews again at once (its own clock says the late renewal came too late),
         # and holds its lease by the store too.
         assert await holder.renew_lease("holder", lease_until=now() + LEASE, now=now())
-    finally:
-        await holder.close()
-        await claimer.close()
 
 
 async def test_a_process_started_after_a_stall_spares_the_leases_that_lapsed_in_it(
@@ -84,8 +96,6 @@ async def test_a_process_started_after_a_stall_spares_the_leases_that_lapsed_in_
     # it), and leaves the run whose owner's lease lapsed in it to the owner, whose renewal is
     # late (it may yet come: its process was waiting too).
     path = str(tmp_path / "runs.db")
-    owner = await SQLiteStore.open(path, busy_timeout=30.0)
-    waiter = await SQLiteStore.open(path, busy_timeout=30.0)
     late = subprocess.Popen(
         [sys.executable, "-m", "tests.support.late_claimer", path],
         cwd=ROOT,
@@ -96,35 +106,31 @@ async def test_a_process_started_after_a_stall_spares_the_leases_that_lapsed_in_
     try:
         assert late.stdout is not None and late.stdin is not None
         assert late.stdout.readline().strip() == "ready"  # imported, the store not opened yet
-        handler = CommandHandler(owner)
-        await handler.execute("r", StartRun(create=create()))
-        await handler.execute("r", ClaimRun(owner_id="owner"))
-        assert await waiter.renew_lease("waiter", lease_until=now() + 30 * LEASE, now=now())
-        with lock_holder(path) as lock:
-            assert await owner.renew_lease("owner", lease_until=now() + 2 * LEASE, now=now())
-            take(lock)
-            looking = asyncio.create_task(
-                waiter.claim_due("waiter", now(), hold_until=now() + LEASE, limit=10)
-            )
-            await asyncio.sleep(0.5)
-            sent = now()  # when the owner sends a renewal, before its lease lapses
-            await asyncio.sleep(3 * LEASE.total_seconds())  # the owner's lease lapses meanwhile
-            lock.kill()  # as the chaos harness kills a worker stopped holding the lock
-            assert await looking == []
-        late.stdin.write("\n")  # the stall is over: the late process opens the store and looks
-        late.stdin.flush()
-        assert json.loads(late.stdout.readline()) == {"claimed": [], "orphaned": []}
-        # The owner's renewal sent in the stall, that its store takes only after the look (its
-        # process is slow to come back), still finds its lease: it was not spent.
-        assert await owner.renew_lease("owner", lease_until=sent + 2 * LEASE, now=sent)
+        async with run_claimed_by(path, "owner") as (owner, waiter):
+            assert await waiter.renew_lease("waiter", lease_until=now() + 30 * LEASE, now=now())
+            with lock_holder(path) as lock:
+                assert await owner.renew_lease("owner", lease_until=now() + 2 * LEASE, now=now())
+                take(lock)
+                looking = asyncio.create_task(
+                    waiter.claim_due("waiter", now(), hold_until=now() + LEASE, limit=10)
+                )
+                await asyncio.sleep(0.5)
+                sent = now()  # when the owner sends a renewal, before its lease lapses
+                await asyncio.sleep(3 * LEASE.total_seconds())  # the owner's lease lapses meanwhile
+                lock.kill()  # as the chaos harness kills a worker stopped holding the lock
+                assert await looking == []
+            late.stdin.write("\n")  # the stall is over: the late process opens the store and looks
+            late.stdin.flush()
+            assert json.loads(late.stdout.readline()) == {"claimed": [], "orphaned": []}
+            # The owner's renewal sent in the stall, that its store takes only after the look (its
+            # process is slow to come back), still finds its lease: it was not spent.
+            assert await owner.renew_lease("owner", lease_until=sent + 2 * LEASE, now=sent)
     finally:
         late.kill()
         late.wait(timeout=10)
         for stream in (late.stdin, late.stdout):
             if stream is not None:
                 stream.close()
-        await owner.close()
-        await waiter.close()
 
 
 async def test_a_lease_whose_run_was_taken_over_is_never_renewed_again(tmp_path: Path) -> None:

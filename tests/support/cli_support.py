@@ -1,17 +1,22 @@
 """Running the real `runfold` entry point in a subprocess, as a user does, and reading what it
-printed; the demo's file that the CLI tests share (`tests/conftest.py`: `demo`)."""
+printed; a `runfold worker` for the length of a block; the demo's file that the CLI tests share
+(`tests/conftest.py`: `demo`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
+
+from tests.support.postgres_support import postgres_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,3 +79,33 @@ class Demo:
 def run_ids(url: str) -> list[str]:
     listed = json.loads(ok(runfold_cli("--store", url, "runs", "--json")))
     return [run["run_id"] for run in listed["runs"]]
+
+
+def store_url(backend: str, sqlite_path: Path, label: str) -> Iterator[str]:
+    """A store URL that a test and the CLI in a subprocess share, for a fixture to `yield from`:
+    the SQLite file `sqlite_path` for backend "sqlite", else a fresh PostgreSQL schema named after
+    `label` (`postgres_url`)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{sqlite_path}"
+        return
+    yield from postgres_url(label)
+
+
+@contextlib.contextmanager
+def runfold_worker(app: str, url: str) -> Iterator[subprocess.Popen[str]]:
+    """`runfold worker --app APP --store URL --poll 0.05` from the repository root, stopped with
+    SIGTERM when the block ends; if the block succeeded, the worker must then exit 0."""
+    runfold = str(Path(sys.executable).parent / "runfold")
+    worker = subprocess.Popen(
+        [runfold, "worker", "--app", app, "--store", url, "--poll", "0.05"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield worker
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err

@@ -22,8 +22,7 @@ from runfold.engine import LinkChildOperation, RuntimeDecision, WorkflowInvocati
 from runfold.flow import Flow
 from runfold.flow.continuation import CONTINUE_KIND
 from runfold.kernel import ChildLinked, Envelope
-from runfold.stores import PostgresStore, SQLiteStore
-from runfold.stores.protocol import EventStore
+from tests.support.child_workers import open_backend
 from tests.support.continuation_workflows import counter
 
 
@@ -54,12 +53,6 @@ class KillingFlow(Flow):
             and event.child_run_id == f"c~{self.generation}"
         ):
             os.kill(os.getpid(), signal.SIGKILL)  # the run ended, its successor is not started
-
-
-async def open_backend(args: dict[str, Any]) -> EventStore:
-    if args["backend"] == "sqlite":
-        return await SQLiteStore.open(args["path"])
-    return await PostgresStore.open(args["dsn"], schema=args["schema"], pool_max=2)
 
 
 async def main(args: dict[str, Any]) -> None:

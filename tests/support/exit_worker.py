@@ -18,8 +18,8 @@ from datetime import timedelta
 from typing import Any
 
 from runfold.flow import Flow, sleep, step, workflow
-from runfold.stores import PostgresStore, SQLiteStore
 from runfold.stores.protocol import EventStore
+from tests.support.child_workers import open_backend
 
 kept: list[EventStore] = []
 
@@ -36,11 +36,7 @@ async def nap(name: str) -> str:
 
 
 async def main(args: dict[str, Any]) -> None:
-    store: EventStore
-    if args["backend"] == "sqlite":
-        store = await SQLiteStore.open(args["path"])
-    else:
-        store = await PostgresStore.open(args["dsn"], schema=args["schema"], pool_max=2)
+    store = await open_backend(args)
     flow = Flow(store, [nap])
     await flow.start(nap, "first", run_id="first")
     if args["mode"] == "raise":

@@ -18,8 +18,7 @@ import time
 from typing import Any
 
 from runfold.flow import Flow, current_step, step, workflow
-from runfold.stores import PostgresStore, SQLiteStore
-from runfold.stores.protocol import EventStore
+from tests.support.child_workers import open_backend
 
 ARGS: dict[str, Any] = json.loads(sys.argv[1]) if __name__ == "__main__" else {}
 
@@ -40,12 +39,6 @@ def charge(amount: int) -> str:
 async def payment(amount: int) -> str:
     done: str = await step(charge, amount)
     return done
-
-
-async def open_backend(args: dict[str, Any]) -> EventStore:
-    if args["backend"] == "sqlite":
-        return await SQLiteStore.open(args["path"])
-    return await PostgresStore.open(args["dsn"], schema=args["schema"], pool_max=2)
 
 
 async def main() -> None:

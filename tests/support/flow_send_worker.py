@@ -1,5 +1,7 @@
 """A child process for `tests/flow/test_flow_sending.py`: a `send` from workflow code, killed.
 
+That test imports `target` from here too, so the in-process and the killed runs share one target.
+
 Run as `python -m tests.support.flow_send_worker '<json arguments>' GENERATION` from the
 repository root. It opens the store (SQLite file or PostgreSQL schema) and recovers every live
 run. Generation 0 starts run `target` (it waits for a "ping") and run `sender`, whose `send`
@@ -18,8 +20,7 @@ from typing import Any
 
 from runfold.flow import Flow, get_event, recv, send, set_event, workflow
 from runfold.kernel import Envelope, HookReceived
-from runfold.stores import PostgresStore, SQLiteStore
-from runfold.stores.protocol import EventStore
+from tests.support.child_workers import open_backend
 
 ARGS: dict[str, Any] = json.loads(sys.argv[1]) if __name__ == "__main__" else {}
 GENERATION = int(sys.argv[2]) if __name__ == "__main__" else 0
@@ -47,12 +48,6 @@ class DyingFlow(Flow):
         if type(envelope.event) is HookReceived and envelope.run_id == "target":
             os.kill(os.getpid(), signal.SIGKILL)  # after the message, before the step's outcome
         await super().on_event(envelope)
-
-
-async def open_backend(args: dict[str, Any]) -> EventStore:
-    if args["backend"] == "sqlite":
-        return await SQLiteStore.open(args["path"])
-    return await PostgresStore.open(args["dsn"], schema=args["schema"], pool_max=2)
 
 
 async def main() -> None:

@@ -16,9 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runfold.flow import Flow
-from runfold.stores import PostgresStore, SQLiteStore
-from runfold.stores.protocol import EventStore
 from runfold.testing import RoundClock, run_to_end
+from tests.support.child_workers import open_backend
 from tests.support.flow_workflows import order
 
 
@@ -30,12 +29,6 @@ def order_input(i: int) -> dict[str, Any]:
 def approvals(n: int) -> dict[str, str]:
     """What the approvers answer: every third order is rejected."""
     return {f"approve-{i}": "no" if i % 3 == 2 else "yes" for i in range(n)}
-
-
-async def open_backend(args: dict[str, Any]) -> EventStore:
-    if args["backend"] == "sqlite":
-        return await SQLiteStore.open(args["path"])
-    return await PostgresStore.open(args["dsn"], schema=args["schema"], pool_max=2)
 
 
 async def main(args: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -62,6 +63,15 @@ def admin() -> psycopg.Connection[tuple[Any, ...]]:
 def schema_name(label: str) -> str:
     """A fresh schema name for this session (dropped at its end by `drop_session_schemas`)."""
     return f"{SESSION}_{label}_{uuid.uuid4().hex[:6]}"
+
+
+def postgres_url(label: str) -> Iterator[str]:
+    """A store URL on a fresh schema named after `label`, dropped afterwards: for a fixture to
+    `yield from`. Skips (fails under `CI=true`) without a server."""
+    admin()
+    name = schema_name(label)
+    yield f"{DSN}?schema={name}"
+    admin().execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
 async def suite_store() -> PostgresStore:

@@ -21,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Dialog, Page, ViewportSize, sync_playwright
 
 from runfold import CommandHandler
 from runfold.engine import (
@@ -217,3 +217,30 @@ def chromium() -> Iterator[Browser]:
         launched = playwright.chromium.launch(executable_path=CHROMIUM)
         yield launched
         launched.close()
+
+
+def checked_page(
+    browser: Browser, base: str, viewport: ViewportSize | None = None
+) -> Iterator[Page]:
+    """A page of a fresh browser context on `base`, closed afterwards, for a page fixture to
+    `yield from`: the test fails if the page opened a dialog (dismissed; a hostile payload's
+    `alert` among them) or one of its scripts threw meanwhile."""
+    context = (
+        browser.new_context(base_url=base)
+        if viewport is None
+        else browser.new_context(base_url=base, viewport=viewport)
+    )
+    opened = context.new_page()
+    dialogs: list[str] = []
+    errors: list[str] = []
+
+    def on_dialog(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    opened.on("dialog", on_dialog)
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    context.close()
+    assert dialogs == [], f"a page opened a dialog: {dialogs}"
+    assert errors == [], f"a page's script failed: {errors}"

@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 from psycopg.conninfo import conninfo_to_dict
 
 from runfold import CommandHandler
@@ -32,12 +32,13 @@ from tests.conftest import T0
 from tests.support.postgres_support import DSN, admin, schema_name
 from tests.support.ui_support import (
     BULK,
-    CHROMIUM,
     HOSTILE,
     HOSTILE_ATTR,
     TOKEN_PREFIX,
     Shop,
     bulk_runs,
+    checked_page,
+    chromium,
     data_digest,
     deliver_hook,
     get,
@@ -83,30 +84,12 @@ def base(store_path: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert Path(CHROMIUM).exists(), f"no browser at {CHROMIUM}: run scripts/ensure-chromium.sh"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM)
-        yield launched
-        launched.close()
+    yield from chromium()
 
 
 @pytest.fixture
 def page(browser: Browser, base: str) -> Iterator[Page]:
-    context = browser.new_context(base_url=base, viewport={"width": 1280, "height": 900})
-    opened = context.new_page()
-    dialogs: list[str] = []
-    errors: list[str] = []
-
-    def on_dialog(dialog: Dialog) -> None:
-        dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    opened.on("dialog", on_dialog)
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert dialogs == [], f"a page opened a dialog: {dialogs}"
-    assert errors == [], f"a page's script failed: {errors}"
+    yield from checked_page(browser, base, viewport={"width": 1280, "height": 900})
 
 
 def _pwned(page: Page) -> str:

@@ -24,7 +24,7 @@ from runfold import CommandHandler
 from runfold.commands import RecordLog
 from runfold.stores import SQLiteStore
 from runfold.ui.details import TABLE_PAGE
-from tests.support.ui_support import chromium, run_async
+from tests.support.ui_support import checked_page, chromium, run_async
 
 pytestmark = pytest.mark.slow
 
@@ -53,13 +53,7 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser, base: str) -> Iterator[Page]:
-    context = browser.new_context(base_url=base)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert errors == [], f"a page's script failed: {errors}"
+    yield from checked_page(browser, base)
 
 
 def _record_sizes(page: Page) -> dict[str, int]:
