@@ -7,7 +7,6 @@ how a host records a step's outcome together with the workflow's next decision i
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -26,40 +25,34 @@ from runfold.kernel.snapshot.reducer import apply_decided
 
 __all__ = ["BatchDecision", "decide_after", "decide_many", "join_decisions", "recheck_decision"]
 
-# Every `BatchDecision` `decide_many` or `join_decisions` made and that is still alive, by id:
-# the kernel's own decisions, which `recheck_decision` need not fold again. (By id with a weak
-# reference, not a WeakSet: hashing a decision hashes all its events.)
-_MADE: dict[int, _Made] = {}
+
+class _Sealed:
+    """The base of `BatchDecision`: one slot that is none of its fields, the kernel's seal.
+
+    `decide_many`, `decide_after` and `join_decisions` set it on the decisions they make, so
+    `recheck_decision` knows the kernel's own without folding them again; a decision built any
+    other way (its constructor, `attrs.evolve`, a copy, a pickle) has no seal.
+    """
+
+    __slots__ = ("_seal",)
 
 
-class _Made(weakref.ref):  # type: ignore[type-arg]
-    """A weak reference to a decision of the kernel's, which knows its key in `_MADE`."""
-
-    __slots__ = ("key",)
-    key: int
-
-
-def _forget(ref: _Made) -> None:
-    """Drop a dead decision's entry (unless its id already names a newer decision)."""
-    if _MADE.get(ref.key) is ref:
-        del _MADE[ref.key]
+_SEAL = object()
+_set_seal = _Sealed._seal.__set__  # type: ignore[attr-defined]  # the slot's member descriptor
 
 
 def _made(decision: BatchDecision) -> BatchDecision:
-    ref = _Made(decision, _forget)
-    ref.key = key = id(decision)
-    _MADE[key] = ref
+    _set_seal(decision, _SEAL)
     return decision
 
 
 def _is_made(decision: BatchDecision) -> bool:
-    found = _MADE.get(id(decision))
-    return found is not None and found() is decision
+    return getattr(decision, "_seal", None) is _SEAL
 
 
 @fast_init
 @attrs.frozen(kw_only=True)
-class BatchDecision:
+class BatchDecision(_Sealed):
     """What `decide_many` returns.
 
     `events` are every command's events in order (empty when every command was a no-op);
