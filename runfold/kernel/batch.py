@@ -17,7 +17,7 @@ from runfold.kernel.commands import ClaimRun, Command, StartStep
 from runfold.kernel.decide import decided_events
 from runfold.kernel.errors import HistoryError, InvalidCommand, OwnershipLost, Rejection
 from runfold.kernel.events import Event, RunClaimed, StepCreated, make_envelope
-from runfold.kernel.fast import fast_init
+from runfold.kernel.fast import fast_init, frozen_factory
 from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot import Ownership, Snapshot, apply, project_run
@@ -41,7 +41,15 @@ _SEAL = object()
 _set_seal = _Sealed._seal.__set__  # type: ignore[attr-defined]  # the slot's member descriptor
 
 
-def _made(decision: BatchDecision) -> BatchDecision:
+def _made(
+    events: tuple[Event, ...],
+    snapshot: Snapshot | None,
+    created_steps: tuple[str, ...],
+    decided_on: Snapshot | None,
+    now: datetime | None,
+) -> BatchDecision:
+    """A decision of the kernel's own: a `BatchDecision` of these fields, sealed."""
+    decision = _make_decision(events, snapshot, created_steps, decided_on, now)
     _set_seal(decision, _SEAL)
     return decision
 
@@ -67,6 +75,10 @@ class BatchDecision(_Sealed):
     created_steps: tuple[str, ...] = ()
     decided_on: Snapshot | None = attrs.field(default=None, eq=False, repr=False)
     now: datetime | None = None
+
+
+_make_decision = frozen_factory(BatchDecision)
+"""`BatchDecision` from its fields in order: the kernel makes one or two a step."""
 
 
 def _started_it(snapshot: Snapshot | None, command: Command) -> bool:
@@ -118,15 +130,7 @@ def decide_many(
     current = _decide_onto(
         snapshot, commands, events, created, now, limits, token_holder, run_id, acting_as
     )
-    return _made(
-        BatchDecision(
-            events=tuple(events),
-            snapshot=current,
-            created_steps=tuple(created),
-            decided_on=snapshot,
-            now=now,
-        )
-    )
+    return _made(tuple(events), current, tuple(created), snapshot, now)
 
 
 def _decide_onto(
@@ -215,15 +219,7 @@ def decide_after(
     )
     if len(events) == len(decided.events):
         return decided
-    return _made(
-        BatchDecision(
-            events=tuple(events),
-            snapshot=current,
-            created_steps=tuple(created),
-            decided_on=decided.decided_on,
-            now=decided.now,
-        )
-    )
+    return _made(tuple(events), current, tuple(created), decided.decided_on, decided.now)
 
 
 def join_decisions(first: BatchDecision, then: BatchDecision) -> BatchDecision:
@@ -242,13 +238,11 @@ def join_decisions(first: BatchDecision, then: BatchDecision) -> BatchDecision:
     if then.decided_on is not first.snapshot or then.now != first.now:
         raise ValueError("the second decision was not made on the first one's snapshot")
     return _made(
-        BatchDecision(
-            events=first.events + then.events,
-            snapshot=then.snapshot,
-            created_steps=first.created_steps + then.created_steps,
-            decided_on=first.decided_on,
-            now=first.now,
-        )
+        first.events + then.events,
+        then.snapshot,
+        first.created_steps + then.created_steps,
+        first.decided_on,
+        first.now,
     )
 
 
