@@ -261,10 +261,10 @@ def bench_pages(quick: bool) -> list[Result | Remark]:
             "tables and indexes (full-page images after a checkpoint included, so it varies "
             "with the server's checkpoints) and the distinct pages they name. An append writes "
             "its events into the events table and two of its indexes (position, correlation). "
-            "On SQLite it writes the run's row only when the run's status, end time, owner or "
-            "attributes change (the head is the events' own); on PostgreSQL every append "
-            "updates it, since moving the head there is the run's lock and head check (a HOT "
-            "update: the row's indexes only when an indexed column changes).",
+            "On SQLite and on PostgreSQL it writes the run's row only when the run's status, end "
+            "time, owner or attributes change (the head is the events' own; on PostgreSQL the "
+            "events' primary key is the run's lock): in this workflow, at its creation and at "
+            "its end.",
         )
     )
     return found + remarks + _split("PostgreSQL", postgres)

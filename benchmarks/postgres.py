@@ -30,7 +30,7 @@ from benchmarks.workloads import LOG_EVENT, NEW_RUN_EVENTS, T0, seed_run
 from runfold import EventStore
 from runfold.kernel import encode_event, run_index
 from runfold.stores import PostgresStore
-from runfold.stores.postgres.functions import plain_append
+from runfold.stores.postgres.plain import plain_append
 from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.schema import quote
 

@@ -15,14 +15,15 @@ from typing import Any
 
 import pytest
 
-from runfold.conformance.builders import T0, kernel_summary, log, started, write
+from runfold.conformance.builders import T0, created, kernel_summary, log, started, write
 from runfold.errors import SequenceConflict
-from runfold.events import RunClaimed, RunCompleted
+from runfold.events import RunClaimed, RunCompleted, RunStarted
 from runfold.kernel import project_run, run_index
 from tests.stores.test_postgres_store import (
     ANYWHERE,
     blocker,
     opened,
+    prepared,
     queued_behind,
     rows,
     schema,
@@ -47,7 +48,7 @@ async def test_an_append_that_changes_no_status_leaves_the_runs_row_as_it_was(sc
         await write(store, "r", *started(), at=T0)
         stored = runs_row(schema, "r")
         await write(store, "r", log("one"), at=T0 + SECOND)  # one statement
-        await write(store, "r", log("two"), log("three"), at=T0 + 2 * SECOND)  # the function
+        await write(store, "r", log("two"), log("three"), at=T0 + 2 * SECOND)  # plain batch
         assert runs_row(schema, "r") == stored, "a log line rewrote the runs row"
 
         [summary] = await store.get_runs(["r"])
@@ -62,6 +63,45 @@ async def test_an_append_that_changes_no_status_leaves_the_runs_row_as_it_was(sc
         [ended] = await store.get_runs(["r"])
         assert ended is not None and ended.status == "completed" and ended.last_sequence == 6
         assert ended == await kernel_summary(store, "r")
+
+
+async def test_an_append_of_several_events_alone_writes_what_append_events_would(
+    schema: str,
+) -> None:
+    """A plain append of several events, written alone, goes as `append_plain_batch` of that one
+    append (the engine's steps are such appends): it leaves the row alone or ends the run, and
+    where it writes nothing the store says why (a conflict) or hands it to `append_events` (the
+    run still has a wakeup row to clear)."""
+    deadline = T0 + timedelta(hours=1)
+    async with opened(schema) as store:
+        await write(store, "plain", *started(), at=T0)
+        await write(store, "timed", created(deadline=deadline), RunStarted(), at=T0)
+        stored = runs_row(schema, "plain")
+        await write(store, "plain", log("a"), log("b"), at=T0 + SECOND)
+        assert runs_row(schema, "plain") == stored, "two log lines rewrote the runs row"
+        await write(store, "plain", log("c"), RunCompleted(output=b""), at=T0 + 2 * SECOND)
+        assert runs_row(schema, "plain") != stored, "the end of the run left its row as it was"
+        # The run had a wakeup and its end takes it away: `append_events` clears its row.
+        await write(store, "timed", log("t"), RunCompleted(output=b""), at=T0 + 3 * SECOND)
+        assert rows(f'SELECT count(*) FROM "{schema}".wakeups') == [(0,)]
+        for run_id in ("plain", "timed"):
+            [summary] = await store.get_runs([run_id])
+            assert summary is not None and summary.status == "completed"
+            assert summary == await kernel_summary(store, run_id)
+        await write(store, "live", *started(), at=T0)
+        head, index = await prepared(store, "live", [log("x"), log("y")])
+        with pytest.raises(SequenceConflict) as conflict:
+            await store.append_if_sequence(
+                "live", head - 1, [log("x"), log("y")], index=index, recorded_at=T0
+            )
+        assert (conflict.value.expected, conflict.value.actual) == (head - 1, head)
+        _, ghost = await prepared(store, "ghost", [*started(), log("x")])
+        with pytest.raises(SequenceConflict) as conflict:
+            await store.append_if_sequence(
+                "ghost", 4, [log("x"), log("y")], index=ghost, recorded_at=T0
+            )
+        assert conflict.value.actual == 0
+        assert [e.sequence for e in await store.read("plain")] == [1, 2, 3, 4, 5, 6]
 
 
 async def test_orphans_come_oldest_last_event_first_when_no_append_rewrote_their_row(

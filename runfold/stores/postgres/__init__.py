@@ -6,14 +6,14 @@
   only read, so the running application needs no DDL rights. Every table leads with `run_id`
   except `tokens`, the global unique index of hook tokens (see
   `docs/scaling.md`).
-- **Append**: one call of the server-side function `append_events` (or, for a single event onto a
-  run without hooks or wakeups, one statement that does its part, `plain_append`): one
-  transaction, one round trip. It checks the run's head (its last event, `heads`) and inserts
-  the batch: the events' `(run_id, sequence)` primary key is the run's lock (concurrent appends
-  at one head queue on it and all but one fail on it). It writes the run's row in `runs` only
-  when a field the row holds changes, and keeps the run's hook and wakeup rows. Refusals come
-  back as SQLSTATEs of runfold's own (`SEQUENCE_CONFLICT`, `TOKEN_CONFLICT`). The request
-  travels as one value of the composite type `append_request`, in PostgreSQL's binary format
+- **Append**: one call of the server-side function `append_events` (or, onto a live run without
+  hooks or wakeups, one that does its part: `append_plain_batch`, or for a single event one
+  statement, `plain_append`): one transaction, one round trip. It checks the run's head (its last
+  event, `heads`) and inserts the batch: the events' `(run_id, sequence)` primary key is the run's
+  lock (concurrent appends at one head queue on it and all but one fail on it). It writes the run's
+  row in `runs` only when a field the row holds changes, and keeps the run's hook and wakeup rows.
+  Refusals come back as SQLSTATEs of runfold's own (`SEQUENCE_CONFLICT`, `TOKEN_CONFLICT`). The
+  request travels as one value of the composite type `append_request`, in PostgreSQL's binary format
   (`wire`).
 - **Group commit**: an append takes a free write slot (`MAX_WRITES` of them); while every slot
   is taken, further appends wait and go together in one transaction, one append per run and
@@ -33,16 +33,17 @@
   `bytea` and attributes JSON `text`, because `text` and `jsonb` cannot hold U+0000.
 
 One idea per module: `store` (the class), `connections` (the pool and driver errors), `schema`
-(tables, migrations), `functions` (the server-side SQL), `heads` (a run's head, read from its
-last event), `request` and `wire` (one append and its
+(tables, migrations), `append_sql` (the parts appends are written of), `functions` (the
+server-side functions), `plain` (the appends onto runs without hooks or wakeups), `heads` (a
+run's head, read from its last event), `request` and `wire` (one append and its
 binary encoding), `writer` (the append and its group commit), `overlap` (when a group commit
 starts beside another), `feed` (the global feed and its notifications) and `retention`.
 """
 
 from __future__ import annotations
 
+from runfold.stores.postgres.append_sql import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.feed import NOTIFY_INTERVAL
-from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.schema import SCHEMA_VERSION
 from runfold.stores.postgres.store import PostgresStore
 

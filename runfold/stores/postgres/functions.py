@@ -1,27 +1,29 @@
-"""The SQL the PostgreSQL store runs on the server: its functions, and the one-statement append.
+"""The PostgreSQL store's server-side functions: `append_events`, `append_batch`, `read_feed`.
 
-An append is one idea written once, here: check that the run's head, its last event
-(`_last_event`), is where the caller left it (`_at_head`), insert the events (`_insert_events`),
-whose primary key refuses a concurrent append at the same head, and write the run's row only
-where a field it holds changes (`_differs`, `_write_run`). Three variants compose those parts,
-each for the appends it is the cheapest way to write:
-
-- `append_events`, the plpgsql function every append can go through: it also creates runs and
-  keeps their hook claims and wakeups, and says why it refused (`SEQUENCE_CONFLICT`,
-  `TOKEN_CONFLICT`, serialization_failure);
-- `append_plain_batch`, a group commit of appends onto live runs without hook claims or
-  wakeups: no upkeep, and no subtransaction per append (only a race on the key can raise);
-- `plain_append(s)`, one such append of one event as one statement with scalar parameters,
-  sparing the function call and the composite value.
-
-`append_batch` is a group commit of any appends, each through `append_events` in a
-subtransaction of its own. `s` is the quoted schema name throughout.
+`append_events` is the append every append can go through: it also creates runs and keeps their
+hook claims and wakeups, and says why it refused (`SEQUENCE_CONFLICT`, `TOKEN_CONFLICT`,
+serialization_failure). `append_batch` is a group commit of any appends, each through
+`append_events` in a subtransaction of its own. The parts they are written of are in
+`append_sql`; the cheaper appends onto live runs without hook claims or wakeups in `plain`.
+`functions` lists every function the store's schema holds. `s` is the quoted schema name
+throughout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from runfold.stores.postgres.append_sql import (
+    FIXED,
+    OWN,
+    POSITIONS_PER_TRANSACTION,
+    SEQUENCE_CONFLICT,
+    TOKEN_CONFLICT,
+    XACT,
+    differs,
+    function_field,
+    insert_events,
+    last_event,
+    write_run,
+)
 from runfold.stores.postgres.citus import (
     durable_position,
     durable_xact_function,
@@ -31,136 +33,11 @@ from runfold.stores.postgres.citus import (
     row_by_row,
 )
 from runfold.stores.postgres.due_work import claim_due_function
+from runfold.stores.postgres.plain import append_plain_batch
 
-__all__ = [
-    "POSITIONS_PER_TRANSACTION",
-    "SEQUENCE_CONFLICT",
-    "TOKEN_CONFLICT",
-    "functions",
-    "plain_append",
-]
-
-POSITIONS_PER_TRANSACTION = 1_000_000
-"""Feed positions are `transaction id × POSITIONS_PER_TRANSACTION + ordinal`."""
-
-SEQUENCE_CONFLICT = "RF001"
-"""The SQLSTATE `append_events` refuses with when the head is not the one expected.
-
-Its detail is the true head.
-"""
-TOKEN_CONFLICT = "RF002"
-"""The SQLSTATE `append_events` refuses with when another run holds a claimed token.
-
-Its detail is JSON naming the claim's ordinal and its holder, never the token.
-"""
+__all__ = ["functions"]
 
 _P = POSITIONS_PER_TRANSACTION
-_XACT = "pg_current_xact_id()::text::bigint"
-"""The id of the writing transaction: its events' positions are `id × P + ordinal`."""
-_CHANGING = ("status", "updated_at", "completed_at", "last_sequence", "attributes", "owner_id")
-"""The summary columns an append may change; the others are fixed when the run is created."""
-_OWN = ("status", "completed_at", "attributes", "owner_id")
-"""The changing columns the runs row holds for itself: `updated_at` and `last_sequence` are its
-last event's (`heads`), so a change of these alone leaves the row as it is."""
-_CASTS = {
-    "status": "::text",
-    "completed_at": "::bigint",
-    "attributes": "::text",
-    "owner_id": "::text",
-    "expected": "::integer",
-    "expected_position": "::bigint",
-}
-"""The types of statement parameters that may come untyped (NULL)."""
-_FIXED = (
-    "workflow_name",
-    "parent_run_id",
-    "created_at",
-    "queue_name",
-    "priority",
-    "dedup_id",
-)
-
-Fields = Callable[[str], str]
-"""Where a variant finds a field of the append: `r.status` in a function, `%(status)s` in a
-statement."""
-
-
-def _function_field(name: str) -> str:
-    return f"r.{name}"
-
-
-def _last_event(s: str, field: Fields) -> str:
-    """The `SELECT` of the run's head, its last event: `(sequence, position)`, no row for none."""
-    return (
-        f"SELECT e.sequence, e.position FROM {s}.events e WHERE e.run_id = {field('run_id')} "
-        "ORDER BY e.sequence DESC LIMIT 1"
-    )
-
-
-def _at_head(field: Fields, *, head: str, position: str, xact: str) -> str:
-    """Whether the head found (`head`, its event at `position`) is the one the append expects.
-
-    That is: the head is `field("expected")`, its event at `field("expected_position")` (when
-    given), and written by a transaction older than `xact` (an unmultiplied id): a run's events
-    come in the feed in the order they were appended.
-    """
-    return (
-        f"{head} = {field('expected')} "
-        f"AND {position} = coalesce({field('expected_position')}, {position}) "
-        f"AND {position} < ({xact} + 1) * {_P}"
-    )
-
-
-def _differs(
-    field: Fields,
-    columns: tuple[str, ...],
-    *,
-    extra: tuple[tuple[str, str], ...] = (),
-    casts: bool = False,
-) -> str:
-    """Whether the runs row holds other values than the append's in `columns`.
-
-    `extra` adds (column, value) pairs; `casts` types the statement parameters, which come
-    untyped when NULL."""
-    names = [*columns, *(column for column, _ in extra)]
-    values = [field(c) + (_CASTS.get(c, "") if casts else "") for c in columns]
-    values += [value for _, value in extra]
-    return f"({', '.join(names)}) IS DISTINCT FROM ({', '.join(values)})"
-
-
-def _write_run(
-    s: str, field: Fields, *, count: str, position: str, every_column: bool = False, also: str = ""
-) -> str:
-    """The `UPDATE` of the run's row to the append's summary, its head `count` events on.
-
-    `position` is the new head's; `every_column` sets the fixed summary columns too (a repair
-    may change them); `also` adds to the `SET` list."""
-    columns = (*_FIXED, *_CHANGING) if every_column else _CHANGING
-    sets = [f"{column} = {field(column)}" for column in columns]
-    sets += [f"head = {field('expected')} + {count}", f"head_position = {position}"]
-    if also:
-        sets.append(also)
-    return f"UPDATE {s}.runs SET {', '.join(sets)} WHERE run_id = {field('run_id')}"
-
-
-_EVENTS = (
-    "unnest(r.types, r.versions, r.correlation_ids, r.payloads) "
-    "WITH ORDINALITY AS e(type, version, correlation_id, payload, n)"
-)
-"""The events of `append_request` `r`, numbered from 1."""
-
-
-def _insert_events(s: str, field: Fields, *, base: str, events: str = _EVENTS) -> str:
-    """The `INSERT` of the events, the `n`-th at sequence expected + n and position base + n.
-
-    `events` yields `e(type, version, correlation_id, payload, n)`.
-    """
-    return (
-        f"INSERT INTO {s}.events (run_id, sequence, type, schema_version, correlation_id, "
-        f"payload, recorded_at, position) SELECT {field('run_id')}, {field('expected')} + e.n, "
-        f"e.type, e.version, e.correlation_id, e.payload, {field('recorded_at')}, {base} + e.n "
-        f"FROM {events}"
-    )
 
 
 def _append_events(s: str, *, row_by_row: bool = False) -> str:
@@ -192,15 +69,15 @@ def _append_events(s: str, *, row_by_row: bool = False) -> str:
         ("has_hooks", "cardinality(r.tokens) > 0"),
         ("has_wakeups", "cardinality(r.wakeup_kinds) > 0"),
     )
-    write = _write_run(
+    write = write_run(
         s,
-        _function_field,
+        function_field,
         count="v_count",
         position="coalesce(v_position, v_head_position)",
         every_column=True,
         also=", ".join(f"{column} = {value}" for column, value in flags),
     )
-    differs = _differs(_function_field, (*_FIXED, *_OWN), extra=flags)
+    changed = differs(function_field, (*FIXED, *OWN), extra=flags)
     return f"""
     -- Writes one append; returns the position before its first event (its events follow at
     -- ordinals p_offset + 1, … of this transaction). Raises {SEQUENCE_CONFLICT} (detail: the
@@ -214,7 +91,7 @@ def _append_events(s: str, *, row_by_row: bool = False) -> str:
     CREATE OR REPLACE FUNCTION {s}.append_events(r {s}.append_request, p_offset integer DEFAULT 0)
     RETURNS bigint LANGUAGE plpgsql AS $fn$
     DECLARE
-        v_xact bigint := {_XACT};
+        v_xact bigint := {XACT};
         v_base bigint := v_xact * {_P} + p_offset;
         v_count integer := cardinality(r.types);
         -- No events (a repair of the index rows alone): the run's last position stays.
@@ -230,7 +107,7 @@ def _append_events(s: str, *, row_by_row: bool = False) -> str:
         v_gone text;
         v_i integer;
     BEGIN
-        {_last_event(s, _function_field)} INTO v_head, v_head_position;
+        {last_event(s, function_field)} INTO v_head, v_head_position;
         v_head := coalesce(v_head, 0);
         v_head_position := coalesce(v_head_position, 0);
         -- The head is the one expected but its event is another: the run was deleted and
@@ -249,7 +126,7 @@ def _append_events(s: str, *, row_by_row: bool = False) -> str:
         -- this one, then fails on it. A repair, writing no event, takes the key of the next
         -- one for the time of this transaction, so that no append moves the head under it.
         IF v_count > 0 THEN
-            {_insert_events(s, _function_field, base="v_base")};
+            {insert_events(s, function_field, base="v_base")};
         ELSE
             INSERT INTO {s}.events (run_id, sequence, type, schema_version, payload,
                 recorded_at, position)
@@ -259,7 +136,7 @@ def _append_events(s: str, *, row_by_row: bool = False) -> str:
 
         -- The runs row, written only when a field it holds changes. Read after the events'
         -- key is taken, it is the row of the append this one follows.
-        SELECT has_hooks, has_wakeups, completed_at IS NOT NULL, {differs}
+        SELECT has_hooks, has_wakeups, completed_at IS NOT NULL, {changed}
         INTO v_had_hooks, v_had_wakeups, v_ended, v_changed
         FROM {s}.runs WHERE run_id = r.run_id;
         IF NOT FOUND THEN
@@ -386,56 +263,6 @@ def _append_batch(s: str) -> str:
 """
 
 
-def _append_plain_batch(s: str) -> str:
-    write = _write_run(s, _function_field, count="v_count", position="v_base + v_count")
-    insert = _insert_events(s, _function_field, base=f"v_xact * {_P} + v_ordinal")
-    at_head = _at_head(_function_field, head="v_head", position="v_head_position", xact="v_xact")
-    return f"""
-    -- A group commit of appends onto live runs that keep no hook claims and no wakeups, each
-    -- to another run: what `append_events` does for them, without the upkeep of hooks and
-    -- wakeups, or a subtransaction per append (none raises here but for an append at the same
-    -- head committed meanwhile, the events' primary key: the batch is then refused whole). One
-    -- row per append, in order: its base position or, where it wrote nothing, -1 - the run's
-    -- head (0 for no run), as the single statement of one such append returns it.
-    CREATE OR REPLACE FUNCTION {s}.append_plain_batch(p_requests {s}.append_request[])
-    RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
-    DECLARE
-        v_xact bigint := {_XACT};
-        v_ordinal integer := 0;  -- ordinals taken by the appends written so far
-        v_base bigint;
-        v_count integer;
-        v_head integer;
-        v_head_position bigint;
-        v_changed boolean;
-        r {s}.append_request;
-    BEGIN
-        FOREACH r IN ARRAY p_requests LOOP
-            v_count := cardinality(r.types);
-            v_base := v_xact * {_P} + v_ordinal;
-            -- The head and the run's row in one statement (on a cluster, one trip to a worker):
-            -- v_changed is NULL unless the row is there, live, without hooks or wakeups.
-            SELECT h.sequence, h.position, CASE WHEN runs.completed_at IS NULL
-                    AND NOT runs.has_hooks AND NOT runs.has_wakeups
-                THEN {_differs(_function_field, _OWN)} END
-            INTO v_head, v_head_position, v_changed
-            FROM ({_last_event(s, _function_field)}) h
-            LEFT JOIN {s}.runs ON runs.run_id = r.run_id;
-            IF v_count > 0 AND {at_head} AND v_changed IS NOT NULL THEN
-                {insert};
-                IF v_changed THEN
-                    {write};
-                END IF;
-                RETURN NEXT v_base;
-                v_ordinal := v_ordinal + v_count;
-            ELSE
-                RETURN NEXT -1 - coalesce(v_head, 0);
-            END IF;
-        END LOOP;
-    END
-    $fn$;
-"""
-
-
 def _read_feed(s: str) -> str:
     return f"""
     -- The global feed after p_after: only transactions older than the oldest one still
@@ -475,10 +302,10 @@ def functions(s: str, *, distributed: bool = False) -> list[str]:
             _append_events(s),
             _append_batch(s),
             _read_feed(s),
-            _append_plain_batch(s),
+            append_plain_batch(s),
             claim_due_function(s),
         ]
-    inserts = {_insert_events(s, _function_field, base="v_base"): row_by_row(s, "v_base")}
+    inserts = {insert_events(s, function_field, base="v_base"): row_by_row(s, "v_base")}
     return [
         durable_xact_function(s),
         durable_position(one_row_inserts(_append_events(s, row_by_row=True), inserts)),
@@ -487,38 +314,3 @@ def functions(s: str, *, distributed: bool = False) -> list[str]:
         plain_batch_function(s, _P),
         claim_due_function(s),
     ]
-
-
-def _statement_field(name: str) -> str:
-    return f"%({name})s{_CASTS.get(name, '') if name.startswith('expected') else ''}"
-
-
-def plain_append(s: str) -> str:
-    """One plain append of one event (`AppendRequest.single`) in one statement, schema `s`.
-
-    Its parameters are named (`AppendRequest.plain_parameters`). It writes what `append_events`
-    would, with the same head and feed-order checks, on a live run without hook claims or
-    wakeups before and after, whose runs row the append leaves as it is. It returns the base
-    position (never negative) or, where it writes nothing, `-1 - head` for the head its snapshot
-    saw: another head is a `SequenceConflict`; the expected one leaves `append_events` to say
-    why (a commit since the snapshot, a runs row to write, hook or wakeup rows to clear, a
-    feed-order retry). An append at the same head committed meanwhile fails on the events'
-    primary key (unique_violation).
-    """
-    field = _statement_field
-    at_head = _at_head(field, head="head.sequence", position="head.position", xact=_XACT)
-    event = (
-        "head, (SELECT %(type)s::text, %(version)s::integer, %(correlation_id)s::text, "
-        "%(payload)s::bytea, 1) AS e(type, version, correlation_id, payload, n)"
-    )
-    insert = _insert_events(s, field, base=f"{_XACT} * {_P}", events=event)
-    unchanged = _differs(field, _OWN, casts=True).replace("IS DISTINCT", "IS NOT DISTINCT")
-    # The run's head (as the statement's snapshot saw it) is that of the one search.
-    return f"""
-WITH head AS ({_last_event(s, field)}),
-written AS ({insert} WHERE {at_head} AND EXISTS (SELECT FROM {s}.runs
-    WHERE run_id = %(run_id)s AND completed_at IS NULL AND NOT has_hooks AND NOT has_wakeups
-        AND {unchanged})
-    RETURNING position)
-SELECT coalesce((SELECT position - 1 FROM written), -1 - coalesce((SELECT sequence FROM head), 0))
-"""

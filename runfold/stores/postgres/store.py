@@ -41,6 +41,7 @@ from runfold.stores._sql import (
 from runfold.stores.base import StoreBase
 from runfold.stores.due_work import DEDUP_GRACE
 from runfold.stores.postgres import citus
+from runfold.stores.postgres.append_sql import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.connections import (
     Connection,
     Connections,
@@ -50,7 +51,6 @@ from runfold.stores.postgres.connections import (
 )
 from runfold.stores.postgres.due_work import PostgresDueWork
 from runfold.stores.postgres.feed import Feed
-from runfold.stores.postgres.functions import POSITIONS_PER_TRANSACTION
 from runfold.stores.postgres.heads import HEAD, summary_columns
 from runfold.stores.postgres.leases import PostgresLeases
 from runfold.stores.postgres.placement import Placement

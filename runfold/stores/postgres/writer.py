@@ -9,6 +9,11 @@ each choice gives); fewer wait to join the next one. Plain appends go through
 each keeps its own all-or-nothing outcome. A write that finds a run's head settles the appends
 queued for that run which expect another head (`GroupCommitWriter._prune`).
 
+An append written alone is one statement: a plain one (onto a live run without hook claims or
+wakeups) of one event `plain_append`, of more `append_plain_batch` of that one append, which
+spare it `append_events`' upkeep of hooks and wakeups (the engine's appends are of this kind);
+any other `append_events`, which also takes the plain ones those could not write.
+
 Every write is bounded by its appends' deadline (`Deadline`). A write whose connection is lost
 after it was sent, or that passes its deadline, is settled (`doubt.settle`) before its callers
 hear of it: written, not written, or `CommitUnknown`.
@@ -30,17 +35,17 @@ from runfold.kernel import (
     StoreUnavailable,
     TokenConflict,
 )
-from runfold.stores.postgres.citus import routed_append
-from runfold.stores.postgres.connections import Connection, Connections, Deadline, Identity
-from runfold.stores.postgres.doubt import SETTLE_GRACE, settle
-from runfold.stores.postgres.functions import (
+from runfold.stores.postgres.append_sql import (
     POSITIONS_PER_TRANSACTION,
     SEQUENCE_CONFLICT,
     TOKEN_CONFLICT,
-    plain_append,
 )
+from runfold.stores.postgres.citus import routed_append
+from runfold.stores.postgres.connections import Connection, Connections, Deadline, Identity
+from runfold.stores.postgres.doubt import SETTLE_GRACE, settle
 from runfold.stores.postgres.heads import HEAD
 from runfold.stores.postgres.overlap import OverlapChooser
+from runfold.stores.postgres.plain import plain_append
 from runfold.stores.postgres.request import AppendRequest
 from runfold.stores.postgres.schema import quote
 from runfold.stores.postgres.wire import array
@@ -102,7 +107,8 @@ class GroupCommitWriter:
         # queue, so that they share a transaction instead of one going ahead alone.
         self._contended = False
         self._group_of: Callable[[str], int] | None = None  # a cluster's worker of a run
-        # A plain append alone: as `plain_append` (one server), else as `append_plain_batch`.
+        # A plain append of one event alone: as `plain_append` (one server), else (a cluster, or
+        # more events) as `append_plain_batch`.
         self._one_statement = True
         self._routed_sql: str | None = None  # a cluster's plain append of one event alone
         self.idle = asyncio.Event()
@@ -280,7 +286,7 @@ class GroupCommitWriter:
                             plain = False
                         elif request.single and self._one_statement:
                             await cursor.execute(self._plain_sql, request.plain_parameters())
-                        elif request.plain and not self._one_statement:
+                        elif request.plain:  # of several events: no upkeep of hooks or wakeups
                             await cursor.execute(self._plain_batch_sql, (self._encode([request]),))
                         else:
                             plain = False
