@@ -90,14 +90,16 @@ class PView(Mapping[str, V], Generic[R, V]):
         return [(key, raw(key)) for key in self.keys_list()]  # type: ignore[misc]
 
     def __getitem__(self, key: str) -> V:
-        found = self.raw(key)
+        data = self._data  # the tip (the usual read): its dict, without `raw`'s call
+        found = data.get(key) if data is not None else self.raw(key)
         if found is None:
             raise KeyError(key)
         return self._public(found)
 
     def get(self, key: str, default: Any = None) -> Any:
         """The public value for `key`, or `default` (one lookup, not `Mapping`'s two calls)."""
-        found = self.raw(key)
+        data = self._data  # the tip (the usual read): its dict, without `raw`'s call
+        found = data.get(key) if data is not None else self.raw(key)
         return default if found is None else self._public(found)
 
     def __contains__(self, key: object) -> bool:
@@ -121,7 +123,9 @@ class PView(Mapping[str, V], Generic[R, V]):
         with self._lock:
             data = self._data
             if data is not None:
-                undo = {key: data.get(key, _ABSENT_MARK) for key in changes}
+                undo = {}  # a loop, not a comprehension: a fold changes one entry or two
+                for key in changes:
+                    undo[key] = data.get(key, _ABSENT_MARK)
                 data.update(changes)
                 newer = PView(data, self._public, self._lock)
                 self._undo = undo

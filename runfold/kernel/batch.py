@@ -7,7 +7,6 @@ how a host records a step's outcome together with the workflow's next decision i
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -18,7 +17,7 @@ from runfold.kernel.commands import ClaimRun, Command, StartStep
 from runfold.kernel.decide import decided_events
 from runfold.kernel.errors import HistoryError, InvalidCommand, OwnershipLost, Rejection
 from runfold.kernel.events import Event, RunClaimed, StepCreated, make_envelope
-from runfold.kernel.fast import fast_init
+from runfold.kernel.fast import fast_init, frozen_factory
 from runfold.kernel.index import HookHolder
 from runfold.kernel.limits import DEFAULT_LIMITS, Limits
 from runfold.kernel.snapshot import Ownership, Snapshot, apply, project_run
@@ -26,40 +25,42 @@ from runfold.kernel.snapshot.reducer import apply_decided
 
 __all__ = ["BatchDecision", "decide_after", "decide_many", "join_decisions", "recheck_decision"]
 
-# Every `BatchDecision` `decide_many` or `join_decisions` made and that is still alive, by id:
-# the kernel's own decisions, which `recheck_decision` need not fold again. (By id with a weak
-# reference, not a WeakSet: hashing a decision hashes all its events.)
-_MADE: dict[int, _Made] = {}
+
+class _Sealed:
+    """The base of `BatchDecision`: one slot that is none of its fields, the kernel's seal.
+
+    `decide_many`, `decide_after` and `join_decisions` set it on the decisions they make, so
+    `recheck_decision` knows the kernel's own without folding them again; a decision built any
+    other way (its constructor, `attrs.evolve`, a copy, a pickle) has no seal.
+    """
+
+    __slots__ = ("_seal",)
 
 
-class _Made(weakref.ref):  # type: ignore[type-arg]
-    """A weak reference to a decision of the kernel's, which knows its key in `_MADE`."""
-
-    __slots__ = ("key",)
-    key: int
+_SEAL = object()
+_set_seal = _Sealed._seal.__set__  # type: ignore[attr-defined]  # the slot's member descriptor
 
 
-def _forget(ref: _Made) -> None:
-    """Drop a dead decision's entry (unless its id already names a newer decision)."""
-    if _MADE.get(ref.key) is ref:
-        del _MADE[ref.key]
-
-
-def _made(decision: BatchDecision) -> BatchDecision:
-    ref = _Made(decision, _forget)
-    ref.key = key = id(decision)
-    _MADE[key] = ref
+def _made(
+    events: tuple[Event, ...],
+    snapshot: Snapshot | None,
+    created_steps: tuple[str, ...],
+    decided_on: Snapshot | None,
+    now: datetime | None,
+) -> BatchDecision:
+    """A decision of the kernel's own: a `BatchDecision` of these fields, sealed."""
+    decision = _make_decision(events, snapshot, created_steps, decided_on, now)
+    _set_seal(decision, _SEAL)
     return decision
 
 
 def _is_made(decision: BatchDecision) -> bool:
-    found = _MADE.get(id(decision))
-    return found is not None and found() is decision
+    return getattr(decision, "_seal", None) is _SEAL
 
 
 @fast_init
 @attrs.frozen(kw_only=True)
-class BatchDecision:
+class BatchDecision(_Sealed):
     """What `decide_many` returns.
 
     `events` are every command's events in order (empty when every command was a no-op);
@@ -74,6 +75,10 @@ class BatchDecision:
     created_steps: tuple[str, ...] = ()
     decided_on: Snapshot | None = attrs.field(default=None, eq=False, repr=False)
     now: datetime | None = None
+
+
+_make_decision = frozen_factory(BatchDecision)
+"""`BatchDecision` from its fields in order: the kernel makes one or two a step."""
 
 
 def _started_it(snapshot: Snapshot | None, command: Command) -> bool:
@@ -125,15 +130,7 @@ def decide_many(
     current = _decide_onto(
         snapshot, commands, events, created, now, limits, token_holder, run_id, acting_as
     )
-    return _made(
-        BatchDecision(
-            events=tuple(events),
-            snapshot=current,
-            created_steps=tuple(created),
-            decided_on=snapshot,
-            now=now,
-        )
-    )
+    return _made(tuple(events), current, tuple(created), snapshot, now)
 
 
 def _decide_onto(
@@ -222,15 +219,7 @@ def decide_after(
     )
     if len(events) == len(decided.events):
         return decided
-    return _made(
-        BatchDecision(
-            events=tuple(events),
-            snapshot=current,
-            created_steps=tuple(created),
-            decided_on=decided.decided_on,
-            now=decided.now,
-        )
-    )
+    return _made(tuple(events), current, tuple(created), decided.decided_on, decided.now)
 
 
 def join_decisions(first: BatchDecision, then: BatchDecision) -> BatchDecision:
@@ -249,13 +238,11 @@ def join_decisions(first: BatchDecision, then: BatchDecision) -> BatchDecision:
     if then.decided_on is not first.snapshot or then.now != first.now:
         raise ValueError("the second decision was not made on the first one's snapshot")
     return _made(
-        BatchDecision(
-            events=first.events + then.events,
-            snapshot=then.snapshot,
-            created_steps=first.created_steps + then.created_steps,
-            decided_on=first.decided_on,
-            now=first.now,
-        )
+        first.events + then.events,
+        then.snapshot,
+        first.created_steps + then.created_steps,
+        first.decided_on,
+        first.now,
     )
 
 

@@ -53,6 +53,7 @@ from runfold.kernel.wire import (
     REQUIRED,
     Layout,
     compile_fields,
+    compile_wire,
     load_payloads,
     make_converter,
     one_item,
@@ -67,6 +68,8 @@ __all__ = [
     "default_codec",
     "encode_event",
 ]
+
+_dumps = cbor2.dumps
 
 Upcaster: TypeAlias = Callable[[Any], Any]
 """Turns the unstructured payload of schema version N into that of version N + 1.
@@ -135,6 +138,15 @@ class EventCodec:
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         self._layouts = {name: self._layout_of(cls) for name, cls in self._types.items()}
         self._by_class = {layout.cls: layout for layout in self._layouts.values()}
+        # Every append encodes its events: by class, the type, version and wire form at once.
+        self._encoders: dict[type[Event], tuple[str, int, Callable[[Event], Any]]] = {
+            cls: (
+                cls.event_type,
+                cls.schema_version,
+                layout.positional if cls.positional else layout.unstructure,
+            )
+            for cls, layout in self._by_class.items()
+        }
         # The hot path, by (type, schema version): an unchecked decoder of the decoded CBOR
         # that raises on anything wrong; the checked path then says precisely what.
         self._fast: dict[tuple[str, int], Callable[[Any], Event]] = {}
@@ -166,13 +178,16 @@ class EventCodec:
                 cls, hook, post, wire_defaults=wire_defaults, positional=positional
             )
 
+        defaults = tuple(wire_defaults.get(f.name, REQUIRED) for f in fields)
+        unstructure_hook = self._converter.get_unstructure_hook
         return Layout(
             cls=cls,
-            unstructure=self._converter.get_unstructure_hook(cls),
+            unstructure=unstructure_hook(cls),
             by_name=decoder(False),
             by_position=decoder(True),
-            wire_defaults=tuple(wire_defaults.get(f.name, REQUIRED) for f in fields),
-            fields=compile_fields(cls, hints, self._converter.get_unstructure_hook),
+            wire_defaults=defaults,
+            fields=compile_fields(cls, hints, unstructure_hook),
+            positional=compile_wire(cls, hints, unstructure_hook, defaults),
         )
 
     def register_upcaster(self, event_type: str, from_version: int, upcaster: Upcaster) -> None:
@@ -203,11 +218,11 @@ class EventCodec:
 
     def encode(self, event: Event) -> tuple[str, int, bytes]:
         """`(type, schema_version, payload)` of an event."""
-        cls = type(event)
-        layout = self._by_class.get(cls)
-        if layout is None:
-            raise TypeError(f"not a registered event: {cls.__name__}")
-        return cls.event_type, cls.schema_version, cbor2.dumps(layout.encode(event))
+        found = self._encoders.get(type(event))
+        if found is None:
+            raise TypeError(f"not a registered event: {type(event).__name__}")
+        event_type, version, wire = found
+        return event_type, version, _dumps(wire(event))
 
     def decode(self, event_type: str, schema_version: int, payload: bytes) -> Event:
         """The event stored as `(event_type, schema_version, payload)`.
@@ -312,9 +327,11 @@ default_codec = EventCodec()
 """The codec `encode_event`, `decode_event` and every runfold store use."""
 
 
-def encode_event(event: Event) -> tuple[str, int, bytes]:
-    """`(type, schema_version, payload)` of an event, with the default codec."""
-    return default_codec.encode(event)
+encode_event = default_codec.encode
+"""`(type, schema_version, payload)` of an event, with the default codec: `encode_event(event)`.
+
+Raises `TypeError` for an object that is not a registered event.
+"""
 
 
 decode_event = default_codec.decode

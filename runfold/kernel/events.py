@@ -1,20 +1,30 @@
-"""The event catalogue, the envelope, and the small value types events carry.
+"""The event catalogue and the envelope.
 
 Events are attrs classes: frozen, slotted, keyword-only. Each has a wire name (`event_type`) and a
 `schema_version`. `bytes` fields are opaque payloads the runtime serialized; times are aware UTC
-datetimes. Hook tokens are bearer secrets: they are excluded from every `repr`.
+datetimes. Hook tokens are bearer secrets: they are excluded from every `repr`. The value types
+events carry (`RetryPolicy`, `AttributeChange`, a writer) are `runfold.kernel.values`'s, and
+importable from here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import MappingProxyType
 from typing import ClassVar, Literal, TypeAlias
 
 import attrs
 
 from runfold.kernel.fast import fast_inits, frozen_columns, frozen_factory
+from runfold.kernel.values import (
+    DEFAULT_RETRY,
+    AttributeChange,
+    RetryPolicy,
+    StepWriter,
+    WorkflowWriter,
+    Writer,
+)
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -65,57 +75,6 @@ def _frozen_mapping(value: Mapping[str, str]) -> Mapping[str, str]:
     if type(value) is MappingProxyType:
         return value
     return MappingProxyType(dict(value))
-
-
-# --- value types --------------------------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class RetryPolicy:
-    """How often and how fast a step is retried; `max_attempts` counts every attempt.
-
-    The kernel enforces `max_attempts` (a `RetryStep` past it is an `InvalidCommand`); the
-    runtime applies the backoff (`runfold.engine.retry_delay`) and `non_retryable_error_codes`.
-    """
-
-    max_attempts: int = 3
-    initial_interval: timedelta = timedelta(seconds=1)
-    backoff_coefficient: float = 2.0
-    max_interval: timedelta | None = None
-    non_retryable_error_codes: tuple[str, ...] = ()
-
-
-DEFAULT_RETRY = RetryPolicy()
-"""The policy of a step recorded without one: 3 attempts, 1 s, doubling.
-
-The kernel bounds such a step's attempts by it, as it bounds a recorded policy's, so no race
-between writers gets a step past its budget, whatever policy the writers had in mind.
-"""
-
-
-@attrs.frozen(kw_only=True)
-class AttributeChange:
-    """One attribute write: `value=None` removes the key."""
-
-    key: str
-    value: str | None
-
-
-@attrs.frozen(kw_only=True)
-class WorkflowWriter:
-    """Attributes written by the workflow body itself."""
-
-
-@attrs.frozen(kw_only=True)
-class StepWriter:
-    """Attributes written by one attempt of a step."""
-
-    step_id: str
-    attempt: int
-
-
-Writer: TypeAlias = WorkflowWriter | StepWriter
-"""Who wrote an attribute change: the workflow or one step attempt."""
 
 
 # --- events -------------------------------------------------------------------------------------

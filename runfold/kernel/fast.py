@@ -34,6 +34,7 @@ __all__ = [
     "filling_twin",
     "frozen_columns",
     "frozen_factory",
+    "frozen_reader",
 ]
 
 T = TypeVar("T")
@@ -104,6 +105,24 @@ def frozen_factory(cls: type[T]) -> Callable[..., T]:
         body = "\n".join(f"    s{i}(o, v{i})" for i in range(len(fields)))
         source = f"def make({args}):\n    o = new(cls)\n{body}\n    return o\n"
     exec(compile(source, f"<runfold frozen_factory {cls.__name__}>", "exec"), namespace)
+    return namespace["make"]  # type: ignore[no-any-return]
+
+
+def frozen_reader(cls: type[T], sources: dict[str, str]) -> Callable[[Any], T]:
+    """A constructor of `cls` that reads each field off one object: `make(source)`.
+
+    Field `name` is `source.<sources.get(name, name)>`. Like `frozen_factory` it skips
+    `__init__`, and fills the instance as its twin; with no call of as many arguments as there
+    are fields in between, each field costs one read and one store.
+    """
+    fields = _plain_fields(cls)
+    twin = filling_twin(cls)
+    if twin is None:
+        raise TypeError(f"{cls.__name__} has no slots of its own")
+    body = "\n".join(f"    o.{f.name} = b.{sources.get(f.name, f.name)}" for f in fields)
+    source = f"def make(b):\n    o = new(twin)\n{body}\n    o.__class__ = cls\n    return o\n"
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls, "twin": twin}
+    exec(compile(source, f"<runfold frozen_reader {cls.__name__}>", "exec"), namespace)
     return namespace["make"]  # type: ignore[no-any-return]
 
 

@@ -12,7 +12,7 @@ from typing import Generic, Literal, TypeAlias, TypeVar
 import attrs
 
 from runfold.kernel._pmap import stored
-from runfold.kernel.fast import fast_inits
+from runfold.kernel.fast import fast_inits, frozen_factory
 from runfold.kernel.snapshot import LIVE_RUN_STATUSES, RunStatus, Snapshot
 
 __all__ = [
@@ -137,6 +137,10 @@ class WorkerLease:
 
 
 fast_inits([RunSummary, HookClaim, HookHolder, Wakeup, RunIndex])
+_make_summary = frozen_factory(RunSummary)
+"""`RunSummary` from every field in order: `run_index` makes one per append."""
+_make_index = frozen_factory(RunIndex)
+"""`RunIndex(summary, hooks, wakeups)`, positional."""
 
 
 def run_index(snapshot: Snapshot) -> RunIndex:
@@ -147,24 +151,23 @@ def run_index(snapshot: Snapshot) -> RunIndex:
     exist only while the run is live. Cost: O(open work), never O(history). Pure and
     deterministic: the same snapshot always gives the same rows.
     """
-    summary = RunSummary(
-        run_id=snapshot.run_id,
-        workflow_name=snapshot.workflow_name,
-        status=snapshot.status,
-        parent_run_id=snapshot.parent_run_id,
-        created_at=snapshot.created_at,
-        updated_at=snapshot.updated_at,
-        completed_at=snapshot.completed_at,
-        last_sequence=snapshot.last_sequence,
-        attributes=snapshot.attributes,
-        owner_id=owner.owner_id
-        if (owner := snapshot.owner) is not None and snapshot.status in LIVE_RUN_STATUSES
-        else None,
-        queue_name=snapshot.queue_name,
-        priority=snapshot.priority,
-        dedup_id=snapshot.dedup_id,
-    )
     live = snapshot.status in LIVE_RUN_STATUSES
+    # Positional (`_make_summary`, `_make_index`): every append derives its run's rows.
+    summary = _make_summary(
+        snapshot.run_id,
+        snapshot.workflow_name,
+        snapshot.status,
+        snapshot.parent_run_id,
+        snapshot.created_at,
+        snapshot.updated_at,
+        snapshot.completed_at,
+        snapshot.last_sequence,
+        snapshot.attributes,
+        owner.owner_id if (owner := snapshot.owner) is not None and live else None,
+        snapshot.queue_name,
+        snapshot.priority,
+        snapshot.dedup_id,
+    )
     claims = []
     for hook_id in sorted(snapshot.active_hook_ids) if snapshot.active_hook_ids else ():
         hook = stored(snapshot.hooks, hook_id)
@@ -185,4 +188,4 @@ def run_index(snapshot: Snapshot) -> RunIndex:
         if due
         else ()  # most appends: no generator to make for nothing
     )
-    return RunIndex(summary=summary, hooks=tuple(claims) if claims else (), wakeups=wakeups)
+    return _make_index(summary, tuple(claims) if claims else (), wakeups)

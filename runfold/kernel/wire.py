@@ -22,7 +22,15 @@ import cbor2
 
 from runfold.kernel.events import Event, StepWriter, WorkflowWriter, Writer
 
-__all__ = ["REQUIRED", "Layout", "compile_fields", "load_payloads", "make_converter", "one_item"]
+__all__ = [
+    "REQUIRED",
+    "Layout",
+    "compile_fields",
+    "compile_wire",
+    "load_payloads",
+    "make_converter",
+    "one_item",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _loads = cbor2.loads
@@ -153,6 +161,50 @@ def compile_fields(
     return namespace["fields"]  # type: ignore[no-any-return]
 
 
+REQUIRED: Any = object()
+"""The wire default of a field that has none: no value a field can hold equals it."""
+
+
+def compile_wire(
+    cls: type[Event],
+    hints: Mapping[str, Any],
+    hook: Callable[[Any], Callable[[Any], Any]],
+    wire_defaults: Sequence[Any],
+) -> Callable[[Event], list[Any]]:
+    """`event -> [field, …]` as `compile_fields` gives it, trailing defaults left out.
+
+    The positional wire form, written out once per class as straight-line code: each trailing
+    field that may hold its default is compared with it (same type, equal) from the last one
+    back, and the list is built as long as the first that differs, so an append's encode runs
+    no loop and trims no list.
+    """
+    fields = attrs.fields(cls)  # type: ignore[arg-type]
+    namespace: dict[str, Any] = {}
+    lines = ["def wire(e):"]
+    for number, field in enumerate(fields):
+        if _travels_as_is(hints[field.name]):
+            lines.append(f"    a{number} = e.{field.name}")
+        else:
+            namespace[f"h{number}"] = hook(hints[field.name])
+            lines.append(f"    a{number} = h{number}(e.{field.name})")
+    count = len(fields)
+    while count and wire_defaults[count - 1] is not REQUIRED:
+        default = wire_defaults[count - 1]
+        name = f"a{count - 1}"
+        if default is None or type(default) is bool:
+            differs = f"{name} is not {default!r}"  # the one value of its type that is equal
+        else:
+            namespace[f"d{count - 1}"], namespace[f"t{count - 1}"] = default, type(default)
+            differs = f"type({name}) is not t{count - 1} or {name} != d{count - 1}"
+        lines.append(f"    if {differs}:")
+        lines.append(f"        return [{', '.join(f'a{n}' for n in range(count))}]")
+        count -= 1
+    lines.append(f"    return [{', '.join(f'a{n}' for n in range(count))}]")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<runfold wire {cls.__name__}>", "exec"), namespace)
+    return namespace["wire"]  # type: ignore[no-any-return]
+
+
 @attrs.frozen
 class Layout:
     """What the codec knows of one event class: its wire forms and how to build it from each."""
@@ -165,29 +217,18 @@ class Layout:
     """Each field's default as it travels (`REQUIRED` for a field without one)."""
     fields: Callable[[Event], list[Any]]
     """The event's fields as they travel, in order (`compile_fields`)."""
+    positional: Callable[[Event], list[Any]]
+    """The same without the trailing fields that hold their defaults (`compile_wire`)."""
 
     def encode(self, event: Event) -> Any:
         """The event's wire form: a list of its fields (trailing defaults left out) or a map."""
         if not self.cls.positional:
             return self.unstructure(event)
-        values = self.fields(event)
-        count = len(values)
-        defaults = self.wire_defaults
-        while count:  # trailing fields that hold their defaults (same type, equal) are left out
-            value, default = values[count - 1], defaults[count - 1]
-            if type(value) is not type(default) or value != default:
-                break
-            count -= 1
-        del values[count:]
-        return values
+        return self.positional(event)
 
     def structure(self, data: Any) -> Event:
         """The event that a wire form (a map by field name or a list by position) holds."""
         return self.by_name(data) if type(data) is dict else self.by_position(data)
-
-
-REQUIRED: Any = object()
-"""The wire default of a field that has none: no value a field can hold equals it."""
 
 
 def load_payloads(payloads: Sequence[bytes]) -> list[Any]:

@@ -145,30 +145,31 @@ class MemoryStore(MemoryLeases, MemoryDueWork, BoardSignals, StoreBase):
             self._check_claims(run_id, index, recorded_at)
             at = _utc(recorded_at)
             position = self._next_position
-            new_rows = [
-                _make_row(
-                    run_id,
-                    expected_sequence + offset,
-                    event_type,
-                    version,
-                    correlation_id(event),
-                    payload,
-                    at,
-                    position + offset - 1,
+            sequence = expected_sequence
+            new_rows: list[_Row] = []
+            appended: list[Envelope] = []
+            for event, (event_type, version, payload) in zip(events, encoded, strict=True):
+                sequence += 1
+                new_rows.append(
+                    _make_row(
+                        run_id,
+                        sequence,
+                        event_type,
+                        version,
+                        correlation_id(event),
+                        payload,
+                        at,
+                        position,
+                    )
                 )
-                for offset, (event, (event_type, version, payload)) in enumerate(
-                    zip(events, encoded, strict=True), start=1
-                )
-            ]
-            self._next_position += len(new_rows)
+                appended.append(make_envelope(run_id, sequence, event, recorded_at, position))
+                position += 1
+            self._next_position = position
             self._rows.setdefault(run_id, rows).extend(new_rows)
             self._feed.extend(new_rows)
             self._replace_index(run_id, index, recorded_at)
         self._post(index)
-        return [
-            make_envelope(run_id, row.sequence, event, recorded_at, row.position)
-            for row, event in zip(new_rows, events, strict=True)
-        ]
+        return appended
 
     def _check_claims(self, run_id: str, index: RunIndex, now: datetime) -> None:
         """`TokenConflict` if another run's live hook holds a token `index` claims at `now`."""

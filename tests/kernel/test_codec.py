@@ -110,6 +110,35 @@ def test_the_compiled_field_reader_unstructures_as_cattrs_does(event: Event) -> 
     assert layout.fields(event) == list(layout.unstructure(event).values())
 
 
+def _trimmed(values: list[Any], defaults: tuple[Any, ...]) -> list[Any]:
+    """The positional form by its definition: trailing fields equal to their defaults (same
+    type) left out, one at a time from the last."""
+    count = len(values)
+    while count and type(values[count - 1]) is type(defaults[count - 1]):
+        if values[count - 1] != defaults[count - 1]:
+            break
+        count -= 1
+    return values[:count]
+
+
+@given(events(), st.integers(min_value=0, max_value=12))
+def test_the_compiled_wire_form_leaves_out_trailing_defaults(event: Event, reset: int) -> None:
+    # The positional form is written out per class as straight-line comparisons: it must leave
+    # out exactly the trailing fields that hold their defaults, here with up to `reset` of the
+    # last fields put back to their defaults so that trimming happens.
+    fields = attrs.fields(cast(Any, type(event)))
+    changes = {
+        f.name: f.default
+        for f in fields[len(fields) - reset :]
+        if reset and f.default is not attrs.NOTHING and f.init
+    }
+    event = attrs.evolve(cast(Any, event), **changes)
+    layout = default_codec._by_class[type(event)]
+    assert layout.positional(event) == _trimmed(layout.fields(event), layout.wire_defaults)
+    if type(event).positional:
+        assert cbor2.loads(encode_event(event)[2]) == layout.positional(event)
+
+
 @given(events())
 def test_decoded_times_are_utc_and_exact(event: Event) -> None:
     decoded = decode_event(*encode_event(event))

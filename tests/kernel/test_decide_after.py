@@ -3,10 +3,13 @@ fold's copy-on-write of records and sets, which the engine's one decision per fl
 
 from __future__ import annotations
 
+import copy
+
 import attrs
 import pytest
 
 from runfold.kernel import (
+    BatchDecision,
     CompleteStep,
     CreateHook,
     EntityConflict,
@@ -67,6 +70,32 @@ def test_decide_after_refuses_what_the_kernel_refuses_and_hand_made_decisions() 
         decide_after(first, lazy("s"))  # created by the first decision already
     with pytest.raises(ValueError, match="made by decide_many"):
         decide_after(attrs.evolve(first), log("x"))
+
+
+def test_only_the_kernel_s_own_decision_is_taken_without_a_fold() -> None:
+    # A decision copied or rebuilt with the same fields is not the kernel's: the
+    # handler's recheck folds its events again (a new decision, the kernel's own snapshot).
+    start = decide_many(None, [CREATE, START], now=T0, run_id="r")
+    first = decide_many(start.snapshot, [lazy("s")], now=T0)
+    assert recheck_decision(first, start.snapshot, run_id="r") is first
+    copies = [
+        attrs.evolve(first),
+        copy.copy(first),
+        BatchDecision(
+            events=first.events,
+            snapshot=first.snapshot,
+            created_steps=first.created_steps,
+            decided_on=start.snapshot,
+            now=T0,
+        ),
+    ]
+    for other in copies:
+        other = attrs.evolve(other, decided_on=start.snapshot)
+        rechecked = recheck_decision(other, start.snapshot, run_id="r")
+        assert rechecked is not other
+        assert rechecked.snapshot is not first.snapshot and rechecked.snapshot == first.snapshot
+        with pytest.raises(ValueError, match="made by decide_many"):
+            decide_after(other, log("x"))
 
 
 def test_a_fold_never_changes_the_records_or_sets_of_the_snapshot_it_starts_from() -> None:

@@ -246,6 +246,22 @@ def test_apply_over_chained_chunks(history: list[Envelope], data: st.DataObject)
     assert observe(snap) == observe(project_run(history))
 
 
+@given(valid_histories())
+def test_folds_going_on_one_from_another_change_no_snapshot_before(
+    history: list[Envelope],
+) -> None:
+    # Each apply goes on from the snapshot the one before froze, with that fold's own builder
+    # (the spare): what it changes next must never show in a snapshot already published.
+    snaps = [project_run(history[:1])]
+    seen = [observe(snaps[0])]
+    for env in history[1:]:
+        snaps.append(apply(snaps[-1], [env]))
+        seen.append(observe(snaps[-1]))
+    for k, (snap, was) in enumerate(zip(snaps, seen, strict=True), start=1):
+        assert observe(snap) == was, f"the snapshot at {k} changed"
+    assert observe(snaps[-1]) == observe(project_run(history))
+
+
 @given(valid_histories(), st.data())
 def test_branches_from_one_snapshot_are_independent(
     history: list[Envelope], data: st.DataObject

@@ -10,13 +10,12 @@ it started from never changes.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
-
-import attrs
 
 from runfold.kernel._pmap import PView
 from runfold.kernel.errors import HistoryError, RunNotSupported
@@ -28,7 +27,7 @@ from runfold.kernel.events import (
     ProgressRecorded,
     RunCreated,
 )
-from runfold.kernel.fast import frozen_factory
+from runfold.kernel.fast import frozen_reader
 from runfold.kernel.limits import SPEC_VERSION, Limits
 from runfold.kernel.snapshot._records import (
     HookRecord,
@@ -73,6 +72,7 @@ class Builder:
         "deployment_id",
         "error",
         "error_code",
+        "frozen",
         "hook_conflicts",
         "hook_conflicts_new",
         "hooks",
@@ -161,6 +161,8 @@ class Builder:
     retrying: AbstractSet[str]
     waiting: AbstractSet[str]
     active_hooks: AbstractSet[str]
+    frozen: weakref.ref[Snapshot] | None
+    """The snapshot this builder last froze, which it then holds as a resumed builder would."""
 
     def fail(self, reason: str) -> HistoryError:
         """The `HistoryError` of the event being folded, for the caller to raise."""
@@ -249,101 +251,75 @@ class Builder:
         return self.attributes
 
     def freeze(self) -> Snapshot:
-        """The snapshot this fold ends with; the builder is not used after it."""
-        # Positional, in `_SNAPSHOT_FIELDS` order: a snapshot is built per `apply`, and attrs'
-        # keyword `__init__` of 32 fields was a tenth of a workflow step's cost.
-        # A set of open work the fold did not change is still the snapshot's frozenset.
+        """The snapshot this fold ends with.
+
+        The builder then holds that snapshot as `resume_builder` would hold it (its views, its
+        sets, its attributes) and is kept as the spare: the next fold from that very snapshot
+        goes on with it instead of copying every field into a new builder (`resume_builder`).
+        """
+        # Every field read straight off the builder (`_publish`): a snapshot is built per
+        # `apply`, and attrs' keyword `__init__` of 32 fields was a tenth of a workflow step's
+        # cost. A set of open work the fold did not change is still the snapshot's frozenset.
         steps_new, waits_new, hooks_new = self.steps_new, self.waits_new, self.hooks_new
-        return _make_snapshot(
-            self.run_id,
-            self.status,
-            self.workflow_name,
-            self.workflow_version,
-            self.deployment_id,
-            self.input,
-            self.output,
-            self.error,
-            self.error_code,
-            self.context,
-            MappingProxyType(self.attributes) if self.attributes_owned else self.attributes,
-            self.parent_run_id,
-            self.deadline,
-            self.spec_version,
-            self.queue_name,
-            self.priority,
-            self.dedup_id,
-            self.created_at,
-            self.started_at,
-            self.completed_at,
-            self.updated_at,
-            self.seq,
-            self.cancellation,
-            self.owner,
-            self.owner_epoch,
-            self.ready_at,
-            self.steps.derive(steps_new) if steps_new else self.steps,
-            self.waits.derive(waits_new) if waits_new else self.waits,
-            self.hooks.derive(hooks_new) if hooks_new else self.hooks,
-            self.progress.derive(self.progress_new) if self.progress_new else self.progress,
-            self.children.derive(self.children_new) if self.children_new else self.children,
-            self.hook_conflicts.derive(self.hook_conflicts_new)
-            if self.hook_conflicts_new
-            else self.hook_conflicts,
-            self.write_ids.derive(self.write_ids_new) if self.write_ids_new else self.write_ids,
-            self.log_count,
-            self.log_ids.derive(self.log_ids_new) if self.log_ids_new else self.log_ids,
-            frozenset(live) if type(live := self.live_steps) is set else live,
-            frozenset(retrying) if type(retrying := self.retrying) is set else retrying,
-            frozenset(waiting) if type(waiting := self.waiting) is set else waiting,
-            frozenset(hooks) if type(hooks := self.active_hooks) is set else hooks,
-        )
+        if steps_new:
+            self.steps = self.steps.derive(steps_new)
+            self.steps_new = {}
+        if waits_new:
+            self.waits = self.waits.derive(waits_new)
+            self.waits_new = {}
+        if hooks_new:
+            self.hooks = self.hooks.derive(hooks_new)
+            self.hooks_new = {}
+        if self.progress_new:
+            self.progress = self.progress.derive(self.progress_new)
+            self.progress_new = {}
+        if self.children_new:
+            self.children = self.children.derive(self.children_new)
+            self.children_new = {}
+        if self.hook_conflicts_new:
+            self.hook_conflicts = self.hook_conflicts.derive(self.hook_conflicts_new)
+            self.hook_conflicts_new = {}
+        if self.write_ids_new:
+            self.write_ids = self.write_ids.derive(self.write_ids_new)
+            self.write_ids_new = {}
+        if self.log_ids_new:
+            self.log_ids = self.log_ids.derive(self.log_ids_new)
+            self.log_ids_new = {}
+        if self.attributes_owned:  # published read-only: a later change copies it first
+            self.attributes = MappingProxyType(self.attributes)
+            self.attributes_owned = False
+        if type(live := self.live_steps) is set:
+            self.live_steps = frozenset(live)
+        if type(retrying := self.retrying) is set:
+            self.retrying = frozenset(retrying)
+        if type(waiting := self.waiting) is set:
+            self.waiting = frozenset(waiting)
+        if type(hooks := self.active_hooks) is set:
+            self.active_hooks = frozenset(hooks)
+        snapshot = _publish(self)
+        self.frozen = weakref.ref(snapshot)
+        _SPARE[:] = (self,)
+        return snapshot
 
 
-_SNAPSHOT_FIELDS = (
-    "run_id",
-    "status",
-    "workflow_name",
-    "workflow_version",
-    "deployment_id",
-    "input",
-    "output",
-    "error",
-    "error_code",
-    "context",
-    "attributes",
-    "parent_run_id",
-    "deadline",
-    "spec_version",
-    "queue_name",
-    "priority",
-    "dedup_id",
-    "created_at",
-    "started_at",
-    "completed_at",
-    "updated_at",
-    "last_sequence",
-    "cancellation",
-    "owner",
-    "owner_epoch",
-    "ready_at",
-    "steps",
-    "waits",
-    "hooks",
-    "progress",
-    "children",
-    "hook_conflicts",
-    "attribute_write_ids",
-    "log_count",
-    "log_ids",
-    "live_step_ids",
-    "retrying_step_ids",
-    "waiting_wait_ids",
-    "active_hook_ids",
+_SPARE: list[Builder] = []
+"""The builder that froze the latest snapshot (at most one), for a fold from that snapshot to
+go on with: an engine folds each decision onto the snapshot of the one before. Taken with
+`list.pop`, so two folds from one snapshot never share it."""
+
+
+_publish = frozen_reader(
+    Snapshot,
+    {
+        "last_sequence": "seq",
+        "attribute_write_ids": "write_ids",
+        "live_step_ids": "live_steps",
+        "retrying_step_ids": "retrying",
+        "waiting_wait_ids": "waiting",
+        "active_hook_ids": "active_hooks",
+    },
 )
-"""The order `Builder.freeze` passes a snapshot's fields in: `Snapshot`'s own."""
-if tuple(field.name for field in attrs.fields(Snapshot)) != _SNAPSHOT_FIELDS:
-    raise AssertionError("Builder.freeze is out of step with Snapshot's fields")
-_make_snapshot = frozen_factory(Snapshot)
+"""The snapshot a builder holds, each field read off the builder (by its own name but these)."""
 
 
 def start_builder(first: Envelope, limits: Limits) -> Builder:
@@ -366,6 +342,7 @@ def start_builder(first: Envelope, limits: Limits) -> Builder:
             run_id=first.run_id,
         )
     b = Builder()
+    b.frozen = None
     b.limits = limits
     b.run_id = first.run_id
     b.seq = 1
@@ -401,8 +378,22 @@ def start_builder(first: Envelope, limits: Limits) -> Builder:
 
 
 def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
-    """A builder that goes on from `snapshot`, sharing what it holds and changing none of it."""
+    """A builder that goes on from `snapshot`, sharing what it holds and changing none of it.
+
+    The spare builder when it froze this very snapshot (`Builder.freeze`): it holds what a
+    new one would be given, without the copy of every field.
+    """
+    if _SPARE:
+        try:
+            spare = _SPARE.pop()
+        except IndexError:  # another thread took it
+            pass
+        else:
+            if spare.frozen is not None and spare.frozen() is snapshot:
+                spare.limits = limits
+                return spare
     b = Builder()
+    b.frozen = None
     b.limits = limits
     b.run_id = snapshot.run_id
     b.seq = snapshot.last_sequence

@@ -18,7 +18,7 @@ import attrs
 
 from runfold.kernel._pmap import PView
 from runfold.kernel.events import HookCreated, RetryPolicy
-from runfold.kernel.fast import frozen_factory
+from runfold.kernel.fast import filling_twin, frozen_factory
 from runfold.kernel.snapshot.states import (
     Delivery,
     HookState,
@@ -210,8 +210,24 @@ def _compiled_copies(record: type[_Record], fields: tuple[str, ...]) -> None:
         + [f"    copy.{name} = {copied(name)}" for name in slots]
         + ["    return copy"]
     )
-    freeze = f"def freeze(self):\n    return make({', '.join(frozen(n) for n in fields)})\n"
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": record, "make": record._make}
+    # The public state filled as its twin, each field read off the record and stored: no call
+    # of as many arguments as it has fields (a step's state is made twice a step).
+    twin = filling_twin(record.public)
+    if twin is None:
+        freeze = f"def freeze(self):\n    return make({', '.join(frozen(n) for n in fields)})\n"
+    else:
+        freeze = "\n".join(
+            ["def freeze(self):", "    made = new(twin)"]
+            + [f"    made.{name} = {frozen(name)}" for name in fields]
+            + ["    made.__class__ = public", "    return made", ""]
+        )
+    namespace: dict[str, Any] = {
+        "new": object.__new__,
+        "cls": record,
+        "make": record._make,
+        "twin": twin,
+        "public": record.public,
+    }
     exec(compile(clone + "\n" + freeze, f"<runfold record {record.__name__}>", "exec"), namespace)
     for name in ("clone", "freeze"):
         made = namespace[name]
