@@ -595,6 +595,36 @@ async def test_a_lone_append_commits_on_the_calling_thread_unless_the_lock_is_ta
         assert [s for s in on_driver if s.upper().startswith("BEGIN")], on_driver
 
 
+@pytest.mark.parametrize("commit_inline", [True, False])
+async def test_appends_of_any_size_store_every_event_in_its_place(
+    tmp_path: Path, commit_inline: bool
+) -> None:
+    # Up to 16 events go in one multi-row INSERT (its rows bound by number), more through
+    # `executemany`: every size on either side keeps each event's row, sequence and position.
+    path = tmp_path / "runfold.db"
+    async with await SQLiteStore.open(path, commit_inline=commit_inline) as store:
+        await write(store, "r", *started())
+        expected = [(1, "run_created", None), (2, "run_started", None)]
+        for size in (1, 2, 3, 15, 16, 17, 40):
+            head = len(expected)
+            written = await write(store, "r", *(log(f"{size}-{n}") for n in range(size)))
+            assert [e.sequence for e in written] == list(range(head + 1, head + size + 1))
+            expected += [(head + n, "log_recorded", None) for n in range(1, size + 1)]
+        read = await store.read("r")
+        assert [e.event for e in read][2:] == [
+            log(f"{size}-{n}") for size in (1, 2, 3, 15, 16, 17, 40) for n in range(size)
+        ]
+        assert positions(read) == list(range(1, len(expected) + 1))
+        rows = plain_query(
+            path,
+            "SELECT sequence, type, correlation_id, recorded_at, position FROM events "
+            "WHERE run_id = 'r' ORDER BY sequence",
+        )
+        assert [row[:3] for row in rows] == expected
+        assert {row[3] for row in rows} == {time_key(T0)}
+        assert [row[4] for row in rows] == [row[0] for row in rows]
+
+
 async def test_a_caller_cancelled_while_its_append_waits_leaves_the_append_in(
     tmp_path: Path,
 ) -> None:

@@ -103,6 +103,25 @@ _INSERT_EVENT = (
 )
 
 
+def _insert_events(count: int) -> str:
+    """The statement that inserts `count` events, bound to `_append_one`'s parameters."""
+    rows = ", ".join(
+        f"(?1, ?2 + {n}, ?{4 * n + 1}, ?{4 * n + 2}, ?{4 * n + 4}, ?{4 * n + 3}, ?3, ?4 + {n})"
+        for n in range(1, count + 1)
+    )
+    return (
+        "INSERT INTO events (run_id, sequence, type, schema_version, correlation_id, payload, "
+        f"recorded_at, position) VALUES {rows}"
+    )
+
+
+_INSERT_EVENTS = tuple(_insert_events(count) for count in range(1, 17))
+"""`_INSERT_EVENTS[n - 1]` inserts `n` events in one statement, bound to the run id, its head,
+the time and the last feed position, then each event's encoded row: one statement's start, bind
+and reset instead of `executemany`'s one per row (about a sixth of the insert's instructions),
+and no row of parameters built per event. An append of more events goes through `executemany`."""
+
+
 def _append_one(cursor: sqlite3.Cursor, request: Append) -> list[Envelope]:
     run_id = request.run_id
     (
@@ -123,14 +142,31 @@ def _append_one(cursor: sqlite3.Cursor, request: Append) -> list[Envelope]:
         raise SequenceConflict(run_id, request.expected, head)
     now = time_key(request.recorded_at)
     claims = live_claims(cursor, run_id, request.index, request.recorded_at)
-    rows = [
-        (run_id, head + n, event_type, version, correlation, payload, now, next_position + n)
-        for n, (event_type, version, payload, correlation) in enumerate(request.rows, start=1)
-    ]
-    if len(rows) == 1:  # the common case: `execute` binds it without `executemany`'s iterator
-        cursor.execute(_INSERT_EVENT, rows[0])
+    count = len(request.rows)
+    if 0 < count <= len(_INSERT_EVENTS):
+        values: list[object] = [run_id, head, now, next_position]
+        for row in request.rows:
+            values.extend(row)
+        cursor.execute(_INSERT_EVENTS[count - 1], values)
     else:
-        cursor.executemany(_INSERT_EVENT, rows)
+        cursor.executemany(
+            _INSERT_EVENT,
+            [
+                (
+                    run_id,
+                    head + n,
+                    event_type,
+                    version,
+                    correlation,
+                    payload,
+                    now,
+                    next_position + n,
+                )
+                for n, (event_type, version, payload, correlation) in enumerate(
+                    request.rows, start=1
+                )
+            ],
+        )
     before = IndexRows(
         status, completed_at, owner_id, attributes, bool(has_hooks), bool(has_wakeups)
     )
