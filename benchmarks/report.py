@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from benchmarks.harness import Comparison, Remark, Result, Target, cpu_model
 from benchmarks.postgres import POSTGRES
 from benchmarks.sqlite import SQLITE, default_synchronous
+from benchmarks.step_time import step_time
 from benchmarks.targets import ALL_TARGETS
 from benchmarks.workloads import PAYLOAD_BYTES
 
@@ -119,71 +120,6 @@ def _summary(results: Sequence[Result]) -> list[str]:
     return lines
 
 
-def _row(results: Sequence[Result], group: str, case: str, on: str = "") -> Result | None:
-    """The first row of `group` whose case starts with `case` (and whose `on` starts with
-    `on`), or None when it was not measured."""
-    return next(
-        (
-            r
-            for r in results
-            if r.group == group and r.case.startswith(case) and r.on.startswith(on)
-        ),
-        None,
-    )
-
-
-def _step_time(results: Sequence[Result]) -> list[str]:
-    """Where a step's time goes, from this run's rows: the commit a raw driver makes, the
-    engine's CPU on `MemoryStore`, and the rest (the store's own work around the commit)."""
-    engine = "runfold Engine (CommandHandler on the store): 10-step sequential workflow, one"
-    cpu = _row(results, "Engine cost", "Engine on MemoryStore: cost per step, 10-step")
-    lines: list[str] = []
-    for backend, floor in (("SQLite", "raw sqlite3"), ("PostgreSQL", "raw psycopg")):
-        ours = _row(results, "Workflows", engine, backend)
-        ceiling = _row(results, "Workflows", f"ceiling: {floor} ÷", backend)
-        appends = _row(
-            results,
-            "Workflows",
-            "runfold Engine (CommandHandler on the store): appends per",
-            backend,
-        )
-        if ours is None or ceiling is None or appends is None:
-            continue
-        steps = 10
-        spent = 1e6 / ours.value.median / steps  # µs of wall time per step
-        commit = 1e6 / ceiling.value.median / steps  # the raw commits of its appends
-        engine_cpu = cpu.value.median if cpu is not None else 0.0
-        rest = spent - commit - engine_cpu
-        lines.append(
-            f"- **{backend}**, one workflow at a time: {spent:,.0f} µs per step, of which "
-            f"{commit:,.0f} µs ({100 * commit / spent:.0f} %) are the raw single-row commits "
-            f"of its {appends.value.median:.0f} appends per workflow ({floor}), "
-            + (
-                f"{engine_cpu:,.0f} µs ({100 * engine_cpu / spent:.0f} %) the engine's and the "
-                "kernel's CPU (the same step on `MemoryStore`), "
-                if cpu is not None
-                else ""
-            )
-            + f"and {rest:,.0f} µs ({100 * rest / spent:.0f} %) the store's own work around "
-            "the commit: its statements, the pages an append writes beyond a raw row (the "
-            "event's indexes and the run's row, in Pages per append), the driver's hop."
-        )
-    if not lines:
-        return []
-    return [
-        "",
-        "## Where a step's time goes",
-        "",
-        "From this run's rows (Workflows, Engine cost, Pages per append): a step's wall time "
-        "one workflow at a time, split into the commit a raw driver needs for the same "
-        "appends, the engine's CPU, and what is left. The instructions a step costs, and "
-        "their split between the kernel, the handler with `MemoryStore` and the engine, are "
-        "under Engine cost.",
-        "",
-        *lines,
-    ]
-
-
 def _below_target(results: Sequence[Result]) -> list[str]:
     missed = [
         f"- **{r.group}**: {r.case} ({r.on}): **{c.ratio:.2f}×** {c.anchor}; the target: "
@@ -257,6 +193,6 @@ def render(
             [m for m in remarks if m.group == group],
             charts.get(group),
         )
-    lines += _step_time(results)
+    lines += step_time(results)
     lines += _below_target(results)
     return "\n".join(lines) + "\n"

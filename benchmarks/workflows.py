@@ -4,7 +4,9 @@ same workflow on DBOS Transact, on the same SQLite file system and the same Post
 Reported per backend: workflows/s one at a time and `CONCURRENT` at once, step latency
 percentiles, the appends and store calls one workflow makes, and the ceilings those appends
 allow: the raw driver's commits/s (and, on SQLite, the rate of commits each handed to the
-driver's thread, as an asyncio store must) divided by the appends per workflow.
+driver's thread, as an asyncio store must) divided by the appends per workflow, and the store
+alone: one engine workflow's appends replayed into a fresh store, with no engine between them
+(`benchmarks.store_alone`), taking turns with the engine's workflows one at a time.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from benchmarks.harness import (
 from benchmarks.peers import dbos_on
 from benchmarks.postgres import POSTGRES
 from benchmarks.sqlite import SQLITE
+from benchmarks.store_alone import Append, RecordingStore, replay_trial
 from benchmarks.targets import (
     ENGINE_APPENDS_PER_WORKFLOW,
     ENGINE_CONCURRENT_VS_DBOS,
@@ -62,6 +65,8 @@ CONNECTIONS = 8
 APPENDS_BOUND = 11
 STORE_CALLS_BOUND = 13
 ENGINE = "runfold Engine (CommandHandler on the store)"
+ALONE = "the store alone"
+"""The ceiling of the engine's own appends replayed straight into a store (its anchor name)."""
 PEER = "DBOS Transact (DBOS.workflow / DBOS.step)"
 
 
@@ -185,15 +190,18 @@ def _dbos(
         )
 
 
-def _store_calls(backend: Backend) -> tuple[int, int]:
-    """The appends and store calls of one workflow (the second started on a fresh store)."""
+def _store_calls(backend: Backend) -> tuple[int, int, list[Append]]:
+    """The appends and store calls of one workflow (the second started on a fresh store), and
+    the appends themselves, as the engine made them."""
     with event_loop() as loop, backend.store(loop) as store:
-        counting = CountingStore(store)
+        recording = RecordingStore(store)
+        counting = CountingStore(recording)
         engine = Engine(CommandHandler(counting), SequentialWorkflow())
         loop.run_until_complete(engine.start("sequential", b"warm-up"))
         counting.calls = counting.appends = 0
+        recording.appends.clear()
         loop.run_until_complete(engine.start("sequential", b"i" * PAYLOAD_BYTES))
-        return counting.appends, counting.calls
+        return counting.appends, counting.calls, recording.appends
 
 
 def _ceilings(backend: Backend, repeats: int, count: int) -> dict[str, Measurement]:
@@ -219,20 +227,25 @@ def bench_workflows(quick: bool) -> list[Result | Remark]:
         if backend.version() is None:
             found.append(Remark(group=GROUP, text=f"{backend.name}: no server, not measured."))
             continue
+        appends, calls, workflow = _store_calls(backend)
         with (
+            event_loop() as loop,
+            backend.store(loop) as alone,
             _runfold(backend, count, concurrent) as ours,
             _dbos(backend, count, concurrent, found) as theirs,
         ):
             contenders = {"runfold": ours} | ({"DBOS": theirs} if theirs else {})
+            # The replay takes turns with the workflows one at a time: load slows them alike.
+            one_at_a_time = {name: c.sequential for name, c in contenders.items()}
+            replay = replay_trial(alone, loop, workflow, count)
             seconds = {
-                "sequential": timed_rounds(
-                    {name: c.sequential for name, c in contenders.items()}, repeats=repeats
-                ),
+                "sequential": timed_rounds(one_at_a_time | {ALONE: replay}, repeats=repeats),
                 "concurrent": timed_rounds(
                     {name: c.concurrent for name, c in contenders.items()}, repeats=repeats
                 ),
             }
             latencies = {name: _latencies(c.clock, repeats) for name, c in contenders.items()}
+        replayed = Measurement.of([count / s for s in seconds["sequential"].pop(ALONE)])
         rates = {
             shape: {
                 name: Measurement.of([units / s for s in spent]) for name, spent in by_name.items()
@@ -242,12 +255,11 @@ def bench_workflows(quick: bool) -> list[Result | Remark]:
                 ("concurrent", seconds["concurrent"], concurrent),
             )
         }
-        appends, calls = _store_calls(backend)
         ceilings = {
             name: Measurement.of([r / appends for r in (rate.low, rate.median, rate.high)])
             for name, rate in _ceilings(backend, repeats, 50 if quick else 500).items()
         }
-        found += _rows(backend.describe(), rates, latencies, ceilings, concurrent)
+        found += _rows(backend.describe(), rates, latencies, ceilings, replayed, concurrent)
         found += _count_rows(backend.describe(), appends, calls)
     found.append(
         Remark(
@@ -262,7 +274,12 @@ def bench_workflows(quick: bool) -> list[Result | Remark]:
             "A ceiling is a raw driver's single-row commits/s divided by runfold's appends per "
             "workflow. On SQLite, a workflow run one at a time commits on the event loop's "
             "thread (no append is in flight beside it), so raw sqlite3 is its ceiling; the "
-            "concurrent ones share group commits on the driver's thread.",
+            "concurrent ones share group commits on the driver's thread. "
+            f"The ceiling of {ALONE} replays the appends one engine workflow made (the same "
+            "events, index rows and expected heads, under a new run id of the same length), "
+            "one after the other, into a fresh store of one connection, taking turns with the "
+            "engine's workflows one at a time: the store's statements, its Python and its "
+            "commits, with no engine, handler or kernel decision between them.",
         )
     )
     return found
@@ -279,6 +296,7 @@ def _rows(
     rates: dict[str, dict[str, Measurement]],
     latencies: dict[str, dict[int, Measurement]],
     ceilings: dict[str, Measurement],
+    alone: Measurement,
     concurrent: int,
 ) -> list[Result | Remark]:
     rows: list[Result | Remark] = []
@@ -300,6 +318,7 @@ def _rows(
                 # ceiling); the hop through the driver's thread is shown beside it.
                 target = ENGINE_SEQUENTIAL_VS_CEILING if ceiling == next(iter(ceilings)) else None
                 against += compare(sequential[name], f"ceiling: {ceiling}", rate, target)
+            against += compare(sequential[name], f"ceiling: {ALONE}", alone)
         workflow = f"{what}: {WORKFLOW_STEPS}-step sequential workflow"
         rows.append(row(f"{workflow}, one at a time", "workflows/s", sequential[name], against))
         rows.append(
@@ -329,6 +348,15 @@ def _rows(
         row(f"ceiling: {ceiling} ÷ runfold's appends per workflow", "workflows/s", rate)
         for ceiling, rate in ceilings.items()
     ]
+    raw, raw_rate = next(iter(ceilings.items()))
+    rows.append(
+        row(
+            f"ceiling: {ALONE}: the engine's own appends replayed",
+            "workflows/s",
+            alone,
+            compare(alone, f"ceiling: {raw}", raw_rate),
+        )
+    )
     return rows
 
 

@@ -47,8 +47,10 @@ def due_by_run(wakeups: Iterable[Wakeup], *, fleet: bool) -> dict[str, tuple[Wak
 
 
 async def settle(execute: Execute, run_id: str, command: Command) -> None:
-    """Execute a command that may have been made moot by someone else (a wait completed, a
-    run ended); such a refusal is not an error here."""
+    """Execute a command that someone else may have made moot.
+
+    A wait completed or a run ended meanwhile: such a refusal is not an error here.
+    """
     try:
         await execute(run_id, (command,))
     except (EntityConflict, TerminalState, RunExpired) as exc:

@@ -51,8 +51,11 @@ XACT = "pg_current_xact_id()::text::bigint"
 CHANGING = ("status", "updated_at", "completed_at", "last_sequence", "attributes", "owner_id")
 """The summary columns an append may change; the others are fixed when the run is created."""
 OWN = ("status", "completed_at", "attributes", "owner_id")
-"""The changing columns the runs row holds for itself: `updated_at` and `last_sequence` are its
-last event's (`heads`), so a change of these alone leaves the row as it is."""
+"""The changing columns the runs row holds for itself.
+
+`updated_at` and `last_sequence` are its last event's (`heads`), so a change of these alone
+leaves the row as it is.
+"""
 CASTS = {
     "status": "::text",
     "completed_at": "::bigint",
@@ -70,10 +73,13 @@ FIXED = (
     "priority",
     "dedup_id",
 )
+"""The summary columns fixed when the run is created: no append changes them."""
 
 Fields = Callable[[str], str]
-"""Where a variant finds a field of the append: `r.status` in a function, `%(status)s` in a
-statement."""
+"""Where a variant finds a field of the append.
+
+`r.status` in a function, `%(status)s` in a statement.
+"""
 
 
 def function_field(name: str) -> str:
