@@ -75,16 +75,18 @@ def write_index(
     index: RunIndex,
     claims: Sequence[HookClaim],
     before: IndexRows | None = None,
-) -> None:
+) -> IndexRows:
     """Replace the run's summary, hook and wakeup rows (`claims`: its hooks to keep).
 
-    `before` is what `_RUN_STATE` found (None: unknown, so everything is rewritten).
+    `before` is what `_RUN_STATE` found (None: unknown, so everything is rewritten). Returns
+    what the rows hold then.
     """
     summary = index.summary
     completed_at = None if summary.completed_at is None else time_key(summary.completed_at)
     attributes = (
         json.dumps(dict(summary.attributes), sort_keys=True) if summary.attributes else "{}"
     )
+    rewritten = True  # the summary row holds what `summary` says (else as `before` says)
     if before is not None and before.status is not None:
         # The row is there (its status is never NULL): an UPDATE of what an append changes,
         # rather than an upsert, which tries the INSERT (and its triggers) first. The head and
@@ -116,6 +118,8 @@ def write_index(
                 _UPDATE_ATTRIBUTES,
                 (time_key(summary.updated_at), summary.last_sequence, attributes, run_id),
             )
+        else:
+            rewritten = False
     else:
         # An upsert, not INSERT OR REPLACE: a replace deletes and reinserts the row, rewriting
         # all six runs indexes.
@@ -160,6 +164,20 @@ def write_index(
             "INSERT INTO wakeups (run_id, kind, subject_id, due_at) VALUES (?, ?, ?, ?)",
             [(run_id, w.kind, w.subject_id, time_key(w.due_at)) for w in index.wakeups],
         )
+    if (
+        not rewritten
+        and before is not None
+        and not (claims or index.wakeups or before.has_hooks or before.has_wakeups)
+    ):
+        return before  # as it was: no need of another one
+    return IndexRows(
+        summary.status,
+        completed_at,
+        summary.owner_id,
+        attributes,
+        bool(claims),
+        bool(index.wakeups),
+    )
 
 
 def rewrite_run_index(

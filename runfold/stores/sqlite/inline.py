@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 from runfold.kernel import Envelope, StoreUnavailable
+from runfold.stores.sqlite.known import KnownRuns
 from runfold.stores.sqlite.thread import result_code
 from runfold.stores.sqlite.writer import Append, append_batch
 
@@ -36,14 +37,14 @@ def inline_connection(location: str, synchronous: str) -> sqlite3.Connection | N
 
 
 def append_inline(
-    conn: sqlite3.Connection, request: Append, location: str
+    conn: sqlite3.Connection, request: Append, location: str, known: KnownRuns | None = None
 ) -> list[list[Envelope] | BaseException] | None:
     """`request` written through `conn` on this thread, or None if the write lock is taken.
 
     None means nothing was written, and the append must go to the driver's thread.
     """
     try:
-        return append_batch(conn, [request])
+        return append_batch(conn, [request], known)
     except sqlite3.OperationalError as exc:
         if result_code(exc) in _LOCK_TAKEN:
             return None  # nothing was written: BEGIN IMMEDIATE failed, or was rolled back

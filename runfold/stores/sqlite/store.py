@@ -44,6 +44,7 @@ from runfold.stores.sqlite.deadline import Budget, call_on_thread, call_timeout
 from runfold.stores.sqlite.due_work import SQLiteDueWork
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
 from runfold.stores.sqlite.inline import append_inline, inline_connection
+from runfold.stores.sqlite.known import KnownRuns
 from runfold.stores.sqlite.leases import SQLiteLeases
 from runfold.stores.sqlite.reads import SUMMARY, fetch, fetch_summaries, read_head, read_rows
 from runfold.stores.sqlite.retention import delete_ended_runs
@@ -114,6 +115,9 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBa
         self._idle.set()
         self._queue: list[Append] = []
         self._writer: asyncio.Task[None] | None = None
+        # What each connection's own appends wrote last, so the next need not read it back.
+        self._known = KnownRuns()
+        self._known_inline = KnownRuns()
 
     @classmethod
     async def open(
@@ -334,11 +338,17 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBa
                     written = None
                     if self._inline is not None:
                         since = time.monotonic()
-                        written = append_inline(self._inline, request, self._path)
+                        written = append_inline(
+                            self._inline, request, self._path, self._known_inline
+                        )
                         self._stalls.took(since)
                     if written is None:  # no inline connection, or the write lock is taken
                         written = await self._call(
-                            append_batch, [request], deadline=request.deadline, late=request.unknown
+                            append_batch,
+                            [request],
+                            self._known,
+                            deadline=request.deadline,
+                            late=request.unknown,
                         )
                     (outcome,) = written
                 finally:
@@ -365,6 +375,7 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBa
                 outcomes = await self._call(
                     append_batch,
                     batch,
+                    self._known,
                     deadline=min(request.deadline for request in batch),
                     late=batch[0].unknown,
                 )

@@ -26,6 +26,7 @@ from runfold.kernel import (
     make_envelope,
 )
 from runfold.stores.sqlite.index import IndexRows, live_claims, write_index
+from runfold.stores.sqlite.known import KnownRuns
 from runfold.stores.sqlite.reads import read_head
 from runfold.stores.time_keys import time_key
 
@@ -122,20 +123,28 @@ and reset instead of `executemany`'s one per row (about a sixth of the insert's 
 and no row of parameters built per event. An append of more events goes through `executemany`."""
 
 
-def _append_one(cursor: sqlite3.Cursor, request: Append) -> list[Envelope]:
+def _append_one(cursor: sqlite3.Cursor, request: Append, known: KnownRuns | None) -> list[Envelope]:
     run_id = request.run_id
-    (
-        last,
-        head_position,
-        status,
-        completed_at,
-        owner_id,
-        attributes,
-        has_hooks,
-        has_wakeups,
-        next_position,
-    ) = cursor.execute(_RUN_STATE, (run_id,)).fetchone()
-    head = last or 0
+    run = None if known is None else known.get(run_id)
+    if run is None or known is None or known.position is None:
+        (
+            last,
+            head_position,
+            status,
+            completed_at,
+            owner_id,
+            attributes,
+            has_hooks,
+            has_wakeups,
+            next_position,
+        ) = cursor.execute(_RUN_STATE, (run_id,)).fetchone()
+        head = last or 0
+        before = IndexRows(
+            status, completed_at, owner_id, attributes, bool(has_hooks), bool(has_wakeups)
+        )
+    else:
+        head, head_position, before = run
+        next_position = known.position
     if head != request.expected or (
         request.expected_position is not None and head_position != request.expected_position
     ):
@@ -167,10 +176,9 @@ def _append_one(cursor: sqlite3.Cursor, request: Append) -> list[Envelope]:
                 )
             ],
         )
-    before = IndexRows(
-        status, completed_at, owner_id, attributes, bool(has_hooks), bool(has_wakeups)
-    )
-    write_index(cursor, run_id, request.index, claims, before)
+    after = write_index(cursor, run_id, request.index, claims, before)
+    if known is not None:
+        known.wrote(run_id, (head + count, next_position + count, after), next_position + count)
     return [
         make_envelope(run_id, head + n, event, request.recorded_at, next_position + n)
         for n, event in enumerate(request.events, start=1)
@@ -192,7 +200,7 @@ def _refusal(conn: sqlite3.Connection, request: Append, exc: Exception) -> Excep
 
 
 def append_batch(
-    conn: sqlite3.Connection, batch: list[Append]
+    conn: sqlite3.Connection, batch: list[Append], known: KnownRuns | None = None
 ) -> list[list[Envelope] | BaseException]:
     """Every queued append in one transaction, each with its own outcome.
 
@@ -205,16 +213,16 @@ def append_batch(
     each statement, which costs about as much as a short statement itself.
     """
     if len(batch) > 1:
-        outcomes = _write(conn, batch, savepoints=False)
+        outcomes = _write(conn, batch, known, savepoints=False)
         if outcomes is not None:
             return outcomes
-    written = _write(conn, batch, savepoints=len(batch) > 1)
+    written = _write(conn, batch, known, savepoints=len(batch) > 1)
     assert written is not None  # with savepoints (or alone), every refusal is undone
     return written
 
 
 def _write(
-    conn: sqlite3.Connection, batch: list[Append], *, savepoints: bool
+    conn: sqlite3.Connection, batch: list[Append], known: KnownRuns | None, *, savepoints: bool
 ) -> list[list[Envelope] | BaseException] | None:
     """`append_batch`'s transaction; None (rolled back) if, without `savepoints`, a refused
     append of several had changed rows that only a savepoint could undo."""
@@ -222,6 +230,8 @@ def _write(
     cursor = conn.cursor()
     cursor.execute("BEGIN IMMEDIATE")
     try:
+        if known is not None:
+            known.begin(cursor)
         # A lone append needs no savepoint: if it fails, the transaction holds nothing else.
         alone = len(batch) == 1
         for request in batch:
@@ -229,7 +239,7 @@ def _write(
                 cursor.execute("SAVEPOINT one_append")
             changes = conn.total_changes
             try:
-                envelopes = _append_one(cursor, request)
+                envelopes = _append_one(cursor, request, known)
             except (SequenceConflict, TokenConflict, sqlite3.IntegrityError) as exc:
                 if alone:
                     cursor.execute("ROLLBACK")
@@ -238,6 +248,8 @@ def _write(
                     cursor.execute("RELEASE one_append")
                 elif conn.total_changes != changes:
                     cursor.execute("ROLLBACK")
+                    if known is not None:
+                        known.forget()
                     return None
                 outcomes.append(_refusal(conn, request, exc))
                 continue
@@ -250,8 +262,14 @@ def _write(
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     raise  # still open: rolled back below, nothing was written
+                if known is not None:
+                    known.forget()
                 return settle_commit(conn, batch, outcomes, exc)
+            if known is not None:
+                known.committed(conn)
     except BaseException:
+        if known is not None:
+            known.forget()
         if conn.in_transaction:
             cursor.execute("ROLLBACK")
         raise
