@@ -67,11 +67,28 @@ class Append:
         """The `time.monotonic()` by which it must be written (`SQLiteStore`'s call deadline)."""
         self.future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
         # Encode here, on the event loop, so a bad event fails before any SQL runs.
-        self.rows = [(*encode_event(event), correlation_id(event)) for event in events]
+        self.rows = [_row(event) for event in events]
 
     def unknown(self, reason: str) -> CommitUnknown:
         """The error of this append when whether it was written is not known."""
         return CommitUnknown(self.run_id, self.expected, reason)
+
+
+_COPIED = 4096
+"""Payloads up to this many bytes are bound as a `bytearray` copy (see `_row`)."""
+
+
+def _row(event: Event) -> tuple[str, int, bytes | bytearray, str | None]:
+    """An event's row: its type, schema version, payload and correlation id.
+
+    The driver binds a `bytearray` as a BLOB straight away, but looks a `bytes` object up in its
+    adapter registry first, and fails to find one at a cost of several `bytearray` copies of a
+    small payload.
+    """
+    event_type, version, payload = encode_event(event)
+    if len(payload) <= _COPIED:
+        return event_type, version, bytearray(payload), correlation_id(event)
+    return event_type, version, payload, correlation_id(event)
 
 
 def settle(request: Append, outcome: list[Envelope] | BaseException) -> None:
