@@ -1,10 +1,11 @@
-"""Inline commits: an append written on the calling thread, through a second connection.
+"""Inline commits: appends written on the calling thread, through a second connection.
 
 Handing a transaction to the driver's thread and awaiting it back costs about as much as the
-commit itself, so an append that finds no other in flight is written on the event loop's own
-thread instead. That connection never waits for the file's write lock (`busy_timeout = 0`):
-waiting there would hold the event loop, so an append that finds the lock taken (by another
-process, or by a repair on the driver's thread) goes to the driver's thread and waits there.
+commit itself, so appends that find no other in flight (alone, or several with nothing else
+ready to run on the event loop meanwhile) are written on the event loop's own thread instead.
+That connection never waits for the file's write lock (`busy_timeout = 0`): waiting there would
+hold the event loop, so appends that find the lock taken (by another process, or by a repair on
+the driver's thread) go to the driver's thread and wait there.
 """
 
 from __future__ import annotations
@@ -37,14 +38,17 @@ def inline_connection(location: str, synchronous: str) -> sqlite3.Connection | N
 
 
 def append_inline(
-    conn: sqlite3.Connection, request: Append, location: str, known: KnownRuns | None = None
+    conn: sqlite3.Connection,
+    batch: list[Append],
+    location: str,
+    known: KnownRuns | None = None,
 ) -> list[list[Envelope] | BaseException] | None:
-    """`request` written through `conn` on this thread, or None if the write lock is taken.
+    """`batch` written through `conn` on this thread, or None if the write lock is taken.
 
-    None means nothing was written, and the append must go to the driver's thread.
+    None means nothing was written, and the appends must go to the driver's thread.
     """
     try:
-        return append_batch(conn, [request], known)
+        return append_batch(conn, batch, known)
     except sqlite3.OperationalError as exc:
         if result_code(exc) in _LOCK_TAKEN:
             return None  # nothing was written: BEGIN IMMEDIATE failed, or was rolled back

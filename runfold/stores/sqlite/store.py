@@ -14,7 +14,6 @@ from typing import Any, Literal, TypeVar
 import aiosqlite
 
 from runfold.kernel import (
-    CommitUnknown,
     Envelope,
     Event,
     HookHolder,
@@ -42,8 +41,9 @@ from runfold.stores.protocol import ReplayedRun
 from runfold.stores.signals import BoardSignals, SignalBoard
 from runfold.stores.sqlite.deadline import Budget, call_on_thread, call_timeout
 from runfold.stores.sqlite.due_work import SQLiteDueWork
+from runfold.stores.sqlite.group import GroupCommits
 from runfold.stores.sqlite.index import TOKEN_HOLDER, rewrite_run_index
-from runfold.stores.sqlite.inline import append_inline, inline_connection
+from runfold.stores.sqlite.inline import inline_connection
 from runfold.stores.sqlite.known import KnownRuns
 from runfold.stores.sqlite.leases import SQLiteLeases
 from runfold.stores.sqlite.reads import SUMMARY, fetch, fetch_summaries, read_head, read_rows
@@ -57,7 +57,7 @@ from runfold.stores.sqlite.schema import (
 )
 from runfold.stores.sqlite.stalls import Stalls
 from runfold.stores.sqlite.thread import connect, ready, result_code
-from runfold.stores.sqlite.writer import Append, append_batch, settle
+from runfold.stores.sqlite.writer import Append
 from runfold.stores.time_keys import time_key
 
 __all__ = ["SQLiteStore", "Synchronous"]
@@ -68,19 +68,7 @@ Synchronous = Literal["FULL", "NORMAL"]
 """The `synchronous` settings `SQLiteStore.open` accepts."""
 
 
-def _others_ready() -> bool:
-    """Whether a callback other than this task's may run before it if it yields now.
-
-    asyncio's own loop runs the callbacks already scheduled (`_ready`) before the one a
-    `sleep(0)` schedules, and those that I/O readiness schedules only after it: with none
-    scheduled, yielding lets no other append join, and costs a turn of the loop. A loop
-    without `_ready` (another implementation) is assumed to have some.
-    """
-    ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    return ready is None or bool(ready)
-
-
-class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBase):
+class SQLiteStore(GroupCommits, IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBase):
     """An `EventStore` in one SQLite file, opened with `await SQLiteStore.open(path)`.
 
     It keeps worker leases too (`WorkerLeases`), so a fleet of workers can share the file.
@@ -155,10 +143,11 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBa
         With `commit_inline` (the default; a file only), an append that finds no other in flight
         is committed on the calling thread, the event loop's, through a second connection,
         instead of being handed to the driver's thread and back: that hand-off costs about as
-        much as the commit itself. The event loop waits for the commit (its `fsync`, with
-        `FULL`) meanwhile. Appends that arrive while one is being written are grouped on the
-        driver's thread as before, and an append that finds the file's write lock taken waits
-        for it there, never on the event loop's thread.
+        much as the commit itself. So are appends made at the same moment (runs woken together)
+        when nothing else is ready to run on the event loop, in one transaction. The event loop
+        waits for the commit (its `fsync`, with `FULL`) meanwhile. Appends that arrive while one
+        is being written are grouped on the driver's thread as before, and an append that finds
+        the file's write lock taken waits for it there, never on the event loop's thread.
 
         Raises `StoreOpenError` for a file that is not a runfold database, was written by a newer
         runfold, or cannot be written; `StoreUnavailable` if another connection holds the write
@@ -305,93 +294,6 @@ class SQLiteStore(IndexReads, SQLiteLeases, SQLiteDueWork, BoardSignals, StoreBa
         )
         self._post(index)
         return envelopes
-
-    async def _append(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        index: RunIndex,
-        recorded_at: datetime,
-        expected_position: int | None,
-    ) -> list[Envelope]:
-        if self._closed:
-            raise StoreClosed(f"the SQLite store {self._path!r} is closed")
-        request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
-        request.deadline = self._budget.deadline()
-        self._queue.append(request)
-        if self._idle.is_set():
-            self._idle.clear()
-            try:
-                if _others_ready():
-                    await asyncio.sleep(0)  # appends made at this same moment join this one
-            except BaseException:
-                self._write_queue_or_rest()  # those joined wait for it; this one goes too
-                raise
-            if len(self._queue) == 1:
-                # Alone: this task writes it, sparing the hand-offs to and from the writer task
-                # (most of a sequential append's cost, but for the commit). If cancelled
-                # meanwhile, it leaves; the connection thread still finishes the transaction
-                # and runs whatever comes next only after it.
-                self._queue = []
-                try:
-                    written = None
-                    if self._inline is not None:
-                        since = time.monotonic()
-                        written = append_inline(
-                            self._inline, request, self._path, self._known_inline
-                        )
-                        self._stalls.took(since)
-                    if written is None:  # no inline connection, or the write lock is taken
-                        written = await self._call(
-                            append_batch,
-                            [request],
-                            self._known,
-                            deadline=request.deadline,
-                            late=request.unknown,
-                        )
-                    (outcome,) = written
-                finally:
-                    self._write_queue_or_rest()
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                return outcome
-            self._write_queue_or_rest()
-        # A caller that is cancelled leaves (cancelling the future, which `settle` then skips);
-        # its append stays in the batch, as if shielded, without a shield's extra future.
-        return await request.future
-
-    def _write_queue_or_rest(self) -> None:
-        """Start the writer task for the queued appends, or, with none, mark the store idle."""
-        if self._queue:
-            self._writer = asyncio.create_task(self._write_queued())
-        else:
-            self._idle.set()
-
-    async def _write_queued(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue, []
-            try:
-                outcomes = await self._call(
-                    append_batch,
-                    batch,
-                    self._known,
-                    deadline=min(request.deadline for request in batch),
-                    late=batch[0].unknown,
-                )
-            except BaseException as exc:  # the whole transaction failed: all of it
-                for request in batch:
-                    if isinstance(exc, CommitUnknown):  # each of its own append
-                        settle(request, request.unknown(exc.reason))
-                    else:
-                        settle(request, exc)
-                if not isinstance(exc, Exception):
-                    self._idle.set()
-                    raise
-                continue
-            for request, outcome in zip(batch, outcomes, strict=True):
-                settle(request, outcome)
-        self._idle.set()
 
     # --- reads --------------------------------------------------------------------------------
 
