@@ -181,7 +181,7 @@ def bench_flow(quick: bool) -> list[Result | Remark]:
             group=GROUP,
             text=f"DBOS runs its {concurrent} concurrent workflows on its own executor threads; "
             f"runfold.flow's run on one event loop, with {CONNECTIONS} PostgreSQL connections "
-            "(SQLite: its one connection, shared by group commits).",
+            "(SQLite: one file, shared by group commits).",
         )
     )
     return found
