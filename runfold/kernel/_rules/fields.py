@@ -99,7 +99,7 @@ class FieldCheck:
             and value.isascii()  # its UTF-8 is one byte a character: `text`'s checks in one
             and 0 < len(value) <= limits.max_id_length
             and len(value) <= limits.max_payload_bytes
-            and not _CONTROL.search(value)
+            and value.isprintable()  # ASCII: no control character, without a regex search
         ):
             return  # most ids: well-formed, and nothing more to ask
         self.text(value, what)
@@ -361,15 +361,23 @@ def _validate_create_step(c: FieldCheck, cmd: CreateStep) -> None:
 
 
 def _validate_start_step(c: FieldCheck, cmd: StartStep) -> None:
+    # Each step's first start: the optional fields absent are not checked by a call each.
     c.ident(cmd.step_id, "step_id")
-    c.ident(cmd.start_id, "start_id", optional=True)
-    c.retry(cmd.retry)
-    if cmd.lazy is not None:
-        if not isinstance(cmd.lazy, LazyStep):
+    if cmd.start_id is not None:
+        c.ident(cmd.start_id, "start_id")
+    retry = cmd.retry
+    if retry is not None:
+        c.retry(retry)
+    lazy = cmd.lazy
+    if lazy is not None:
+        if type(lazy) is not LazyStep and not isinstance(lazy, LazyStep):
             raise c.bad("StartStep.lazy must be a LazyStep")
-        if cmd.retry is not None:
+        if retry is not None:
             raise c.bad("StartStep.retry is for an existing step; a new one takes lazy.retry")
-        _validate_step_definition(c, cmd.lazy.step_name, cmd.lazy.input, cmd.lazy.retry)
+        c.ident(lazy.step_name, "step_name")
+        c.payload(lazy.input, "input")
+        if lazy.retry is not None:
+            c.retry(lazy.retry)
 
 
 def _validate_step_outcome(c: FieldCheck, cmd: Any) -> None:
