@@ -189,7 +189,7 @@ class Drive:
         command: Command
         match decision:
             case ScheduleStep():
-                return await self.steps.schedule((decision,))
+                return await self.steps.schedule_one(decision)
             case ScheduleSteps():
                 return await self.steps.schedule(decision.steps)
             case WaitUntil():

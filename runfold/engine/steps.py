@@ -125,25 +125,21 @@ class StepRunner:
         """
         journal = self.journal
         run_id = self.run_id
-        if len(calls) == 1 and calls[0].step_id not in journal.snapshot.steps:
-            chosen: list[tuple[ScheduleStep, StepState | None]] = [(calls[0], None)]
-            ids = [calls[0].step_id]
-        else:  # steps the run has seen (or several): each checked against its record
-            chosen, exhausted, waiting = self._choose(calls)
-            if exhausted:  # failed for good: the workflow looks again first
-                for failure in exhausted:
-                    await journal.record(failure, repr(failure))
-                return True
-            if not chosen:
-                if waiting:
-                    return False
-                raise InvalidDecision(
-                    f"the workflow of run {run_id!r} scheduled only finished steps "
-                    f"({', '.join(sorted(call.step_id for call in calls))}): it must move on "
-                    "with their outcomes",
-                    run_id=run_id,
-                )
-            ids = [call.step_id for call, _ in chosen]
+        chosen, exhausted, waiting = self._choose(calls)
+        if exhausted:  # failed for good: the workflow looks again first
+            for failure in exhausted:
+                await journal.record(failure, repr(failure))
+            return True
+        if not chosen:
+            if waiting:
+                return False
+            raise InvalidDecision(
+                f"the workflow of run {run_id!r} scheduled only finished steps "
+                f"({', '.join(sorted(call.step_id for call in calls))}): it must move on "
+                "with their outcomes",
+                run_id=run_id,
+            )
+        ids = [call.step_id for call, _ in chosen]
         # Claimed before the first await, so a concurrent drive of this engine leaves them be.
         journal.hold(ids)
         for call, step in chosen:
@@ -155,12 +151,7 @@ class StepRunner:
             try:
                 journal.propose(start)
             except Rejection as exc:
-                journal.let_go(ids)
-                if await journal.moved_on():
-                    return True  # another writer created, started or finished it first
-                if isinstance(exc, InvalidCommand):  # a name, an input the kernel refuses
-                    raise unrecordable(repr(call), exc, run_id) from exc
-                raise
+                return await self._start_refused(exc, call, ids)
         # The starts are durable before any body runs. Refused, they are not ours to run.
         if await journal.flush() == "refused":
             journal.let_go(ids)
@@ -177,6 +168,40 @@ class StepRunner:
             return True
         await self.run_bodies([(steps[call.step_id], call.timeout) for call, _ in chosen])
         return True
+
+    async def schedule_one(self, call: ScheduleStep) -> bool:
+        """`schedule` of one step: the usual one, which the run has not seen, the shortest way."""
+        journal = self.journal
+        step_id = call.step_id
+        if step_id in journal.snapshot.steps:  # a retry, a step run before: checked as usual
+            return await self.schedule((call,))
+        journal.hold_one(step_id)
+        lazy = LazyStep(step_name=call.step_name, input=call.input, retry=call.retry)
+        try:
+            journal.propose(StartStep(step_id=step_id, lazy=lazy))
+        except Rejection as exc:
+            return await self._start_refused(exc, call, (step_id,))
+        if await journal.flush() == "refused":
+            journal.let_go((step_id,))
+            return True
+        step = journal.snapshot.steps[step_id]
+        command = await self.body(step, call.timeout)
+        try:
+            journal.propose(command)  # pending, to go with the workflow's next decision
+        except Rejection:
+            await self.outcome(step, command, commit=False)
+        return True
+
+    async def _start_refused(self, exc: Rejection, call: ScheduleStep, ids: Sequence[str]) -> bool:
+        """After the kernel refused the start of `call`'s step: let the steps `ids` go, and
+        look again if others moved the run, else raise."""
+        journal = self.journal
+        journal.let_go(ids)
+        if await journal.moved_on():
+            return True  # another writer created, started or finished it first
+        if isinstance(exc, InvalidCommand):  # a name, an input the kernel refuses
+            raise unrecordable(repr(call), exc, self.run_id) from exc
+        raise exc
 
     def _choose(
         self, calls: Sequence[ScheduleStep]
