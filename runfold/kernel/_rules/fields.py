@@ -51,7 +51,7 @@ from runfold.kernel.limits import (
     Limits,
 )
 
-__all__ = ["FieldCheck", "validate"]
+__all__ = ["VALIDATORS", "FieldCheck", "validate"]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -264,7 +264,7 @@ class FieldCheck:
 
 def validate(check: FieldCheck, command: Command) -> None:
     """Check ids, sizes, types and times of `command` before any rule is applied."""
-    validator = _VALIDATORS.get(type(command))
+    validator = VALIDATORS.get(type(command))
     if validator is None:
         raise check.bad(f"not a command: {type(command).__name__}")
     validator(check, command)
@@ -428,7 +428,7 @@ def _validate_claim(c: FieldCheck, cmd: ClaimRun) -> None:
     c.ident(cmd.displacing, "displacing", optional=True)
 
 
-_VALIDATORS: dict[type[Command], Callable[[FieldCheck, Any], None]] = {
+VALIDATORS: dict[type[Command], Callable[[FieldCheck, Any], None]] = {
     CreateRun: _validate_create_run,
     StartRun: _validate_start_run,
     CompleteRun: lambda c, cmd: c.payload(cmd.output, "output"),
@@ -454,3 +454,4 @@ _VALIDATORS: dict[type[Command], Callable[[FieldCheck, Any], None]] = {
     ClaimRun: _validate_claim,
     ReleaseRun: lambda c, cmd: c.ident(cmd.owner_id, "owner_id"),
 }
+"""The field checks of each command class (`validate` looks them up here)."""
