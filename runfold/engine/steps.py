@@ -181,15 +181,17 @@ class StepRunner:
             journal.propose(StartStep(step_id=step_id, lazy=lazy))
         except Rejection as exc:
             return await self._start_refused(exc, call, (step_id,))
-        if await journal.flush() == "refused":
+        flushed = await journal.flush()
+        if flushed == "refused":
             journal.let_go((step_id,))
             return True
-        step = journal.snapshot.steps[step_id]
-        command = await self.body(step, call.timeout)
+        # Shown, the step is as started here (attempt 1): its state is read only if needed.
+        step = journal.snapshot.steps[step_id] if flushed != "shown" else None
+        command = await self.body(step, call.timeout, call)
         try:
             journal.propose(command)  # pending, to go with the workflow's next decision
         except Rejection:
-            await self.outcome(step, command, commit=False)
+            await self.outcome(journal.snapshot.steps[step_id], command, commit=False)
         return True
 
     async def _start_refused(self, exc: Rejection, call: ScheduleStep, ids: Sequence[str]) -> bool:
@@ -282,21 +284,36 @@ class StepRunner:
         if errors:
             raise errors[0]
 
-    async def body(self, step: StepState, timeout: timedelta | None) -> Command:
+    async def body(
+        self, step: StepState | None, timeout: timedelta | None, new: ScheduleStep | None = None
+    ) -> Command:
         """Run one attempt of the step's body: the command that records its outcome.
 
         The attempt fails as timed out after `timeout` (None: the engine's `step_timeout`).
+        `step` None is the step `new` schedules, just created and started (attempt 1) as the
+        journal's view shows: its state is read off the view only if its body fails.
         """
         limit = timeout if timeout is not None else self.step_timeout
         scope: asyncio.Timeout | None = None
-        invocation = StepInvocation(
-            run_id=self.run_id,
-            step_id=step.step_id,
-            step_name=step.step_name,
-            input=step.input,
-            attempt=step.attempt,
-            previous_error=step.error,
-        )
+        if step is not None:
+            invocation = StepInvocation(
+                run_id=self.run_id,
+                step_id=step.step_id,
+                step_name=step.step_name,
+                input=step.input,
+                attempt=step.attempt,
+                previous_error=step.error,
+            )
+        else:
+            assert new is not None
+            invocation = StepInvocation(
+                run_id=self.run_id,
+                step_id=new.step_id,
+                step_name=new.step_name,
+                input=new.input,
+                attempt=1,
+                previous_error=None,
+            )
         try:
             if limit is None:
                 output = await self.runtime.run_step(invocation)
@@ -316,19 +333,25 @@ class StepRunner:
             failure: Exception = exc
             if scope is not None and limit is not None and scope.expired():
                 failure = StepTimedOut(
-                    f"step {step.step_name!r} (id {step.step_id!r}) of run {self.run_id!r} did "
-                    f"not return within {limit} (attempt {step.attempt})",
+                    f"step {invocation.step_name!r} (id {invocation.step_id!r}) of run "
+                    f"{self.run_id!r} did not return within {limit} (attempt "
+                    f"{invocation.attempt})",
                     run_id=self.run_id,
-                    step_id=step.step_id,
+                    step_id=invocation.step_id,
                     timeout=limit,
                 )
-            return self.after_failure(step, failure)
+            return self.after_failure(self._state(step, invocation), failure)
         except BaseException as exc:  # SystemExit and the like: the body's failure all the same
             if not is_code_failure(exc):
                 raise  # the drive's task is cancelled (or the process dies): nothing is recorded
-            where = f"step {step.step_name!r} (id {step.step_id!r})"
-            return self.after_failure(step, as_failure(exc, run_id=self.run_id, where=where))
-        return CompleteStep(step_id=step.step_id, output=output)
+            where = f"step {invocation.step_name!r} (id {invocation.step_id!r})"
+            failure = as_failure(exc, run_id=self.run_id, where=where)
+            return self.after_failure(self._state(step, invocation), failure)
+        return CompleteStep(step_id=invocation.step_id, output=output)
+
+    def _state(self, step: StepState | None, invocation: StepInvocation) -> StepState:
+        """`step`, or (None) the state of the step `invocation` runs, as the view shows it."""
+        return step if step is not None else self.journal.snapshot.steps[invocation.step_id]
 
     def after_failure(self, step: StepState, exc: Exception) -> Command:
         """The command recording a failed attempt.
