@@ -173,7 +173,9 @@ class StepRunner:
         """`schedule` of one step: the usual one, which the run has not seen, the shortest way."""
         journal = self.journal
         step_id = call.step_id
-        if step_id in journal.snapshot.steps:  # a retry, a step run before: checked as usual
+        view = journal.view
+        assert view is not None
+        if view.steps.get(step_id) is not None:  # a retry, a step run before: as usual
             return await self.schedule((call,))
         journal.hold_one(step_id)
         lazy = LazyStep(step_name=call.step_name, input=call.input, retry=call.retry)
