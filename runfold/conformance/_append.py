@@ -218,7 +218,8 @@ async def append_fenced_by_head_position(ctx: Context, store: EventStore) -> Non
     """With `expected_position`, an append lands only if the event at `expected_sequence` has
     that feed position: a run deleted by retention and created again under the same id, at the
     same instant, to the same head, refuses an append decided on the old run (the kind of
-    `SequenceConflict` a cache of the old run must get), and takes one fenced by its own head."""
+    `SequenceConflict` a cache of the old run must get), and takes one fenced by its own head;
+    a head of one event is fenced alike."""
     old = await write(store, "r", *started())
     if ctx.capabilities.retention:
         await write(store, "r", RunCompleted(output=b""))
@@ -252,6 +253,20 @@ async def append_fenced_by_head_position(ctx: Context, store: EventStore) -> Non
     )
     assert [e.sequence for e in appended] == [len(before) + 1]
     assert reborn[0].run_id == "r"
+    # A head of one event is fenced too: the first event's position is checked like any other.
+    (single,) = await write(store, "single", created())
+    assert single.position is not None
+    events = [RunStarted()]
+    index = index_after([single], envelopes_for("single", 1, events, T0))
+    for stale in (single.position + 1, -1):
+        await raises(
+            SequenceConflict,
+            store.append_if_sequence(
+                "single", 1, events, index=index, recorded_at=T0, expected_position=stale
+            ),
+            f"append at the head 1 fenced by a stale position {stale}",
+        )
+    assert await store.read("single") == [single], "a fenced-off append wrote"
     # A run that must not exist ignores the fence.
     fresh = await store.append_if_sequence(
         "fresh",

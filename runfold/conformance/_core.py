@@ -70,6 +70,8 @@ class Capabilities:
       snapshot folded as its history is read.
     - `leases`: the store keeps worker leases when it is a `WorkerLeases` (its checks are not
       offered for a store that is not one); False leaves them out all the same.
+    - `signals`: the store wakes waiters on news when it is a `RunSignals` (its checks are not
+      offered for a store that is not one); False leaves them out all the same.
     """
 
     global_feed: bool = True
@@ -81,6 +83,7 @@ class Capabilities:
     rewrite_index: bool = False
     replay: bool = False
     leases: bool = True
+    signals: bool = True
 
     def offers(self, name: str) -> bool:
         """Whether the capability called `name` is offered."""
@@ -266,6 +269,7 @@ GROUPS: tuple[str, ...] = (
     "indexes",
     "retention",
     "leases",
+    "signals",
     "global_feed",
     "concurrency",
     "faults",
@@ -300,6 +304,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "_retention",
     "_leases",
     "_due_work",
+    "_signals",
     "_reads",
     "_replay",
     "_rules",

@@ -328,8 +328,9 @@ def test_the_command_line_runs_a_store_module_outside_the_package() -> None:
     assert "examples: 5, seed: 3" in out
     [total] = [line for line in out.splitlines() if line.startswith("all ")]
     # The example offers neither `sharing` nor `rewrite_index` nor `replay` (two checks each),
-    # nor worker leases.
-    missing = 6 + len(LEASE_CHECKS)
+    # nor worker leases, nor signals.
+    signal_checks = [check.name for check in CHECKS if check.capability == "signals"]
+    missing = 6 + len(LEASE_CHECKS) + len(signal_checks)
     offered = len(CHECK_NAMES) - missing
     assert total.split()[1:5] == [str(len(CHECK_NAMES)), str(offered), "0", str(missing)]
 

@@ -550,6 +550,13 @@ class HandsAWakeupTwice(MemoryStore):
         return super()._held(summary, now)
 
 
+class SignalsNothing(MemoryStore):
+    """Wakes no waiter after an append (the post forgotten): its waits only ever time out."""
+
+    def _post(self, index: RunIndex) -> None:
+        pass
+
+
 CAUGHT_BY: dict[type[MemoryStore], str] = {
     SkipsHeadCheck: "test_append_stale_sequence_refused",
     HeadCheckOutsideTransaction: "test_racing_writers_one_wins",
@@ -576,5 +583,6 @@ CAUGHT_BY: dict[type[MemoryStore], str] = {
     RenewsLapsedLease: "test_lease_renewed_until_it_lapses",
     OrphansNeedALeaseRow: "test_orphaned_runs_are_live_runs_without_a_lease",
     HandsAWakeupTwice: "test_racing_claimers_never_get_one_run_twice",
+    SignalsNothing: "test_run_end_wakes_its_waiter",
 }
 """Each broken store and the conformance check that must catch its defect."""
