@@ -46,6 +46,7 @@ from runfold.engine.runtime import (
 from runfold.engine.steps import StepRunner
 from runfold.handler import CommandHandler
 from runfold.kernel import (
+    TERMINAL_RUN_STATUSES,
     CancelRun,
     Command,
     CompleteRun,
@@ -134,7 +135,7 @@ class Drive:
             bound = self.setup.max_replay_iterations  # None: until it ends or waits
             for _ in range(bound) if bound is not None else itertools.count():
                 view = journal.view
-                if view is not None and view.is_terminal:
+                if view is not None and view.status in TERMINAL_RUN_STATUSES:  # `is_terminal`
                     if await journal.flush() == "shown":
                         return journal.snapshot
                     continue
@@ -172,7 +173,8 @@ class Drive:
     async def advance(self) -> bool:
         """Take the run one decision further; False when it waits."""
         journal = self.journal
-        view = journal.snapshot
+        view = journal.view  # `journal.snapshot`, without the property's call
+        assert view is not None
         deadline = view.deadline
         if deadline is not None and deadline <= journal.clock():
             return await journal.record(
@@ -189,7 +191,7 @@ class Drive:
         command: Command
         match decision:
             case ScheduleStep():
-                return await self.steps.schedule((decision,))
+                return await self.steps.schedule_one(decision)
             case ScheduleSteps():
                 return await self.steps.schedule(decision.steps)
             case WaitUntil():

@@ -163,6 +163,11 @@ class Journal:
         self.in_flight.hold(self.run_id, step_ids)
         self.held.update(step_ids)
 
+    def hold_one(self, step_id: str) -> None:
+        """`hold` of one step, as a sequential workflow holds each (no sequence to walk)."""
+        self.in_flight._held.add((self.run_id, step_id))
+        self.held.add(step_id)
+
     def let_go(self, step_ids: Iterable[str]) -> None:
         """Undo `hold` for `step_ids`."""
         chosen = tuple(step_ids)  # `held` itself, as a drive ends
@@ -330,9 +335,13 @@ class Journal:
         self.decision = None
         held = self.held
         if held:
+            in_flight = self.in_flight._held
+            run_id = self.run_id
             for command in commands:
                 if isinstance(command, _OUTCOMES) and command.step_id in held:
-                    self.let_go((command.step_id,))
+                    step_id = command.step_id
+                    held.discard(step_id)  # `let_go` of the one step, without its tuples
+                    in_flight.discard((run_id, step_id))
 
     async def _refused(self, commands: Sequence[Command], exc: Rejection) -> None:
         """Handle the stored run's refusal of command `exc.command_index` of a pending batch.

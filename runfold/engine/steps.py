@@ -125,25 +125,21 @@ class StepRunner:
         """
         journal = self.journal
         run_id = self.run_id
-        if len(calls) == 1 and calls[0].step_id not in journal.snapshot.steps:
-            chosen: list[tuple[ScheduleStep, StepState | None]] = [(calls[0], None)]
-            ids = [calls[0].step_id]
-        else:  # steps the run has seen (or several): each checked against its record
-            chosen, exhausted, waiting = self._choose(calls)
-            if exhausted:  # failed for good: the workflow looks again first
-                for failure in exhausted:
-                    await journal.record(failure, repr(failure))
-                return True
-            if not chosen:
-                if waiting:
-                    return False
-                raise InvalidDecision(
-                    f"the workflow of run {run_id!r} scheduled only finished steps "
-                    f"({', '.join(sorted(call.step_id for call in calls))}): it must move on "
-                    "with their outcomes",
-                    run_id=run_id,
-                )
-            ids = [call.step_id for call, _ in chosen]
+        chosen, exhausted, waiting = self._choose(calls)
+        if exhausted:  # failed for good: the workflow looks again first
+            for failure in exhausted:
+                await journal.record(failure, repr(failure))
+            return True
+        if not chosen:
+            if waiting:
+                return False
+            raise InvalidDecision(
+                f"the workflow of run {run_id!r} scheduled only finished steps "
+                f"({', '.join(sorted(call.step_id for call in calls))}): it must move on "
+                "with their outcomes",
+                run_id=run_id,
+            )
+        ids = [call.step_id for call, _ in chosen]
         # Claimed before the first await, so a concurrent drive of this engine leaves them be.
         journal.hold(ids)
         for call, step in chosen:
@@ -155,12 +151,7 @@ class StepRunner:
             try:
                 journal.propose(start)
             except Rejection as exc:
-                journal.let_go(ids)
-                if await journal.moved_on():
-                    return True  # another writer created, started or finished it first
-                if isinstance(exc, InvalidCommand):  # a name, an input the kernel refuses
-                    raise unrecordable(repr(call), exc, run_id) from exc
-                raise
+                return await self._start_refused(exc, call, ids)
         # The starts are durable before any body runs. Refused, they are not ours to run.
         if await journal.flush() == "refused":
             journal.let_go(ids)
@@ -177,6 +168,44 @@ class StepRunner:
             return True
         await self.run_bodies([(steps[call.step_id], call.timeout) for call, _ in chosen])
         return True
+
+    async def schedule_one(self, call: ScheduleStep) -> bool:
+        """`schedule` of one step: the usual one, which the run has not seen, the shortest way."""
+        journal = self.journal
+        step_id = call.step_id
+        view = journal.view
+        assert view is not None
+        if view.steps.get(step_id) is not None:  # a retry, a step run before: as usual
+            return await self.schedule((call,))
+        journal.hold_one(step_id)
+        lazy = LazyStep(step_name=call.step_name, input=call.input, retry=call.retry)
+        try:
+            journal.propose(StartStep(step_id=step_id, lazy=lazy))
+        except Rejection as exc:
+            return await self._start_refused(exc, call, (step_id,))
+        flushed = await journal.flush()
+        if flushed == "refused":
+            journal.let_go((step_id,))
+            return True
+        # Shown, the step is as started here (attempt 1): its state is read only if needed.
+        step = journal.snapshot.steps[step_id] if flushed != "shown" else None
+        command = await self.body(step, call.timeout, call)
+        try:
+            journal.propose(command)  # pending, to go with the workflow's next decision
+        except Rejection:
+            await self.outcome(journal.snapshot.steps[step_id], command, commit=False)
+        return True
+
+    async def _start_refused(self, exc: Rejection, call: ScheduleStep, ids: Sequence[str]) -> bool:
+        """After the kernel refused the start of `call`'s step: let the steps `ids` go, and
+        look again if others moved the run, else raise."""
+        journal = self.journal
+        journal.let_go(ids)
+        if await journal.moved_on():
+            return True  # another writer created, started or finished it first
+        if isinstance(exc, InvalidCommand):  # a name, an input the kernel refuses
+            raise unrecordable(repr(call), exc, self.run_id) from exc
+        raise exc
 
     def _choose(
         self, calls: Sequence[ScheduleStep]
@@ -257,21 +286,36 @@ class StepRunner:
         if errors:
             raise errors[0]
 
-    async def body(self, step: StepState, timeout: timedelta | None) -> Command:
+    async def body(
+        self, step: StepState | None, timeout: timedelta | None, new: ScheduleStep | None = None
+    ) -> Command:
         """Run one attempt of the step's body: the command that records its outcome.
 
         The attempt fails as timed out after `timeout` (None: the engine's `step_timeout`).
+        `step` None is the step `new` schedules, just created and started (attempt 1) as the
+        journal's view shows: its state is read off the view only if its body fails.
         """
         limit = timeout if timeout is not None else self.step_timeout
         scope: asyncio.Timeout | None = None
-        invocation = StepInvocation(
-            run_id=self.run_id,
-            step_id=step.step_id,
-            step_name=step.step_name,
-            input=step.input,
-            attempt=step.attempt,
-            previous_error=step.error,
-        )
+        if step is not None:
+            invocation = StepInvocation(
+                run_id=self.run_id,
+                step_id=step.step_id,
+                step_name=step.step_name,
+                input=step.input,
+                attempt=step.attempt,
+                previous_error=step.error,
+            )
+        else:
+            assert new is not None
+            invocation = StepInvocation(
+                run_id=self.run_id,
+                step_id=new.step_id,
+                step_name=new.step_name,
+                input=new.input,
+                attempt=1,
+                previous_error=None,
+            )
         try:
             if limit is None:
                 output = await self.runtime.run_step(invocation)
@@ -291,19 +335,25 @@ class StepRunner:
             failure: Exception = exc
             if scope is not None and limit is not None and scope.expired():
                 failure = StepTimedOut(
-                    f"step {step.step_name!r} (id {step.step_id!r}) of run {self.run_id!r} did "
-                    f"not return within {limit} (attempt {step.attempt})",
+                    f"step {invocation.step_name!r} (id {invocation.step_id!r}) of run "
+                    f"{self.run_id!r} did not return within {limit} (attempt "
+                    f"{invocation.attempt})",
                     run_id=self.run_id,
-                    step_id=step.step_id,
+                    step_id=invocation.step_id,
                     timeout=limit,
                 )
-            return self.after_failure(step, failure)
+            return self.after_failure(self._state(step, invocation), failure)
         except BaseException as exc:  # SystemExit and the like: the body's failure all the same
             if not is_code_failure(exc):
                 raise  # the drive's task is cancelled (or the process dies): nothing is recorded
-            where = f"step {step.step_name!r} (id {step.step_id!r})"
-            return self.after_failure(step, as_failure(exc, run_id=self.run_id, where=where))
-        return CompleteStep(step_id=step.step_id, output=output)
+            where = f"step {invocation.step_name!r} (id {invocation.step_id!r})"
+            failure = as_failure(exc, run_id=self.run_id, where=where)
+            return self.after_failure(self._state(step, invocation), failure)
+        return CompleteStep(step_id=invocation.step_id, output=output)
+
+    def _state(self, step: StepState | None, invocation: StepInvocation) -> StepState:
+        """`step`, or (None) the state of the step `invocation` runs, as the view shows it."""
+        return step if step is not None else self.journal.snapshot.steps[invocation.step_id]
 
     def after_failure(self, step: StepState, exc: Exception) -> Command:
         """The command recording a failed attempt.

@@ -147,9 +147,6 @@ def _decide_onto(
     """Decide `commands` in order from `snapshot`, their events added to `events` (and the
     steps they created to `created`); the snapshot after them."""
     current = snapshot
-    head = snapshot.last_sequence if snapshot is not None else 0
-    first_event = len(events)
-    many = len(commands) > 1
     for place, command in enumerate(commands):
         try:
             decided = decided_events(current, command, now, limits, token_holder, run_id, acting_as)
@@ -157,7 +154,7 @@ def _decide_onto(
                 _check_claim(current, decided, acting_as)
         except Rejection as exc:
             exc.command_index = place
-            if many:
+            if len(commands) > 1:
                 exc.add_note(
                     f"refused command {place} of a batch of {len(commands)}: "
                     f"{type(command).__name__}"
@@ -169,10 +166,9 @@ def _decide_onto(
             continue
         if isinstance(command, StartStep) and type(decided[0]) is StepCreated:
             created.append(command.step_id)
-        if current is None:
-            first = head + len(events) - first_event + 1
+        if current is None:  # the run's first events (a run is never None after any)
             envelopes = [
-                make_envelope(run_id or "", first + k, event, now, None)
+                make_envelope(run_id or "", 1 + k, event, now, None)
                 for k, event in enumerate(decided)
             ]
             current = project_run(envelopes, limits=limits)
@@ -202,7 +198,7 @@ def decide_after(
         ValueError: `decided` was not made by `decide_many` (or joined), or has no time.
         Rejection: The kernel refused `command` on `decided.snapshot`.
     """
-    if not _is_made(decided) or decided.now is None:
+    if getattr(decided, "_seal", None) is not _SEAL or decided.now is None:  # `_is_made`
         raise ValueError("decide_after extends decisions made by decide_many")
     events = list(decided.events)
     created = list(decided.created_steps)

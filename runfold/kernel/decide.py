@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from runfold.kernel._rules.context import Rule, RuleContext
-from runfold.kernel._rules.fields import validate
+from runfold.kernel._rules.fields import VALIDATORS, validate
 from runfold.kernel._rules.hooks import HOOK_RULES
 from runfold.kernel._rules.owners import OWNER_RULES, check_owner
 from runfold.kernel._rules.runs import RUN_RULES
@@ -37,6 +37,11 @@ _RULES: dict[type[Command], Rule] = {
     **OWNER_RULES,
 }
 """The rule of each command class, by family: run, step, wait, hook and ownership commands."""
+_CHECKED_RULES = {
+    kind: (VALIDATORS[kind], rule) for kind, rule in _RULES.items() if kind in VALIDATORS
+}
+"""Each command class's field checks and rule, found in one lookup per decision."""
+_new_context = object.__new__
 
 
 def decide(
@@ -104,16 +109,27 @@ def decided_events(
                 f"{SPEC_VERSION}",
                 run_id=run_id,
             )
-    ctx = RuleContext(snapshot, run_id, now, limits, token_holder)
+    # `RuleContext(snapshot, run_id, now, limits, token_holder)`, filled without the call.
+    ctx = _new_context(RuleContext)
+    ctx.snapshot = snapshot
+    ctx.run_id = run_id
+    ctx.now = now
+    ctx.limits = limits
+    ctx.token_holder = token_holder
     try:
         if not isinstance(now, datetime) or now.utcoffset() is None:
             raise InvalidCommand("now must be a timezone-aware datetime", run_id=run_id)
         if snapshot is None and run_id is not None:
             ctx.ident(run_id, "run_id")  # an existing run's id was checked when created
-        validate(ctx, command)
+        checked = _CHECKED_RULES.get(type(command))
+        if checked is None:  # not a command: `validate` says so
+            validate(ctx, command)
+            checked = (validate, _RULES[type(command)])
+        check, rule = checked
+        check(ctx, command)
         if acting_as is not None:
             check_owner(snapshot, command, acting_as)
-        events = _RULES[type(command)](ctx, command)
+        events = rule(ctx, command)
     except Rejection:
         raise
     except (TypeError, ValueError, AttributeError) as exc:

@@ -51,7 +51,7 @@ from runfold.kernel.limits import (
     Limits,
 )
 
-__all__ = ["FieldCheck", "validate"]
+__all__ = ["VALIDATORS", "FieldCheck", "validate"]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -99,7 +99,7 @@ class FieldCheck:
             and value.isascii()  # its UTF-8 is one byte a character: `text`'s checks in one
             and 0 < len(value) <= limits.max_id_length
             and len(value) <= limits.max_payload_bytes
-            and not _CONTROL.search(value)
+            and value.isprintable()  # ASCII: no control character, without a regex search
         ):
             return  # most ids: well-formed, and nothing more to ask
         self.text(value, what)
@@ -264,7 +264,7 @@ class FieldCheck:
 
 def validate(check: FieldCheck, command: Command) -> None:
     """Check ids, sizes, types and times of `command` before any rule is applied."""
-    validator = _VALIDATORS.get(type(command))
+    validator = VALIDATORS.get(type(command))
     if validator is None:
         raise check.bad(f"not a command: {type(command).__name__}")
     validator(check, command)
@@ -361,15 +361,23 @@ def _validate_create_step(c: FieldCheck, cmd: CreateStep) -> None:
 
 
 def _validate_start_step(c: FieldCheck, cmd: StartStep) -> None:
+    # Each step's first start: the optional fields absent are not checked by a call each.
     c.ident(cmd.step_id, "step_id")
-    c.ident(cmd.start_id, "start_id", optional=True)
-    c.retry(cmd.retry)
-    if cmd.lazy is not None:
-        if not isinstance(cmd.lazy, LazyStep):
+    if cmd.start_id is not None:
+        c.ident(cmd.start_id, "start_id")
+    retry = cmd.retry
+    if retry is not None:
+        c.retry(retry)
+    lazy = cmd.lazy
+    if lazy is not None:
+        if type(lazy) is not LazyStep and not isinstance(lazy, LazyStep):
             raise c.bad("StartStep.lazy must be a LazyStep")
-        if cmd.retry is not None:
+        if retry is not None:
             raise c.bad("StartStep.retry is for an existing step; a new one takes lazy.retry")
-        _validate_step_definition(c, cmd.lazy.step_name, cmd.lazy.input, cmd.lazy.retry)
+        c.ident(lazy.step_name, "step_name")
+        c.payload(lazy.input, "input")
+        if lazy.retry is not None:
+            c.retry(lazy.retry)
 
 
 def _validate_step_outcome(c: FieldCheck, cmd: Any) -> None:
@@ -420,7 +428,7 @@ def _validate_claim(c: FieldCheck, cmd: ClaimRun) -> None:
     c.ident(cmd.displacing, "displacing", optional=True)
 
 
-_VALIDATORS: dict[type[Command], Callable[[FieldCheck, Any], None]] = {
+VALIDATORS: dict[type[Command], Callable[[FieldCheck, Any], None]] = {
     CreateRun: _validate_create_run,
     StartRun: _validate_start_run,
     CompleteRun: lambda c, cmd: c.payload(cmd.output, "output"),
@@ -446,3 +454,4 @@ _VALIDATORS: dict[type[Command], Callable[[FieldCheck, Any], None]] = {
     ClaimRun: _validate_claim,
     ReleaseRun: lambda c, cmd: c.ident(cmd.owner_id, "owner_id"),
 }
+"""The field checks of each command class (`validate` looks them up here)."""

@@ -161,10 +161,12 @@ def _start_step(ctx: RuleContext, cmd: StartStep) -> NewEvents:
     )
 
 
-def _step_outcome_allowed(ctx: RuleContext, step_id: str) -> Any:
-    """The step record if an outcome (complete/fail) may be recorded for it now."""
+def _step_outcome_allowed(ctx: RuleContext, step_id: str, record: Any) -> None:
+    """Refuse an outcome (complete/fail) of the step, whose record is `record`, unless one may
+    be recorded now."""
     snap = ctx.run()
-    record = _step_record(ctx, step_id)
+    if record is None:
+        raise StepNotFound(f"step {step_id!r} not found in run {snap.run_id!r}", run_id=snap.run_id)
     if record.status not in ("pending", "running"):
         raise _step_terminal(snap, step_id, record.status)
     if record.status == "pending" and snap.status not in LIVE_RUN_STATUSES:
@@ -173,14 +175,13 @@ def _step_outcome_allowed(ctx: RuleContext, step_id: str) -> Any:
             f"{snap.status!r}",
             run_id=snap.run_id,
         )
-    return record
 
 
 def _complete_step(ctx: RuleContext, cmd: CompleteStep) -> NewEvents:
     record = stored(ctx.run().steps, cmd.step_id)
     if record is not None and record.status == "completed" and record.output == cmd.output:
         return NOOP  # the same outcome, recorded already (a retry whose reply was lost)
-    _step_outcome_allowed(ctx, cmd.step_id)
+    _step_outcome_allowed(ctx, cmd.step_id, record)
     return (StepCompleted(step_id=cmd.step_id, output=cmd.output),)
 
 
@@ -188,7 +189,7 @@ def _fail_step(ctx: RuleContext, cmd: FailStep) -> NewEvents:
     record = stored(ctx.run().steps, cmd.step_id)
     if record is not None and record.status == "failed" and record.error == cmd.error:
         return NOOP  # the same outcome, recorded already
-    _step_outcome_allowed(ctx, cmd.step_id)
+    _step_outcome_allowed(ctx, cmd.step_id, record)
     return (StepFailed(step_id=cmd.step_id, error=cmd.error, retryable=cmd.retryable),)
 
 

@@ -10,7 +10,6 @@ it started from never changes.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from datetime import datetime
@@ -161,8 +160,11 @@ class Builder:
     retrying: AbstractSet[str]
     waiting: AbstractSet[str]
     active_hooks: AbstractSet[str]
-    frozen: weakref.ref[Snapshot] | None
-    """The snapshot this builder last froze, which it then holds as a resumed builder would."""
+    frozen: Snapshot | None
+    """The snapshot this builder last froze, which it then holds as a resumed builder would.
+
+    Held, not weakly referenced: the builder holds all that snapshot holds but the snapshot
+    object itself, and a weak reference cost a step more than the object's few slots."""
 
     def fail(self, reason: str) -> HistoryError:
         """The `HistoryError` of the event being folded, for the caller to raise."""
@@ -297,7 +299,7 @@ class Builder:
         if type(hooks := self.active_hooks) is set:
             self.active_hooks = frozenset(hooks)
         snapshot = _publish(self)
-        self.frozen = weakref.ref(snapshot)
+        self.frozen = snapshot
         _SPARE[:] = (self,)
         return snapshot
 
@@ -389,7 +391,7 @@ def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
         except IndexError:  # another thread took it
             pass
         else:
-            if spare.frozen is not None and spare.frozen() is snapshot:
+            if spare.frozen is snapshot:
                 spare.limits = limits
                 return spare
     b = Builder()
