@@ -127,12 +127,7 @@ class PView(Mapping[str, V], Generic[R, V]):
                 for key in changes:
                     undo[key] = data.get(key, _ABSENT_MARK)
                 data.update(changes)
-                newer = _new_view(PView)  # `PView(data, …)` filled here, without the call
-                newer._data = data
-                newer._len = len(data)
-                newer._undo = newer._next = None
-                newer._public = self._public
-                newer._lock = self._lock
+                newer = PView(data, self._public, self._lock)
                 self._undo = undo
                 self._next = newer
                 self._data = None
@@ -142,8 +137,6 @@ class PView(Mapping[str, V], Generic[R, V]):
         copy.update(changes)
         return PView(copy, self._public)
 
-
-_new_view = object.__new__
 
 # Marks "absent in this older view" inside an undo dict (distinct from a lookup miss).
 _ABSENT_MARK: Any = object()
