@@ -76,43 +76,36 @@ class GroupCommits:
             except BaseException:
                 self._write_queue_or_rest()  # those joined wait for it; this one goes too
                 raise
+            if self._inline is not None and (len(self._queue) == 1 or not _others_ready()):
+                # Alone, or several with nothing else to run while they commit: written here,
+                # sparing the hand-offs to and from the driver's thread (the event loop would
+                # only wait for them). With the write lock taken, they stay queued for the
+                # driver's thread.
+                try:
+                    self._write_here()
+                finally:
+                    self._write_queue_or_rest()
+                return await request.future
             if len(self._queue) == 1:
-                # Alone: this task writes it, sparing the hand-offs to and from the writer task
-                # (most of a sequential append's cost, but for the commit). If cancelled
-                # meanwhile, it leaves; the connection thread still finishes the transaction
-                # and runs whatever comes next only after it.
+                # Alone, without an inline connection: this task hands it to the driver's thread
+                # itself, sparing the writer task. If cancelled meanwhile, it leaves; the
+                # connection thread still finishes the transaction and runs whatever comes next
+                # only after it.
                 self._queue = []
                 try:
-                    written = None
-                    if self._inline is not None:
-                        since = time.monotonic()
-                        written = append_inline(
-                            self._inline, [request], self._path, self._known_inline
-                        )
-                        self._stalls.took(since)
-                    if written is None:  # no inline connection, or the write lock is taken
-                        written = await self._call(
-                            append_batch,
-                            [request],
-                            self._known,
-                            deadline=request.deadline,
-                            late=request.unknown,
-                        )
+                    written: list[list[Envelope] | BaseException] = await self._call(
+                        append_batch,
+                        [request],
+                        self._known,
+                        deadline=request.deadline,
+                        late=request.unknown,
+                    )
                     (outcome,) = written
                 finally:
                     self._write_queue_or_rest()
                 if isinstance(outcome, BaseException):
                     raise outcome
                 return outcome
-            if self._inline is not None and not _others_ready():
-                # Several, and nothing else to run while they commit: written here too, sparing
-                # the hand-offs to and from the driver's thread (the event loop would only wait
-                # for them). With the write lock taken, they stay queued for the driver's.
-                try:
-                    self._write_here()
-                finally:
-                    self._write_queue_or_rest()
-                return await request.future
             self._write_queue_or_rest()
         # A caller that is cancelled leaves (cancelling the future, which `settle` then skips);
         # its append stays in the batch, as if shielded, without a shield's extra future.
