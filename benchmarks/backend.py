@@ -5,11 +5,12 @@ settings, all on the same file system or server with the same durability."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
 from benchmarks.harness import Target, Trial
+from benchmarks.store_alone import Append
 from runfold import EventStore
 
 __all__ = ["Backend"]
@@ -68,6 +69,15 @@ class Backend(Protocol):
         """runfold's own single-event append statement on runfold's schema, sent `count` times
         by the bare driver with its parameters made once: what runfold's store could do with
         no client cost of its own beyond the floor's, or None where it is not measured."""
+        ...
+
+    def store_transactions(
+        self, loop: asyncio.AbstractEventLoop, workflow: Sequence[Append], count: int
+    ) -> AbstractContextManager[Trial | None]:
+        """The store's own transaction of each of `workflow`'s appends, `count` copies of the
+        workflow one after the other, called straight with their rows encoded beforehand:
+        the statements and the commit without the store's Python around them, or None where
+        it is not measured."""
         ...
 
     def eventsourcing_env(self) -> AbstractContextManager[dict[str, str]]:

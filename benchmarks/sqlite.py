@@ -9,12 +9,13 @@ import contextlib
 import itertools
 import sqlite3
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import aiosqlite
 
 from benchmarks.harness import Target, Trial, opened
+from benchmarks.store_alone import Append, renamed_copies
 from benchmarks.targets import (
     SQLITE_64_TASKS_VS_ONE,
     SQLITE_APPEND_VS_EVENTSOURCING,
@@ -25,9 +26,11 @@ from benchmarks.workloads import LOG_EVENT
 from runfold import EventStore
 from runfold.kernel import encode_event
 from runfold.stores import SQLiteStore
+from runfold.stores.sqlite import inline, writer
+from runfold.stores.sqlite.known import KnownRuns
 from runfold.stores.sqlite.thread import on_thread as _on_thread
 
-__all__ = ["SQLITE", "SQLiteBackend", "default_synchronous"]
+__all__ = ["SQLITE", "SQLiteBackend", "default_synchronous", "transaction_trial"]
 
 
 def _file_system(path: Path) -> str:
@@ -82,6 +85,63 @@ def _raw_transactions(
         conn.execute("COMMIT")
 
 
+async def _made(path: Path) -> None:
+    """A store's file at `path`, its schema made, the store closed."""
+    store = await SQLiteStore.open(path, synchronous="FULL")
+    await store.close()
+
+
+@contextlib.contextmanager
+def transaction_trial(
+    path: Path, loop: asyncio.AbstractEventLoop, workflow: Sequence[Append], count: int
+) -> Iterator[Trial]:
+    """A trial that commits `count` copies of `workflow`'s appends into a new store's file at
+    `path`, each by the store's own transaction, called as a workflow one at a time commits.
+
+    That is `append_inline` on a connection like the store's inline one, with its `KnownRuns`,
+    each append's rows encoded beforehand (`Trial.prepare`): the statements, the pages they
+    write and the commit, with none of the store's Python around them.
+    """
+    loop.run_until_complete(_made(path))
+    conn = inline.inline_connection(str(path), "FULL")
+    assert conn is not None, "a file has an inline connection"
+    known = KnownRuns()
+    copies: list[list[writer.Append]] = []
+
+    async def encoded() -> None:  # a queued append is made on a running loop (its future)
+        copies[:] = [
+            [
+                writer.Append(
+                    a.run_id,
+                    a.expected_sequence,
+                    a.events,
+                    a.index,
+                    a.recorded_at,
+                    a.expected_position,
+                )
+                for a in appends
+            ]
+            for appends in renamed_copies(workflow, count)
+        ]
+
+    def run() -> None:
+        for appends in copies:
+            position: int | None = None
+            for append in appends:
+                if append.expected_position is not None:
+                    append.expected_position = position  # the copy's own, as the engine names it
+                outcomes = inline.append_inline(conn, [append], str(path), known)
+                assert outcomes is not None, "nothing else writes the file"
+                [written] = outcomes
+                assert isinstance(written, list), f"the transaction failed: {written!r}"
+                position = written[-1].position
+
+    try:
+        yield Trial(prepare=lambda: loop.run_until_complete(encoded()), run=run)
+    finally:
+        conn.close()
+
+
 class SQLiteBackend:
     name = "SQLite"
     floor = "raw sqlite3"
@@ -123,6 +183,16 @@ class SQLiteBackend:
             opened(loop, SQLiteStore.open(path, synchronous="FULL")) as store,
         ):
             yield store
+
+    @contextlib.contextmanager
+    def store_transactions(
+        self, loop: asyncio.AbstractEventLoop, workflow: Sequence[Append], count: int
+    ) -> Iterator[Trial | None]:
+        with (
+            self._file("transactions") as path,
+            transaction_trial(path, loop, workflow, count) as trial,
+        ):
+            yield trial
 
     @contextlib.contextmanager
     def raw_inserts(

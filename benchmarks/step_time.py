@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from benchmarks.harness import Result
+from benchmarks.targets import ENGINE_SEQUENTIAL_VS_CEILING
 
 __all__ = ["step_time"]
 
@@ -20,6 +21,7 @@ STEPS = 10
 _ENGINE = "runfold Engine (CommandHandler on the store): 10-step sequential workflow, one"
 _APPENDS = "runfold Engine (CommandHandler on the store): appends per"
 _ALONE = "ceiling: the store alone"
+_TRANSACTIONS = "ceiling: the store's transactions"
 _CPU = "Engine on MemoryStore: cost per step, 10-step"
 _BACKENDS = (("SQLite", "raw sqlite3"), ("PostgreSQL", "raw psycopg"))
 
@@ -53,6 +55,7 @@ def _backend(
     `cpu`, the µs of the same step on `MemoryStore` (None: not measured)."""
     commit = _per_step(_row(results, "Workflows", f"ceiling: {floor} ÷", backend))
     alone = _per_step(_row(results, "Workflows", _ALONE, backend))
+    transactions = _per_step(_row(results, "Workflows", _TRANSACTIONS, backend))
     appends = _row(results, "Workflows", _APPENDS, backend)
     of_its = f"{appends.value.median:.0f} " if appends is not None else ""
     raw = (
@@ -76,7 +79,16 @@ def _backend(
             "The store alone (the engine's own appends replayed, no engine between them) "
             f"takes {_part(alone, spent)}: {raw}"
         )
-        if commit is not None:
+        if commit is not None and transactions is not None:
+            parts += [transactions - commit, alone - transactions]
+            text += (
+                f", {_part(transactions - commit, spent)} more for the store's own transactions "
+                "(its statements and the pages they write beyond a raw row, in Pages per append: "
+                "the store's transactions called straight), and "
+                f"{_part(alone - transactions, spent)} the store's Python around them (its "
+                "checks, the events' encoding, its group commit and its awaits)"
+            )
+        elif commit is not None:
             parts.append(alone - commit)
             text += (
                 f", and {_part(alone - commit, spent)} the store's own work around the commit "
@@ -97,12 +109,31 @@ def _backend(
         if cpu is not None
         else ". The same step's CPU on `MemoryStore` (Engine cost) was not measured in this run."
     )
+    if commit is not None:
+        text += _at_target(commit, spent, transactions)
     if any(part < 0 for part in parts):
         text += (
             " A part below zero means that the rows it is taken from, each a median under the "
             "machine's load at its turn, differ by more than the part: a noisy run."
         )
     return text
+
+
+def _at_target(commit: float, spent: float, transactions: float | None) -> str:
+    """What a step's time would be at the target ratio to the raw commits, and what of it is
+    left beyond the store's transactions (or the raw commits) for everything else."""
+    bound = ENGINE_SEQUENTIAL_VS_CEILING.bound
+    budget = commit / bound
+    floor, what = (
+        (transactions, "the store's transactions")
+        if transactions is not None
+        else (commit, "the raw commits")
+    )
+    return (
+        f" At the target, {bound}× the raw commits, a step would take {budget:,.0f} µs: "
+        f"{what} take {floor:,.0f} µs of it, which leaves {budget - floor:,.0f} µs for all "
+        f"the rest, against {spent - floor:,.0f} µs today."
+    )
 
 
 def step_time(results: Sequence[Result]) -> list[str]:

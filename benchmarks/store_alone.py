@@ -22,7 +22,7 @@ from runfold import EventStore
 from runfold.kernel import Envelope, Event, RunIndex
 from runfold.testing.delegating import DelegatingStore
 
-__all__ = ["Append", "RecordingStore", "renamed", "replay_trial"]
+__all__ = ["Append", "RecordingStore", "renamed", "renamed_copies", "replay_trial"]
 
 _SERIAL_DIGITS = 10
 """The digits of a replayed run's serial, which replace the end of the recorded run id."""
@@ -106,6 +106,20 @@ def renamed(appends: Sequence[Append], run_id: str) -> list[Append]:
     ]
 
 
+_serials = itertools.count()
+"""The serials of the copies' run ids: each copy a new run, in whatever file it goes to."""
+
+
+def renamed_copies(workflow: Sequence[Append], count: int) -> list[list[Append]]:
+    """`count` copies of `workflow`'s appends, each of a new run whose id has the recorded
+    one's length (`renamed`)."""
+    recorded = workflow[0].run_id
+    return [
+        renamed(workflow, f"{recorded[:-_SERIAL_DIGITS]}{next(_serials):0{_SERIAL_DIGITS}d}")
+        for _ in range(count)
+    ]
+
+
 def replay_trial(
     store: EventStore, loop: asyncio.AbstractEventLoop, workflow: Sequence[Append], count: int
 ) -> Trial:
@@ -116,15 +130,10 @@ def replay_trial(
     (`Trial.prepare`). An append that named the feed position of the run's head names the
     position the copy's previous append got, as the engine does.
     """
-    recorded = workflow[0].run_id
-    serials = itertools.count()
     copies: list[list[Append]] = []
 
     def prepare() -> None:
-        copies[:] = [
-            renamed(workflow, f"{recorded[:-_SERIAL_DIGITS]}{next(serials):0{_SERIAL_DIGITS}d}")
-            for _ in range(count)
-        ]
+        copies[:] = renamed_copies(workflow, count)
 
     async def one(appends: Sequence[Append]) -> None:
         position: int | None = None

@@ -3,19 +3,22 @@ replayed into another store, write the same events and index rows under new run 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 import pytest
 
 from benchmarks.backend import Backend
 from benchmarks.harness import event_loop
 from benchmarks.postgres import POSTGRES
-from benchmarks.sqlite import SQLITE
+from benchmarks.sqlite import SQLITE, transaction_trial
 from benchmarks.store_alone import RecordingStore, renamed, replay_trial
 from benchmarks.workflows import SequentialWorkflow
 from benchmarks.workloads import WORKFLOW_STEPS
 from runfold import CommandHandler
 from runfold.engine import Engine
 from runfold.kernel import HookClaim
+from runfold.stores import SQLiteStore
 
 
 @pytest.mark.parametrize(
@@ -67,3 +70,30 @@ def test_only_the_appends_of_one_run_without_hooks_are_renamed() -> None:
             other.index, summary=attrs.evolve(other.index.summary, run_id="run_new")
         ),
     )
+
+
+def test_the_store_s_transactions_write_what_the_engine_wrote(tmp_path: Path) -> None:
+    with event_loop() as loop, SQLITE.store(loop) as first:
+        recording = RecordingStore(first)
+        engine = Engine(CommandHandler(recording), SequentialWorkflow())
+        original = loop.run_until_complete(engine.start("sequential", b"input")).run_id
+        history = loop.run_until_complete(first.read(original))
+        [summary] = loop.run_until_complete(first.get_runs([original]))
+        path = tmp_path / "transactions.db"
+        with transaction_trial(path, loop, recording.appends, count=2) as trial:
+            for _ in range(2):  # four copies, the later ones after runs already in the file
+                trial.prepare()
+                trial.run()
+        second = loop.run_until_complete(SQLiteStore.open(path))
+        try:
+            copies = loop.run_until_complete(second.list_runs(limit=10)).items
+            assert len({c.run_id for c in copies}) == 4
+            positions: list[int] = []
+            for copied in copies:
+                assert summary is not None and copied == attrs.evolve(summary, run_id=copied.run_id)
+                written = loop.run_until_complete(second.read(copied.run_id))
+                assert [e.event for e in written] == [e.event for e in history]
+                positions += [e.position or 0 for e in written]
+            assert sorted(positions) == list(range(1, 4 * len(history) + 1))
+        finally:
+            loop.run_until_complete(second.close())
