@@ -262,6 +262,26 @@ def test_folds_going_on_one_from_another_change_no_snapshot_before(
     assert observe(snaps[-1]) == observe(project_run(history))
 
 
+@given(valid_histories(), valid_histories())
+def test_folds_of_runs_taking_turns_change_no_snapshot_before(
+    first: list[Envelope], second: list[Envelope]
+) -> None:
+    # Two runs folded an event at a time in turns, as an engine drives many runs at once: each
+    # fold goes on from its run's last snapshot with the builder that froze it (kept by
+    # snapshot while the other run folds), and no published snapshot of either changes.
+    lines = [[project_run(first[:1])], [project_run(second[:1])]]
+    seen = [[observe(lines[0][0])], [observe(lines[1][0])]]
+    for k in range(1, max(len(first), len(second))):
+        for history, snaps, was in zip((first, second), lines, seen, strict=True):
+            if k < len(history):
+                snaps.append(apply(snaps[-1], [history[k]]))
+                was.append(observe(snaps[-1]))
+    for snaps, was in zip(lines, seen, strict=True):
+        assert [observe(snap) for snap in snaps] == was
+    assert observe(lines[0][-1]) == observe(project_run(first))
+    assert observe(lines[1][-1]) == observe(project_run(second))
+
+
 @given(valid_histories(), st.data())
 def test_branches_from_one_snapshot_are_independent(
     history: list[Envelope], data: st.DataObject
