@@ -70,3 +70,25 @@ async def test_appends_made_together_with_nothing_else_to_run_commit_here_in_one
         await asyncio.wait(tasks)
         assert [[e.sequence for e in task.result()] for task in tasks] == [[1, 2]] * 3
         assert _begins(on_driver) >= 1
+
+
+async def test_an_append_written_after_its_caller_left_still_wakes_its_waiters(
+    tmp_path: Path,
+) -> None:
+    # Each written append is posted as it is settled, not by its caller once it resumes: one
+    # cancelled while the driver's thread waited for the lock posts its run all the same.
+    path = tmp_path / "runfold.db"
+    async with await SQLiteStore.open(path) as store:
+        waiting = asyncio.ensure_future(store.wait_for_work(30.0))
+        await asyncio.sleep(0)  # the wait counts from its first step
+        locker = sqlite3.connect(path, isolation_level=None)
+        locker.execute("BEGIN IMMEDIATE")
+        task = asyncio.ensure_future(_append_at(store, "r", 0, [], *started()))
+        for _ in range(5):
+            await asyncio.sleep(0.005)
+        task.cancel()
+        locker.execute("ROLLBACK")
+        locker.close()
+        assert await waiting is True  # an unowned live run: work for the fleet
+        assert task.cancelled()
+        assert plain_query(path, "SELECT count(*) FROM events") == [(2,)]

@@ -53,8 +53,9 @@ class GroupCommits:
     _stalls: Stalls
     _writer: asyncio.Task[None] | None
     _call: Callable[..., Any]  # `SQLiteStore._call`: a function run on the driver's thread
+    _post: Callable[[RunIndex], None]  # `BoardSignals._post`: wakes the waiters of an append
 
-    async def _append(
+    async def _append_if_sequence(
         self,
         run_id: str,
         expected_sequence: int,
@@ -62,7 +63,14 @@ class GroupCommits:
         index: RunIndex,
         recorded_at: datetime,
         expected_position: int | None,
+        /,
     ) -> list[Envelope]:
+        """Append `events` if the run's head is `expected_sequence`, all or nothing.
+
+        `EventStore.append_if_sequence`, with its errors. Appends made while a transaction is
+        in flight are written together in the next one, each with its own outcome; each written
+        one wakes the waiters its index rows concern (`_post`) as it is settled.
+        """
         if self._closed:
             raise StoreClosed(f"the SQLite store {self._path!r} is closed")
         request = Append(run_id, expected_sequence, events, index, recorded_at, expected_position)
@@ -105,6 +113,7 @@ class GroupCommits:
                     self._write_queue_or_rest()
                 if isinstance(outcome, BaseException):
                     raise outcome
+                self._post(index)
                 return outcome
             self._write_queue_or_rest()
         # A caller that is cancelled leaves (cancelling the future, which `settle` then skips);
@@ -130,8 +139,7 @@ class GroupCommits:
             self._stalls.took(since)
         if outcomes is not None:
             self._queue = []
-            for request, outcome in zip(batch, outcomes, strict=True):
-                settle(request, outcome)
+            self._settle(batch, outcomes)
 
     def _write_queue_or_rest(self) -> None:
         """Start the writer task for the queued appends, or, with none, mark the store idle."""
@@ -161,6 +169,18 @@ class GroupCommits:
                     self._idle.set()
                     raise
                 continue
-            for request, outcome in zip(batch, outcomes, strict=True):
-                settle(request, outcome)
+            self._settle(batch, outcomes)
         self._idle.set()
+
+    def _settle(self, batch: list[Append], outcomes: list[list[Envelope] | BaseException]) -> None:
+        """Hand each append of `batch` its outcome, and post each written one's index.
+
+        Posted here rather than by each caller once it resumes: a caller is one coroutine
+        frame fewer to resume, and an append written for a caller cancelled meanwhile is
+        posted too.
+        """
+        post = self._post
+        for request, outcome in zip(batch, outcomes, strict=True):
+            settle(request, outcome)
+            if not isinstance(outcome, BaseException):
+                post(request.index)

@@ -15,7 +15,6 @@ import aiosqlite
 
 from runfold.kernel import (
     Envelope,
-    Event,
     HookHolder,
     Limits,
     RunIndex,
@@ -271,29 +270,6 @@ class SQLiteStore(GroupCommits, IndexReads, SQLiteLeases, SQLiteDueWork, BoardSi
             deadline=deadline,
             late=late,
         )
-
-    # --- append (group commit) ----------------------------------------------------------------
-
-    async def _append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        index: RunIndex,
-        recorded_at: datetime,
-        expected_position: int | None,
-        /,
-    ) -> list[Envelope]:
-        """Append `events` if the run's head is `expected_sequence`, all or nothing.
-
-        `EventStore.append_if_sequence`, with its errors. Appends made while a transaction is
-        in flight are written together in the next one, each with its own outcome.
-        """
-        envelopes = await self._append(
-            run_id, expected_sequence, events, index, recorded_at, expected_position
-        )
-        self._post(index)
-        return envelopes
 
     # --- reads --------------------------------------------------------------------------------
 
