@@ -300,26 +300,14 @@ class Builder:
             self.active_hooks = frozenset(hooks)
         snapshot = _publish(self)
         self.frozen = snapshot
-        spares = _SPARES
-        spares[id(snapshot)] = self
-        if len(spares) > _SPARES_KEPT:
-            # The oldest goes (a run that ended, most likely). Not `contextlib.suppress`: a
-            # full dict drops one on most folds, and a `try` costs nothing when nothing raises.
-            try:  # noqa: SIM105
-                del spares[next(iter(spares))]
-            except (KeyError, RuntimeError, StopIteration):  # another thread changed them
-                pass
+        _SPARE[:] = (self,)
         return snapshot
 
 
-_SPARES: dict[int, Builder] = {}
-"""The builders that froze the latest snapshots, by the snapshot's `id`, for a fold from one of
-them to go on with: an engine folds each decision onto the snapshot of the one before, and
-with many runs driven at once, others fold between the two. Taken with `dict.pop`, so two folds
-from one snapshot never share one; a builder holds the snapshot it froze (`frozen`), so no
-other object can take that `id` while it is kept."""
-_SPARES_KEPT = 256
-"""How many spares are kept, the oldest dropped first: a few per run driven at once."""
+_SPARE: list[Builder] = []
+"""The builder that froze the latest snapshot (at most one), for a fold from that snapshot to
+go on with: an engine folds each decision onto the snapshot of the one before. Taken with
+`list.pop`, so two folds from one snapshot never share it."""
 
 
 _publish = frozen_reader(
@@ -397,10 +385,15 @@ def resume_builder(snapshot: Snapshot, limits: Limits) -> Builder:
     The spare builder when it froze this very snapshot (`Builder.freeze`): it holds what a
     new one would be given, without the copy of every field.
     """
-    spare = _SPARES.pop(id(snapshot), None)
-    if spare is not None and spare.frozen is snapshot:
-        spare.limits = limits
-        return spare
+    if _SPARE:
+        try:
+            spare = _SPARE.pop()
+        except IndexError:  # another thread took it
+            pass
+        else:
+            if spare.frozen is snapshot:
+                spare.limits = limits
+                return spare
     b = Builder()
     b.frozen = None
     b.limits = limits
