@@ -266,9 +266,9 @@ def test_folds_going_on_one_from_another_change_no_snapshot_before(
 def test_folds_of_runs_taking_turns_change_no_snapshot_before(
     first: list[Envelope], second: list[Envelope]
 ) -> None:
-    # Two runs folded an event at a time in turns, as an engine drives many runs at once: each
-    # fold goes on from its run's last snapshot with the builder that froze it (kept by
-    # snapshot while the other run folds), and no published snapshot of either changes.
+    # Two runs folded an event at a time in turns, as an engine drives many runs at once: a
+    # fold finds the spare builder holding the other run's snapshot and starts one of its own,
+    # and no published snapshot of either changes.
     lines = [[project_run(first[:1])], [project_run(second[:1])]]
     seen = [[observe(lines[0][0])], [observe(lines[1][0])]]
     for k in range(1, max(len(first), len(second))):
