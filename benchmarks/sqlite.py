@@ -85,12 +85,6 @@ def _raw_transactions(
         conn.execute("COMMIT")
 
 
-async def _made(path: Path) -> None:
-    """A store's file at `path`, its schema made, the store closed."""
-    store = await SQLiteStore.open(path, synchronous="FULL")
-    await store.close()
-
-
 @contextlib.contextmanager
 def transaction_trial(
     path: Path, loop: asyncio.AbstractEventLoop, workflow: Sequence[Append], count: int
@@ -102,8 +96,10 @@ def transaction_trial(
     each append's rows encoded beforehand (`Trial.prepare`): the statements, the pages they
     write and the commit, with none of the store's Python around them.
     """
-    loop.run_until_complete(_made(path))
-    conn = inline.inline_connection(str(path), "FULL")
+    with opened(loop, SQLiteStore.open(path, synchronous="FULL")):
+        pass  # the file and its schema, as the store makes them
+    location = str(path)
+    conn = inline.inline_connection(location, "FULL")
     assert conn is not None, "a file has an inline connection"
     known = KnownRuns()
     copies: list[list[writer.Append]] = []
@@ -130,7 +126,7 @@ def transaction_trial(
             for append in appends:
                 if append.expected_position is not None:
                     append.expected_position = position  # the copy's own, as the engine names it
-                outcomes = inline.append_inline(conn, [append], str(path), known)
+                outcomes = inline.append_inline(conn, [append], location, known)
                 assert outcomes is not None, "nothing else writes the file"
                 [written] = outcomes
                 assert isinstance(written, list), f"the transaction failed: {written!r}"
