@@ -25,6 +25,7 @@ from runfold.kernel import (
     WorkerLease,
 )
 from runfold.stores.base import StoreBase
+from runfold.stores.due_work import DueRun, DueWork, Queue
 from runfold.stores.leases import WorkerLeases
 from runfold.stores.protocol import EventStore
 from runfold.stores.signals import RunSignals
@@ -34,6 +35,8 @@ __all__ = ["DelegatingStore"]
 
 _LEASE_METHODS = ("renew_lease", "drop_lease", "list_leases", "orphaned_runs")
 """The methods of `WorkerLeases`."""
+_DUE_METHODS = ("claim_due", "hold_dedup")
+"""The methods of `DueWork`."""
 _SIGNAL_METHODS = ("wait_for_work", "wait_for_end")
 """The methods of `RunSignals`."""
 
@@ -46,7 +49,8 @@ class DelegatingStore(StoreBase):
 
     When `inner` keeps worker leases (`WorkerLeases`), so does the wrapper: it passes the four
     lease methods on too, and is a `WorkerLeases` to an `isinstance` check exactly then; the
-    same for `RunSignals` (its waits go straight through, without `pause()`).
+    same for `DueWork` (so that a wrapper of a fleet's store serves a fleet) and for
+    `RunSignals` (its waits go straight through, without `pause()`).
     """
 
     def __init__(self, inner: EventStore) -> None:
@@ -55,6 +59,10 @@ class DelegatingStore(StoreBase):
         # (signals) must not pass for one that keeps them. A subclass's own method stays.
         if isinstance(inner, WorkerLeases):
             for name in _LEASE_METHODS:
+                if not hasattr(type(self), name):
+                    setattr(self, name, getattr(self, f"_forward_{name}"))
+        if isinstance(inner, DueWork):
+            for name in _DUE_METHODS:
                 if not hasattr(type(self), name):
                     setattr(self, name, getattr(self, f"_forward_{name}"))
         if isinstance(inner, RunSignals):
@@ -195,6 +203,38 @@ class DelegatingStore(StoreBase):
         """`pause()`, then the inner store's `orphaned_runs`."""
         await self.pause()
         return await self._leases().orphaned_runs(now, limit=limit, workflow_names=workflow_names)
+
+    def _due(self) -> DueWork:
+        assert isinstance(self.inner, DueWork)
+        return self.inner
+
+    async def _forward_claim_due(
+        self,
+        worker_id: str,
+        now: datetime,
+        *,
+        hold_until: datetime,
+        limit: int,
+        workflow_names: Collection[str] | None = None,
+        queues: Collection[Queue] = (),
+    ) -> list[DueRun]:
+        """`pause()`, then the inner store's `claim_due`."""
+        await self.pause()
+        return await self._due().claim_due(
+            worker_id,
+            now,
+            hold_until=hold_until,
+            limit=limit,
+            workflow_names=workflow_names,
+            queues=queues,
+        )
+
+    async def _forward_hold_dedup(
+        self, queue_name: str, dedup_id: str, run_id: str, *, now: datetime
+    ) -> bool:
+        """`pause()`, then the inner store's `hold_dedup`."""
+        await self.pause()
+        return await self._due().hold_dedup(queue_name, dedup_id, run_id, now=now)
 
     async def close(self) -> None:
         """Close the inner store (without `pause()`: closing always goes through)."""

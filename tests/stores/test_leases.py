@@ -11,7 +11,7 @@ import pytest
 from runfold import CommandHandler
 from runfold.commands import ClaimRun, CompleteRun, ReleaseRun, StartRun
 from runfold.kernel import InvalidArgument, RunSummary
-from runfold.stores import EventStore, WorkerLeases
+from runfold.stores import DueWork, EventStore, WorkerLeases
 from runfold.testing import DelegatingStore
 from tests.conftest import T0
 from tests.support.rules_helpers import create
@@ -116,6 +116,21 @@ async def test_a_delegating_store_keeps_leases_when_its_inner_store_does(
     assert wrapper.calls == 4
 
 
+async def test_a_delegating_store_hands_out_due_work_when_its_inner_store_does(
+    store: EventStore,
+) -> None:
+    wrapper = CountingStore(store)
+    assert isinstance(wrapper, DueWork)  # so a fleet's worker serves on the wrapper
+    await CommandHandler(wrapper, clock=lambda: T0).execute("q", create())
+    calls = wrapper.calls
+    [due] = await wrapper.claim_due("w", T0, hold_until=T0 + LEASE, limit=5)
+    assert (due.run_id, due.reason) == ("q", "queued")
+    assert await wrapper.claim_due("v", T0, hold_until=T0 + LEASE, limit=5) == []  # held by w
+    assert await wrapper.hold_dedup("emails", "order-1", "q", now=T0)
+    assert not await wrapper.hold_dedup("emails", "order-1", "other", now=T0)
+    assert wrapper.calls == calls + 4
+
+
 async def test_a_delegating_store_keeps_no_leases_when_its_inner_store_does_not(
     tmp_path: Path,
 ) -> None:
@@ -125,3 +140,5 @@ async def test_a_delegating_store_keeps_no_leases_when_its_inner_store_does_not(
     async with await example.JsonlStore.open(tmp_path / "runs.jsonl") as inner:
         assert not isinstance(inner, WorkerLeases)
         assert not isinstance(DelegatingStore(inner), WorkerLeases)
+        assert not isinstance(inner, DueWork)
+        assert not isinstance(DelegatingStore(inner), DueWork)
