@@ -6,8 +6,9 @@ its operations (`settle`), so they never run inside another run's drive:
 - a `start_child` decision creates the child run, queued (before the decision is appended, so a
   link always names a run that exists), and has it driven: by this `Flow` after its operation,
   or, while it serves a fleet, by whichever worker takes the queued run up (this one is woken);
-- a child that ended has its end delivered to the hook its parent awaits it on (now, or when the
-  parent reaches that hook: the `Flow` checks the child then), which drives the parent;
+- a child that ended has its end delivered to the hook its parent awaits it on (now, or once
+  the parent's hook is appended: the `Flow` that appended it checks the child then), which
+  drives the parent;
 - a parent that ended has its live children cancelled (the documented policy); `recover` does
   it for a parent whose process died before it could (`orphans`).
 
@@ -67,8 +68,8 @@ __all__ = ["Family"]
 
 _log = logging.getLogger("runfold.flow")
 
-FollowUp: TypeAlias = tuple[Literal["drive", "ended", "deliver"], str, bytes]
-"""("drive", run id, b""), ("ended", run id, b""), ("deliver", token, payload)."""
+FollowUp: TypeAlias = tuple[Literal["drive", "ended", "awaited"], str, bytes]
+"""("drive", run id, b""), ("ended", run id, b""), ("awaited", hook token, child run id)."""
 
 
 class Family:
@@ -104,18 +105,30 @@ class Family:
             await self.create_child(snapshot, decision)
         elif isinstance(decision, LinkChildOperation) and decision.kind == CONTINUE_KIND:
             return await self.start_successor(snapshot, decision)
-        elif (
-            isinstance(decision, AwaitHook)
-            and decision.metadata is not None
-            and decision.metadata.startswith(RESULT_METADATA)
-        ):
-            child_id = decision.metadata[len(RESULT_METADATA) :].decode()
-            found = await self.handler.lookup(child_id)
-            if found is not None:  # a child that continued as new ends with its chain
-                found = await last_run(self.handler, found)
-            if found is not None and found.is_terminal:  # ended before the parent asked
-                self.push(("deliver", decision.token, _outcome(found)))
+        elif isinstance(decision, AwaitHook) and decision.hook_id in snapshot.hooks:
+            # A hook the run has (a replay's): the child may have ended while nobody drove the
+            # run. A hook not made yet is checked once its creation is appended (`awaits`).
+            self.awaits(decision.token, decision.metadata)
         return decision
+
+    def awaits(self, token: str, metadata: bytes | None) -> None:
+        """A parent awaits a hook it has: if it is a child's, check whether the child ended.
+
+        Called once the hook's creation is appended (`FlowRuntime.on_event`), and when a run
+        that has the hook is driven again. Not before the hook is durable: the child's end is
+        delivered only to a hook that exists, so a child that ends after a check made before
+        the append, and before the append, would wake nobody.
+        """
+        if metadata is not None and metadata.startswith(RESULT_METADATA):
+            self.push(("awaited", token, metadata[len(RESULT_METADATA) :]))
+
+    async def awaited(self, token: str, child_id: str) -> None:
+        """Deliver the child's end to the parent's hook `token` if the child has ended."""
+        found = await self.handler.lookup(child_id)
+        if found is not None:  # a child that continued as new ends with its chain
+            found = await last_run(self.handler, found)
+        if found is not None and found.is_terminal:  # ended before the parent asked
+            await self.deliver(token, _outcome(found))
 
     async def create_child(self, parent: Snapshot, link: LinkChildOperation) -> None:
         """Create the child run `link` names, queued, unless it exists; have it driven."""
@@ -227,8 +240,8 @@ class Family:
                     worker.wake()  # a queued run: the fleet takes it up
                 elif kind == "drive":
                     await self.engine.drive(subject)
-                elif kind == "deliver":
-                    await self.deliver(subject, payload)
+                elif kind == "awaited":
+                    await self.awaited(subject, payload.decode())
                 else:
                     await self.after_end(subject)
             except (StoreUnavailable, StoreClosed):

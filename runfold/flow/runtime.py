@@ -31,6 +31,7 @@ from runfold.flow.sending import FLOW_BODIES
 from runfold.handler import CommandHandler
 from runfold.kernel import (
     Envelope,
+    HookCreated,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -110,13 +111,18 @@ class FlowRuntime:
             interpreter.ran(held[0], invocation.step_id, output, result)
         return output
 
-    observed_events = OBSERVED
+    observed_events = OBSERVED | {HookCreated}
     """The events `on_event` acts on: the engine calls it for these only (not for a step's
     creation or start, the most frequent)."""
 
     async def on_event(self, envelope: Envelope) -> None:
-        """Confirm what the engine appended to the live sessions; note runs that ended."""
-        kind = type(envelope.event)
+        """Confirm what the engine appended to the live sessions; note runs that ended and
+        hooks a parent awaits a child on."""
+        event = envelope.event
+        kind = type(event)
+        if isinstance(event, HookCreated):  # durable now: a child's end can be delivered to it
+            self.family.awaits(event.token, event.metadata)
+            return
         if kind not in OBSERVED:  # a step's creation or start, most often: nothing to do
             return
         if kind in _RUN_ENDS:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -20,8 +21,9 @@ from runfold.flow import (
     workflow,
     workflow_info,
 )
-from runfold.kernel import HookNotFound, RetryPolicy, RunNotFound
-from runfold.testing import Fault, crash_and_resume
+from runfold.flow.children import RESULT_METADATA
+from runfold.kernel import Envelope, Event, HookCreated, HookNotFound, RetryPolicy, RunNotFound
+from runfold.testing import DelegatingStore, Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
 from tests.conftest import Clock
 
@@ -206,6 +208,78 @@ async def test_children_under_a_fleet_of_two_workers(store: EventStore) -> None:
         for flow in flows:
             flow.stop()
         await asyncio.gather(*serving)
+
+
+class ChildEndsFirst(DelegatingStore):
+    """Before it appends the hook a parent awaits child `child_id` on, has `meanwhile` run:
+    the child ends elsewhere after the parent looked at it and before its hook exists."""
+
+    def __init__(
+        self, inner: EventStore, child_id: str, meanwhile: Callable[[], Awaitable[None]]
+    ) -> None:
+        super().__init__(inner)
+        self.metadata = RESULT_METADATA + child_id.encode()
+        self.meanwhile: Callable[[], Awaitable[None]] | None = meanwhile
+
+    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
+        events: Sequence[Event] = call[2]
+        meanwhile = self.meanwhile
+        if meanwhile is not None and any(
+            isinstance(e, HookCreated) and e.metadata == self.metadata for e in events
+        ):
+            self.meanwhile = None
+            await meanwhile()
+        return await super()._append_if_sequence(*call)
+
+
+async def test_a_child_ending_while_its_parent_appends_the_hook_wakes_the_parent(
+    store: EventStore,
+) -> None:
+    elsewhere = Flow(store, [order_parent, order_line])  # another process: the child's worker
+
+    async def child_ends() -> None:
+        ended = await elsewhere.deliver("packed-wait-8", True)
+        # Its end found no hook to deliver to: the parent has not appended it yet.
+        assert (ended.run_id, ended.status) == ("E/2", "completed")
+
+    wrapped = ChildEndsFirst(store, "E/2", child_ends)
+    flow = Flow(wrapped, [order_parent, order_line])
+    await flow.start(order_parent, ["pen", "wait-8"], run_id="E")
+    assert wrapped.meanwhile is None  # the child did end between the two
+    done = await flow.result("E")
+    assert done.status == "completed", done.error
+    assert [line[0] for line in done.output[:2]] == ["E/1", "E/2"]
+
+
+async def test_a_serving_parent_is_woken_by_a_child_that_ended_before_its_hook(
+    store: EventStore,
+) -> None:
+    # The worker drives the parent; the Flow's follow-ups run beside it, in a task of their
+    # own, and may look at the child before the parent's hook is appended.
+    observer = Flow(store, [order_parent, order_line])
+
+    async def child_ends() -> None:
+        while await _status(observer, "S/1") != "completed":  # the worker drives it meanwhile
+            await asyncio.sleep(0.02)
+        while flow.family.queue:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # what follows the child's end ran and found no hook
+
+    wrapped = ChildEndsFirst(store, "S/1", child_ends)
+    flow = Flow(wrapped, [order_parent, order_line])
+    serving = asyncio.create_task(flow.serve(poll_interval=0.05, handle_signals=False))
+    try:
+        async with asyncio.timeout(30):
+            while flow.worker is None:
+                await asyncio.sleep(0.01)
+            await flow.start(order_parent, ["pen"], run_id="S", queued=True)
+            done = await _ended(flow, "S")
+            assert wrapped.meanwhile is None
+            assert done.status == "completed", done.error
+            assert done.output[0][0] == "S/1"
+    finally:
+        flow.stop()
+        await serving
 
 
 async def _status(flow: Flow, run_id: str) -> str | None:
