@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 
 from runfold import EventStore, MemoryStore
@@ -295,3 +296,58 @@ async def _ended(flow: Flow, run_id: str) -> Any:
         if run.status not in ("pending", "running"):
             return run
         await asyncio.sleep(0.02)
+
+
+class ParentEndsMeanwhile(DelegatingStore):
+    """Around the append that creates run `child_id`, has `meanwhile` run (`before` or after
+    it): the parent ends elsewhere once it decided to start the child, before it links it."""
+
+    def __init__(
+        self,
+        inner: EventStore,
+        child_id: str,
+        meanwhile: Callable[[], Awaitable[None]],
+        *,
+        before: bool,
+    ) -> None:
+        super().__init__(inner)
+        self.child_id = child_id
+        self.before = before
+        self.meanwhile: Callable[[], Awaitable[None]] | None = meanwhile
+
+    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
+        meanwhile = self.meanwhile
+        if meanwhile is None or call[0] != self.child_id or call[1] != 0:
+            return await super()._append_if_sequence(*call)
+        self.meanwhile = None
+        if self.before:
+            await meanwhile()
+        appended = await super()._append_if_sequence(*call)
+        if not self.before:
+            await meanwhile()
+        return appended
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before", "after"])
+async def test_a_child_created_while_its_parent_is_cancelled_is_cancelled(
+    store: EventStore, before: bool
+) -> None:
+    elsewhere = Flow(store, [order_parent, order_line])  # another process cancels the parent
+
+    async def parent_cancelled() -> None:
+        cancelled = await elsewhere.cancel("K", reason="gave up")
+        assert cancelled.status == "cancelled"
+
+    wrapped = ParentEndsMeanwhile(store, "K/1", parent_cancelled, before=before)
+    flow = Flow(wrapped, [order_parent, order_line])
+    await flow.start(order_parent, ["wait-9"], run_id="K", queued=True)
+    await flow.recover()  # the parent, recorded first, is driven: it starts the child
+    parent = await flow.result("K")
+    assert wrapped.meanwhile is None and parent.status == "cancelled"
+    # The parent ended before it linked the child: the child, made all the same, is not left
+    # waiting for ever.
+    assert "1" not in parent.snapshot.children
+    left = await flow.result("K/1")
+    assert left.status == "cancelled", left.status
+    assert left.snapshot.cancellation is not None
+    assert "'K' ended cancelled" in (left.snapshot.cancellation.reason or "")
