@@ -49,6 +49,7 @@ from runfold.flow.continuation import (
     first_run_id,
     generation,
     last_run,
+    successor_run_id,
 )
 from runfold.flow.encoding import PayloadCodec
 from runfold.flow.info import CONTINUED_FROM, FIRST_RUN, GENERATION
@@ -223,6 +224,12 @@ class Family:
                 run_id=successor_id,
             )
             return Fail(error=error_payload(conflict), error_code=type(conflict).__name__)
+        # As for a child (`create_child`): the run may have ended (cancelled elsewhere) since
+        # this drive read it, without the link, and its end's follow-up looked for a successor
+        # before this one existed. A run that ends after this read finds it (`after_end`).
+        now = await handler.lookup(run.run_id)
+        if now is not None and now.is_terminal and continued_as(now) != successor_id:
+            self.push(("ended", run.run_id, b""))
         self.push(("drive", successor_id, b""))
         return link
 
@@ -287,6 +294,8 @@ class Family:
                 for link in parent.children.values():
                     if link.kind == CHILD_KIND and link.child_run_id == linked and link.metadata:
                         await self.deliver(result_token(link.metadata), _outcome(run))
+        if continued_as(run) is None:
+            await self.cancel_successor(run)
         # The runs that name it as parent, from the store's index, not its links: a child made
         # just before the parent ended, which it could not link, is one; so is the successor of
         # a child that continued as new (it keeps the parent) while it was being cancelled.
@@ -295,6 +304,22 @@ class Family:
             # Refused when it ended or started cancelling meanwhile.
             with contextlib.suppress(TerminalState, EntityConflict):
                 await self.engine.request_cancel(child_id, reason=reason)
+
+    async def cancel_successor(self, run: Snapshot) -> None:
+        """Cancel the successor of a run that ended without continuing, if it was made.
+
+        A run decides to continue, creates its successor, then links it: a run cancelled
+        elsewhere in between ends without the link, and its successor must not live on.
+        """
+        successor_id = successor_run_id(first_run_id(run), generation(run) + 1)
+        found = await self.handler.lookup(successor_id)
+        if found is None or found.attributes.get(CONTINUED_FROM) != run.run_id:
+            return
+        found = await last_run(self.handler, found)  # it may have run, and continued
+        if found.is_live and found.cancellation is None:
+            reason = f"run {run.run_id!r} ended {run.status} without continuing as it"
+            with contextlib.suppress(TerminalState, EntityConflict):
+                await self.engine.request_cancel(found.run_id, reason=reason)
 
     async def live_children(self, run_id: str) -> list[str]:
         """The ids of the pending and running runs whose parent is `run_id`."""

@@ -27,6 +27,7 @@ from runfold.kernel import Envelope, Event, HookCreated, HookNotFound, RetryPoli
 from runfold.testing import DelegatingStore, Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
 from tests.conftest import Clock
+from tests.support.meanwhile import AroundCreation
 
 
 def price(item: str) -> int:
@@ -298,36 +299,6 @@ async def _ended(flow: Flow, run_id: str) -> Any:
         await asyncio.sleep(0.02)
 
 
-class ParentEndsMeanwhile(DelegatingStore):
-    """Around the append that creates run `child_id`, has `meanwhile` run (`before` or after
-    it): the parent ends elsewhere once it decided to start the child, before it links it."""
-
-    def __init__(
-        self,
-        inner: EventStore,
-        child_id: str,
-        meanwhile: Callable[[], Awaitable[None]],
-        *,
-        before: bool,
-    ) -> None:
-        super().__init__(inner)
-        self.child_id = child_id
-        self.before = before
-        self.meanwhile: Callable[[], Awaitable[None]] | None = meanwhile
-
-    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
-        meanwhile = self.meanwhile
-        if meanwhile is None or call[0] != self.child_id or call[1] != 0:
-            return await super()._append_if_sequence(*call)
-        self.meanwhile = None
-        if self.before:
-            await meanwhile()
-        appended = await super()._append_if_sequence(*call)
-        if not self.before:
-            await meanwhile()
-        return appended
-
-
 @pytest.mark.parametrize("before", [True, False], ids=["before", "after"])
 async def test_a_child_created_while_its_parent_is_cancelled_is_cancelled(
     store: EventStore, before: bool
@@ -338,7 +309,7 @@ async def test_a_child_created_while_its_parent_is_cancelled_is_cancelled(
         cancelled = await elsewhere.cancel("K", reason="gave up")
         assert cancelled.status == "cancelled"
 
-    wrapped = ParentEndsMeanwhile(store, "K/1", parent_cancelled, before=before)
+    wrapped = AroundCreation(store, "K/1", parent_cancelled, before=before)
     flow = Flow(wrapped, [order_parent, order_line])
     await flow.start(order_parent, ["wait-9"], run_id="K", queued=True)
     await flow.recover()  # the parent, recorded first, is driven: it starts the child

@@ -37,6 +37,7 @@ from tests.conftest import Clock
 from tests.support.child_workers import spawn_worker
 from tests.support.cli_support import runfold_worker
 from tests.support.continuation_workflows import counter
+from tests.support.meanwhile import AroundCreation
 from tests.support.postgres_support import DSN, admin, schema_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -411,3 +412,32 @@ async def test_code_that_no_longer_continues_is_told_what_was_recorded() -> None
     deployed = Workflow(name="test-continue-dropped", fn=stepping)
     with pytest.raises(FlowNonDeterminism, match="recorded continue_as_new as"):
         Flow(store, [deployed]).interpreter.decide(first)
+
+
+@workflow(name="test-continue-then-idle")
+async def continue_then_idle(n: int) -> None:
+    if n == 0:
+        await continue_as_new(1)
+    await recv("never")
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before", "after"])
+async def test_a_successor_created_while_its_run_is_cancelled_is_cancelled(
+    store: EventStore, before: bool
+) -> None:
+    elsewhere = Flow(store, [continue_then_idle])  # another process cancels the run
+
+    async def run_cancelled() -> None:
+        cancelled = await elsewhere.cancel("z", reason="gave up")
+        assert (cancelled.run_id, cancelled.status) == ("z", "cancelled")
+
+    wrapped = AroundCreation(store, "z~1", run_cancelled, before=before)
+    flow = Flow(wrapped, [continue_then_idle])
+    await flow.start(continue_then_idle, 0, run_id="z", queued=True)
+    await flow.recover()  # the run, recorded first, is driven: it makes its successor
+    assert wrapped.meanwhile is None
+    ended = await flow.handler.snapshot("z")
+    assert ended.status == "cancelled" and not ended.children
+    # The run ended without continuing: its successor, made all the same, does not live on.
+    left = await flow.handler.snapshot("z~1")
+    assert left.status == "cancelled", left.status
