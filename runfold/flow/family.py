@@ -45,6 +45,7 @@ from runfold.flow.calls import StartChildCall
 from runfold.flow.children import CHILD_KIND, RESULT_METADATA, result_payload, result_token
 from runfold.flow.continuation import (
     CONTINUE_KIND,
+    cancel_chain,
     continued_as,
     first_run_id,
     generation,
@@ -301,9 +302,10 @@ class Family:
         # a child that continued as new (it keeps the parent) while it was being cancelled.
         reason = f"its parent run {run_id!r} ended {run.status}"
         for child_id in await self.live_children(run_id):
-            # Refused when it ended or started cancelling meanwhile.
+            # Refused when it ended or started cancelling meanwhile (continuing as new is not
+            # ending: its successor, made after the listing, is asked in its place).
             with contextlib.suppress(TerminalState, EntityConflict):
-                await self.engine.request_cancel(child_id, reason=reason)
+                await cancel_chain(self.engine, child_id, reason)
 
     async def cancel_successor(self, run: Snapshot) -> None:
         """Cancel the successor of a run that ended without continuing, if it was made.
@@ -315,11 +317,9 @@ class Family:
         found = await self.handler.lookup(successor_id)
         if found is None or found.attributes.get(CONTINUED_FROM) != run.run_id:
             return
-        found = await last_run(self.handler, found)  # it may have run, and continued
-        if found.is_live and found.cancellation is None:
-            reason = f"run {run.run_id!r} ended {run.status} without continuing as it"
-            with contextlib.suppress(TerminalState, EntityConflict):
-                await self.engine.request_cancel(found.run_id, reason=reason)
+        reason = f"run {run.run_id!r} ended {run.status} without continuing as it"
+        with contextlib.suppress(TerminalState, EntityConflict):  # it ended, or is cancelling
+            await cancel_chain(self.engine, successor_id, reason)
 
     async def live_children(self, run_id: str) -> list[str]:
         """The ids of the pending and running runs whose parent is `run_id`."""

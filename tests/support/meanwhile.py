@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from runfold import EventStore
-from runfold.kernel import Envelope
+from runfold.kernel import Envelope, Event
 from runfold.testing import DelegatingStore
 
-__all__ = ["AroundCreation"]
+__all__ = ["AroundCreation", "BeforeEvent"]
 
 
 class AroundCreation(DelegatingStore):
@@ -41,3 +41,32 @@ class AroundCreation(DelegatingStore):
         if not self.before:
             await meanwhile()
         return appended
+
+
+class BeforeEvent(DelegatingStore):
+    """Before the first append of an event of type `kind` to run `run_id`, has `meanwhile`
+    run once: the run moves on elsewhere after the caller read it, before its append."""
+
+    def __init__(
+        self,
+        inner: EventStore,
+        run_id: str,
+        kind: type[Event],
+        meanwhile: Callable[[], Awaitable[None]],
+    ) -> None:
+        super().__init__(inner)
+        self.run_id = run_id
+        self.kind = kind
+        self.meanwhile: Callable[[], Awaitable[None]] | None = meanwhile
+
+    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
+        meanwhile = self.meanwhile
+        events: Sequence[Event] = call[2]
+        if (
+            meanwhile is not None
+            and call[0] == self.run_id
+            and any(isinstance(e, self.kind) for e in events)
+        ):
+            self.meanwhile = None
+            await meanwhile()
+        return await super()._append_if_sequence(*call)
