@@ -29,7 +29,7 @@ from runfold.flow import (
     workflow_info,
 )
 from runfold.flow.continuation import CONTINUE_KIND, successor_run_id
-from runfold.kernel import CancelRequested, RunCompleted, RunCreated
+from runfold.kernel import CancelRequested, HookReceived, RunCompleted, RunCreated
 from runfold.stores import PostgresStore, SQLiteStore
 from runfold.testing import Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
@@ -511,3 +511,20 @@ async def test_a_parent_ending_as_its_child_continues_cancels_the_successor(
     assert (await flow.cancel("a")).status == "cancelled"
     assert wrapped.meanwhile is None
     assert (await flow.result("a/1")).status == "cancelled"  # the chain's last run, a/1~1
+
+
+async def test_a_message_sent_as_the_run_continues_reaches_its_successor(
+    store: EventStore,
+) -> None:
+    elsewhere = Flow(store, [continue_on_go])
+
+    async def continues() -> None:  # after the sender read the chain's last run
+        await elsewhere.send("m", "now", topic="go")
+        assert (await elsewhere.result("m")).run_id == "m~1"
+
+    wrapped = BeforeEvent(store, "m", HookReceived, continues)
+    flow = Flow(wrapped, [continue_on_go])
+    await flow.start(continue_on_go, 0, run_id="m")
+    done = await flow.send("m", "late", topic="never")
+    assert wrapped.meanwhile is None
+    assert (done.run_id, done.status) == ("m~1", "completed")
