@@ -3,8 +3,9 @@
 The engine asks a `Flow` what a run does next (`run_workflow`: the `Interpreter`'s answer, a
 replay reading the stored run first to trust it), runs its step bodies through it (`run_step`:
 the function passed to `step`, on its decoded arguments), and tells it what it appended
-(`on_event`: the live sessions confirm it, the family and `get_event` callers learn of ends and
-published values). `Flow` is the rest: what people call.
+(`on_event`: the live sessions confirm it, the family learns of ends and of the hooks parents
+await their children on, `get_event` callers of published values). `Flow` is the rest: what
+people call.
 """
 
 from __future__ import annotations
