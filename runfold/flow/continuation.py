@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from runfold.engine import (
     Complete,
+    Engine,
     LinkChildOperation,
     RuntimeDecision,
 )
@@ -34,7 +35,7 @@ from runfold.flow.calls import ContinueCall, Pending
 from runfold.flow.errors import ContinueAsNewError, PayloadError
 from runfold.flow.info import FIRST_RUN, GENERATION
 from runfold.handler import CommandHandler
-from runfold.kernel import Snapshot
+from runfold.kernel import Snapshot, TerminalState
 from runfold.kernel.limits import DEFAULT_LIMITS
 from runfold.stores.signals import RunSignals
 
@@ -47,6 +48,7 @@ __all__ = [
     "CONTINUED_OUTPUT",
     "CONTINUE_KIND",
     "RESULT_RECHECK",
+    "cancel_chain",
     "continue_as_new",
     "continued_as",
     "first_run_id",
@@ -182,6 +184,28 @@ async def last_run(handler: CommandHandler, snapshot: Snapshot) -> Snapshot:
         snapshot = found
         successor = continued_as(snapshot)
     return snapshot
+
+
+async def cancel_chain(engine: Engine, run_id: str, reason: str | None) -> Snapshot:
+    """Ask the last run of `run_id`'s chain to cancel (`Engine.request_cancel`).
+
+    The last run is read, then asked: one that continued as new in between refuses
+    (`TerminalState`), and its successor, which carries the chain on, is asked in its place.
+
+    Raises:
+        RunNotFound: The run has no history.
+        TerminalState: The chain's last run ended otherwise.
+        EntityConflict: It is already cancelling for another reason.
+    """
+    run = await last_run(engine.handler, await engine.handler.snapshot(run_id))
+    while True:
+        try:
+            return await engine.request_cancel(run.run_id, reason)
+        except TerminalState:
+            ended = await engine.handler.snapshot(run.run_id)
+            if continued_as(ended) is None:
+                raise
+            run = await last_run(engine.handler, ended)
 
 
 async def follow(handler: CommandHandler, run_id: str, wait: float | None) -> Snapshot:

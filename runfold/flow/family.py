@@ -9,8 +9,10 @@ its operations (`settle`), so they never run inside another run's drive:
 - a child that ended has its end delivered to the hook its parent awaits it on (now, or once
   the parent's hook is appended: the `Flow` that appended it checks the child then), which
   drives the parent;
-- a parent that ended has its live children cancelled (the documented policy); `recover` does
-  it for a parent whose process died before it could (`orphans`).
+- a parent that ended has its live children cancelled (the documented policy): the live runs
+  that name it as parent in the store's index, linked or not (a child created as the parent
+  ended is never linked; its creator looks at the parent once it exists); `recover` does it
+  for a parent whose process died before it could (`orphans`).
 
 While the `Flow` serves (`Flow.serve`), `keep_settling` does the follow-ups as they come.
 
@@ -43,10 +45,12 @@ from runfold.flow.calls import StartChildCall
 from runfold.flow.children import CHILD_KIND, RESULT_METADATA, result_payload, result_token
 from runfold.flow.continuation import (
     CONTINUE_KIND,
+    cancel_chain,
     continued_as,
     first_run_id,
     generation,
     last_run,
+    successor_run_id,
 )
 from runfold.flow.encoding import PayloadCodec
 from runfold.flow.info import CONTINUED_FROM, FIRST_RUN, GENERATION
@@ -160,6 +164,12 @@ class Family:
                 f"(workflow {existing.workflow_name!r}, parent {existing.parent_run_id!r})",
                 run_id=child_id,
             )
+        # The parent may have ended (cancelled elsewhere) since this drive read it, and its
+        # end's follow-up looked for its children before this one existed: look again now.
+        # A parent that ends after this read finds the child in the index (`after_end`).
+        now = await self.handler.lookup(parent.run_id)
+        if now is not None and now.is_terminal:
+            self.push(("ended", parent.run_id, b""))
         self.push(("drive", child_id, b""))
 
     def ended(self, run_id: str) -> None:
@@ -215,6 +225,12 @@ class Family:
                 run_id=successor_id,
             )
             return Fail(error=error_payload(conflict), error_code=type(conflict).__name__)
+        # As for a child (`create_child`): the run may have ended (cancelled elsewhere) since
+        # this drive read it, without the link, and its end's follow-up looked for a successor
+        # before this one existed. A run that ends after this read finds it (`after_end`).
+        now = await handler.lookup(run.run_id)
+        if now is not None and now.is_terminal and continued_as(now) != successor_id:
+            self.push(("ended", run.run_id, b""))
         self.push(("drive", successor_id, b""))
         return link
 
@@ -279,17 +295,44 @@ class Family:
                 for link in parent.children.values():
                     if link.kind == CHILD_KIND and link.child_run_id == linked and link.metadata:
                         await self.deliver(result_token(link.metadata), _outcome(run))
-        for link in run.children.values():
-            if link.kind != CHILD_KIND or link.child_run_id is None:
-                continue
-            child = await self.handler.lookup(link.child_run_id)
-            if child is not None:  # a child that continued as new lives on as its last run
-                child = await last_run(self.handler, child)
-            if child is not None and child.is_live and child.cancellation is None:
-                reason = f"its parent run {run_id!r} ended {run.status}"
-                # Refused when it ended or started cancelling meanwhile.
-                with contextlib.suppress(TerminalState, EntityConflict):
-                    await self.engine.request_cancel(child.run_id, reason=reason)
+        if continued_as(run) is None:
+            await self.cancel_successor(run)
+        # The runs that name it as parent, from the store's index, not its links: a child made
+        # just before the parent ended, which it could not link, is one; so is the successor of
+        # a child that continued as new (it keeps the parent) while it was being cancelled.
+        reason = f"its parent run {run_id!r} ended {run.status}"
+        for child_id in await self.live_children(run_id):
+            # Refused when it ended or started cancelling meanwhile (continuing as new is not
+            # ending: its successor, made after the listing, is asked in its place).
+            with contextlib.suppress(TerminalState, EntityConflict):
+                await cancel_chain(self.engine, child_id, reason)
+
+    async def cancel_successor(self, run: Snapshot) -> None:
+        """Cancel the successor of a run that ended without continuing, if it was made.
+
+        A run decides to continue, creates its successor, then links it: a run cancelled
+        elsewhere in between ends without the link, and its successor must not live on.
+        """
+        successor_id = successor_run_id(first_run_id(run), generation(run) + 1)
+        found = await self.handler.lookup(successor_id)
+        if found is None or found.attributes.get(CONTINUED_FROM) != run.run_id:
+            return
+        reason = f"run {run.run_id!r} ended {run.status} without continuing as it"
+        with contextlib.suppress(TerminalState, EntityConflict):  # it ended, or is cancelling
+            await cancel_chain(self.engine, successor_id, reason)
+
+    async def live_children(self, run_id: str) -> list[str]:
+        """The ids of the pending and running runs whose parent is `run_id`."""
+        found: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await self.handler.store.list_runs(
+                parent_run_id=run_id, cursor=cursor, limit=500
+            )
+            found.extend(r.run_id for r in page.items if r.status in ("pending", "running"))
+            if not page.has_more or page.cursor is None:
+                return found
+            cursor = page.cursor
 
 
 def _outcome(run: Snapshot) -> bytes:

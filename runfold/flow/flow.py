@@ -24,7 +24,7 @@ from runfold.engine import (
     Worker,
 )
 from runfold.flow.bodies import StepBodies
-from runfold.flow.continuation import follow, last_run
+from runfold.flow.continuation import cancel_chain, follow, last_run
 from runfold.flow.definition import Workflow, registered_workflows
 from runfold.flow.encoding import JsonCodec, PayloadCodec
 from runfold.flow.errors import UnknownWorkflow
@@ -232,8 +232,7 @@ class Flow(FlowRuntime):
             TerminalState: The run already ended otherwise.
             EntityConflict: The run is already cancelling for another reason.
         """
-        run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
-        return await self.settled(await self.engine.request_cancel(run_id, reason))
+        return await self.settled(await cancel_chain(self.engine, run_id, reason))
 
     async def cancel_child(self, run_id: str, reason: str) -> None:
         """Ask a child run to cancel from its parent's step (`ChildHandle.cancel`).
@@ -242,9 +241,8 @@ class Flow(FlowRuntime):
         A child that continued as new stands for the last run of its chain; one that ended or
         is already cancelling is left as it is.
         """
-        run_id = (await last_run(self.handler, await self.handler.snapshot(run_id))).run_id
         with contextlib.suppress(TerminalState, EntityConflict):
-            await self.engine.request_cancel(run_id, reason)
+            await cancel_chain(self.engine, run_id, reason)
 
     async def fork(self, run_id: str, *, from_step: int, new_run_id: str | None = None) -> FlowRun:
         """A new run of `run_id`'s workflow and input, reusing its outcomes before `from_step`.

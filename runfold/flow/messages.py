@@ -22,8 +22,15 @@ from typing import TYPE_CHECKING
 
 from runfold.engine import AwaitHook, Engine, RuntimeDecision, WaitUntil
 from runfold.flow.calls import RecvCall
-from runfold.flow.continuation import last_run
-from runfold.kernel import CreateHook, EntityConflict, HookNotFound, Snapshot, TerminalState
+from runfold.flow.continuation import continued_as, last_run
+from runfold.kernel import (
+    CreateHook,
+    EntityConflict,
+    HookNotFound,
+    RunExpired,
+    Snapshot,
+    TerminalState,
+)
 
 if TYPE_CHECKING:
     from runfold.flow.interpreting import Interpreting
@@ -49,29 +56,42 @@ async def post_message(
 
     The mailbox hook is created when the workflow has not asked for it yet. The same
     `idempotency_key` again records the message once, and counts as sent once the run ended.
+    A run that continues as new while the message is being recorded refuses it: it goes to
+    the successor, which carries the chain on.
 
     Raises:
         RunNotFound: The run has no history.
         TerminalState: The run has ended (without this `idempotency_key`'s message).
         EntityConflict: `idempotency_key` was already used with another message.
     """
-    run_id = (await last_run(engine.handler, await engine.handler.snapshot(run_id))).run_id
+    handler = engine.handler
+    run = await last_run(handler, await handler.snapshot(run_id))
+    while True:
+        try:
+            return await _post(engine, run.run_id, encoded, topic, idempotency_key)
+        except (TerminalState, RunExpired):  # ended: sent before, continued, or too late
+            ended = await handler.snapshot(run.run_id)
+            hook = ended.hooks.get(mailbox_hook(run.run_id, topic)[0])
+            kept = () if hook is None else (d.delivery_id for d in hook.deliveries)
+            if idempotency_key is not None and idempotency_key in kept:  # a send retried
+                return ended
+            if continued_as(ended) is None:
+                raise
+            run = await last_run(handler, ended)
+
+
+async def _post(
+    engine: Engine, run_id: str, encoded: bytes, topic: str | None, idempotency_key: str | None
+) -> Snapshot:
+    """Deliver the message to the mailbox of run `run_id`, made first if need be."""
     hook_id, token, metadata = mailbox_hook(run_id, topic)
-    try:
-        for _ in range(2):
-            try:
-                return await engine.deliver(token, encoded, idempotency_key)
-            except HookNotFound:  # no mailbox yet: make it, then deliver
-                create = CreateHook(hook_id=hook_id, token=token, metadata=metadata)
-                with contextlib.suppress(EntityConflict):  # made meanwhile
-                    await engine.execute(run_id, (create,))
-    except TerminalState:  # sent before it ended, by a send now retried: done
-        ended = await engine.handler.snapshot(run_id)
-        hook = ended.hooks.get(hook_id)
-        kept = () if hook is None else (d.delivery_id for d in hook.deliveries)
-        if idempotency_key is None or idempotency_key not in kept:
-            raise
-        return ended
+    for _ in range(2):
+        try:
+            return await engine.deliver(token, encoded, idempotency_key)
+        except HookNotFound:  # no mailbox yet: make it, then deliver
+            create = CreateHook(hook_id=hook_id, token=token, metadata=metadata)
+            with contextlib.suppress(EntityConflict):  # made meanwhile
+                await engine.execute(run_id, (create,))
     raise AssertionError("a mailbox hook created just now took no delivery")
 
 

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 
 from runfold import EventStore, MemoryStore
@@ -26,6 +27,7 @@ from runfold.kernel import Envelope, Event, HookCreated, HookNotFound, RetryPoli
 from runfold.testing import DelegatingStore, Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
 from tests.conftest import Clock
+from tests.support.meanwhile import AroundCreation
 
 
 def price(item: str) -> int:
@@ -295,3 +297,28 @@ async def _ended(flow: Flow, run_id: str) -> Any:
         if run.status not in ("pending", "running"):
             return run
         await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before", "after"])
+async def test_a_child_created_while_its_parent_is_cancelled_is_cancelled(
+    store: EventStore, before: bool
+) -> None:
+    elsewhere = Flow(store, [order_parent, order_line])  # another process cancels the parent
+
+    async def parent_cancelled() -> None:
+        cancelled = await elsewhere.cancel("K", reason="gave up")
+        assert cancelled.status == "cancelled"
+
+    wrapped = AroundCreation(store, "K/1", parent_cancelled, before=before)
+    flow = Flow(wrapped, [order_parent, order_line])
+    await flow.start(order_parent, ["wait-9"], run_id="K", queued=True)
+    await flow.recover()  # the parent, recorded first, is driven: it starts the child
+    parent = await flow.result("K")
+    assert wrapped.meanwhile is None and parent.status == "cancelled"
+    # The parent ended before it linked the child: the child, made all the same, is not left
+    # waiting for ever.
+    assert "1" not in parent.snapshot.children
+    left = await flow.result("K/1")
+    assert left.status == "cancelled", left.status
+    assert left.snapshot.cancellation is not None
+    assert "'K' ended cancelled" in (left.snapshot.cancellation.reason or "")

@@ -29,7 +29,7 @@ from runfold.flow import (
     workflow_info,
 )
 from runfold.flow.continuation import CONTINUE_KIND, successor_run_id
-from runfold.kernel import RunCompleted, RunCreated
+from runfold.kernel import CancelRequested, HookReceived, RunCompleted, RunCreated
 from runfold.stores import PostgresStore, SQLiteStore
 from runfold.testing import Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
@@ -37,6 +37,7 @@ from tests.conftest import Clock
 from tests.support.child_workers import spawn_worker
 from tests.support.cli_support import runfold_worker
 from tests.support.continuation_workflows import counter
+from tests.support.meanwhile import AroundCreation, BeforeEvent
 from tests.support.postgres_support import DSN, admin, schema_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -411,3 +412,119 @@ async def test_code_that_no_longer_continues_is_told_what_was_recorded() -> None
     deployed = Workflow(name="test-continue-dropped", fn=stepping)
     with pytest.raises(FlowNonDeterminism, match="recorded continue_as_new as"):
         Flow(store, [deployed]).interpreter.decide(first)
+
+
+@workflow(name="test-continue-then-idle")
+async def continue_then_idle(n: int) -> None:
+    if n == 0:
+        await continue_as_new(1)
+    await recv("never")
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before", "after"])
+async def test_a_successor_created_while_its_run_is_cancelled_is_cancelled(
+    store: EventStore, before: bool
+) -> None:
+    elsewhere = Flow(store, [continue_then_idle])  # another process cancels the run
+
+    async def run_cancelled() -> None:
+        cancelled = await elsewhere.cancel("z", reason="gave up")
+        assert (cancelled.run_id, cancelled.status) == ("z", "cancelled")
+
+    wrapped = AroundCreation(store, "z~1", run_cancelled, before=before)
+    flow = Flow(wrapped, [continue_then_idle])
+    await flow.start(continue_then_idle, 0, run_id="z", queued=True)
+    await flow.recover()  # the run, recorded first, is driven: it makes its successor
+    assert wrapped.meanwhile is None
+    ended = await flow.handler.snapshot("z")
+    assert ended.status == "cancelled" and not ended.children
+    # The run ended without continuing: its successor, made all the same, does not live on.
+    left = await flow.handler.snapshot("z~1")
+    assert left.status == "cancelled", left.status
+
+
+@workflow(name="test-continue-on-go")
+async def continue_on_go(n: int) -> None:
+    if n == 0:
+        await recv("go")
+        await continue_as_new(1)
+    await recv("never")
+
+
+@workflow(name="test-continue-on-go-parent")
+async def continue_on_go_parent(_: None) -> None:
+    handle = await start_child(continue_on_go, 0)
+    await recv("stop")
+    await handle.cancel("stopped")
+    await recv("never")
+
+
+async def test_cancelling_a_run_as_it_continues_cancels_its_successor(store: EventStore) -> None:
+    elsewhere = Flow(store, [continue_on_go])  # another process: the run continues meanwhile
+
+    async def continues() -> None:
+        await elsewhere.send("g", "now", topic="go")
+        assert (await elsewhere.result("g")).run_id == "g~1"
+
+    wrapped = BeforeEvent(store, "g", CancelRequested, continues)
+    flow = Flow(wrapped, [continue_on_go])
+    await flow.start(continue_on_go, 0, run_id="g")
+    cancelled = await flow.cancel("g", reason="gave up")  # it reads "g" live, then asks
+    assert wrapped.meanwhile is None
+    assert (cancelled.run_id, cancelled.status) == ("g~1", "cancelled")
+
+
+async def test_a_child_cancelled_through_its_handle_as_it_continues_is_cancelled(
+    store: EventStore,
+) -> None:
+    elsewhere = Flow(store, [continue_on_go])
+
+    async def continues() -> None:
+        await elsewhere.send("h/1", "now", topic="go")
+        assert (await elsewhere.result("h/1")).run_id == "h/1~1"
+
+    wrapped = BeforeEvent(store, "h/1", CancelRequested, continues)
+    flow = Flow(wrapped, [continue_on_go, continue_on_go_parent])
+    await flow.start(continue_on_go_parent, None, run_id="h")
+    await flow.send("h", "now", topic="stop")
+    assert wrapped.meanwhile is None
+    assert (await flow.result("h/1")).status == "cancelled"  # the chain's last run, h/1~1
+
+
+@workflow(name="test-continue-on-go-awaiting-parent")
+async def continue_on_go_awaiting_parent(_: None) -> None:
+    await (await start_child(continue_on_go, 0)).result()
+
+
+async def test_a_parent_ending_as_its_child_continues_cancels_the_successor(
+    store: EventStore,
+) -> None:
+    elsewhere = Flow(store, [continue_on_go])
+
+    async def continues() -> None:  # after the parent's end listed its children
+        await elsewhere.send("a/1", "now", topic="go")
+        assert (await elsewhere.result("a/1")).run_id == "a/1~1"
+
+    wrapped = BeforeEvent(store, "a/1", CancelRequested, continues)
+    flow = Flow(wrapped, [continue_on_go, continue_on_go_awaiting_parent])
+    await flow.start(continue_on_go_awaiting_parent, None, run_id="a")
+    assert (await flow.cancel("a")).status == "cancelled"
+    assert wrapped.meanwhile is None
+    assert (await flow.result("a/1")).status == "cancelled"  # the chain's last run, a/1~1
+
+
+async def test_a_message_sent_as_the_run_continues_reaches_its_successor(
+    store: EventStore,
+) -> None:
+    elsewhere = Flow(store, [continue_on_go])
+
+    async def continues() -> None:  # after the sender read the chain's last run
+        await elsewhere.send("m", "now", topic="go")
+        assert (await elsewhere.result("m")).run_id == "m~1"
+
+    wrapped = BeforeEvent(store, "m", HookReceived, continues)
+    flow = Flow(wrapped, [continue_on_go])
+    await flow.start(continue_on_go, 0, run_id="m")
+    done = await flow.send("m", "late", topic="never")
+    assert wrapped.meanwhile is None
+    assert (done.run_id, done.status) == ("m~1", "completed")
