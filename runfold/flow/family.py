@@ -179,16 +179,28 @@ class Family:
             self.push(("ended", run_id, b""))
 
     async def orphans(self, live: Iterable[Snapshot]) -> None:
-        """Queue the end of each ended parent of a run in `live` (what `recover` drove).
+        """Queue the end of each ended parent or predecessor of a run in `live` (what
+        `recover` drove).
 
         A process that died after a parent's end was appended, before its follow-up cancelled
-        the children, leaves them live; the recovering process cancels them then.
+        the children, leaves them live; so does one that died after a run was cancelled, once
+        its successor was made and before it was linked. The recovering process cancels them
+        then (`after_end`).
         """
-        parents = {r.parent_run_id for r in live if r.is_live and r.parent_run_id is not None}
-        for parent_id in sorted(p for p in parents if p is not None):
-            parent = await self.handler.lookup(parent_id)
-            if parent is not None and parent.is_terminal:
-                self.push(("ended", parent_id, b""))
+        parents: set[str] = set()
+        predecessors: set[str] = set()
+        for run in (r for r in live if r.is_live):
+            if run.parent_run_id is not None:
+                parents.add(run.parent_run_id)
+            if CONTINUED_FROM in run.attributes:
+                predecessors.add(run.attributes[CONTINUED_FROM])
+        for run_id in sorted(parents | predecessors):
+            found = await self.handler.lookup(run_id)
+            if found is None or not found.is_terminal:
+                continue
+            # A predecessor that continued as new ended as it should: nothing is left to do.
+            if run_id in parents or continued_as(found) is None:
+                self.push(("ended", run_id, b""))
 
     async def start_successor(self, run: Snapshot, link: LinkChildOperation) -> RuntimeDecision:
         """Create the successor `link` names, queued, unless it exists; have it driven.

@@ -31,7 +31,7 @@ from runfold.flow import (
 from runfold.flow.continuation import CONTINUE_KIND, successor_run_id
 from runfold.kernel import CancelRequested, HookReceived, RunCompleted, RunCreated
 from runfold.stores import PostgresStore, SQLiteStore
-from runfold.testing import Fault, crash_and_resume
+from runfold.testing import Fault, SimulatedCrash, crash_and_resume
 from runfold.testing.strategies import fault_schedules
 from tests.conftest import Clock
 from tests.support.child_workers import spawn_worker
@@ -441,6 +441,32 @@ async def test_a_successor_created_while_its_run_is_cancelled_is_cancelled(
     # The run ended without continuing: its successor, made all the same, does not live on.
     left = await flow.handler.snapshot("z~1")
     assert left.status == "cancelled", left.status
+
+
+async def test_recover_cancels_a_successor_left_by_two_processes_that_died(
+    store: EventStore,
+) -> None:
+    elsewhere = Flow(store, [continue_then_idle])
+
+    async def cancelled_then_both_die() -> None:
+        # Another process cancels the run and dies before its follow-up looks for a successor;
+        # this one dies too, with the successor made and not linked.
+        await elsewhere.engine.request_cancel("d", reason="gave up")
+        raise SimulatedCrash("the process died")
+
+    wrapped = AroundCreation(store, "d~1", cancelled_then_both_die, before=False)
+    flow = Flow(wrapped, [continue_then_idle])
+    await flow.start(continue_then_idle, 0, run_id="d", queued=True)
+    with pytest.raises(SimulatedCrash):
+        await flow.recover()  # the run is driven: it makes its successor, then dies
+    assert (await flow.handler.snapshot("d")).status == "cancelled"
+    assert (await flow.handler.snapshot("d~1")).status == "pending"
+    await Flow(store, [continue_then_idle]).recover()
+    left = await elsewhere.handler.snapshot("d~1")
+    assert left.status == "cancelled", left.status
+    assert left.cancellation is not None and "'d' ended cancelled" in (
+        left.cancellation.reason or ""
+    )
 
 
 @workflow(name="test-continue-on-go")
