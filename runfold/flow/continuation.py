@@ -247,11 +247,3 @@ async def follow(handler: CommandHandler, run_id: str, wait: float | None) -> Sn
             return snapshot
     # The wait is over: the run as it stands now (it may have ended during the last wait).
     return await last_run(handler, await handler.snapshot(snapshot.run_id))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    pause = 0.01
-    while not snapshot.is_terminal and loop.time() < deadline:
-        await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
-        pause = min(pause * 2, 0.5)
-        snapshot = await last_run(handler, await handler.snapshot(snapshot.run_id))
-    return snapshot
