@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -22,12 +21,11 @@ from runfold.flow import (
     workflow,
     workflow_info,
 )
-from runfold.flow.children import RESULT_METADATA
-from runfold.kernel import Envelope, Event, HookCreated, HookNotFound, RetryPolicy, RunNotFound
-from runfold.testing import DelegatingStore, Fault, crash_and_resume
+from runfold.kernel import HookNotFound, RetryPolicy, RunNotFound
+from runfold.testing import Fault, crash_and_resume
 from runfold.testing.strategies import fault_schedules
 from tests.conftest import Clock
-from tests.support.meanwhile import AroundCreation
+from tests.support.meanwhile import AroundCreation, ChildEndsFirst
 
 
 def price(item: str) -> int:
@@ -210,28 +208,6 @@ async def test_children_under_a_fleet_of_two_workers(store: EventStore) -> None:
         for flow in flows:
             flow.stop()
         await asyncio.gather(*serving)
-
-
-class ChildEndsFirst(DelegatingStore):
-    """Before it appends the hook a parent awaits child `child_id` on, has `meanwhile` run:
-    the child ends elsewhere after the parent looked at it and before its hook exists."""
-
-    def __init__(
-        self, inner: EventStore, child_id: str, meanwhile: Callable[[], Awaitable[None]]
-    ) -> None:
-        super().__init__(inner)
-        self.metadata = RESULT_METADATA + child_id.encode()
-        self.meanwhile: Callable[[], Awaitable[None]] | None = meanwhile
-
-    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
-        events: Sequence[Event] = call[2]
-        meanwhile = self.meanwhile
-        if meanwhile is not None and any(
-            isinstance(e, HookCreated) and e.metadata == self.metadata for e in events
-        ):
-            self.meanwhile = None
-            await meanwhile()
-        return await super()._append_if_sequence(*call)
 
 
 async def test_a_child_ending_while_its_parent_appends_the_hook_wakes_the_parent(

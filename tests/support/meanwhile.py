@@ -1,4 +1,4 @@
-"""A store wrapper that stages a race: something happens while a run is being created."""
+"""Store wrappers that stage a race: something happens elsewhere in the middle of an append."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from runfold import EventStore
-from runfold.kernel import Envelope, Event
+from runfold.flow.children import RESULT_METADATA
+from runfold.kernel import Envelope, Event, HookCreated
 from runfold.testing import DelegatingStore
 
-__all__ = ["AroundCreation", "BeforeEvent"]
+__all__ = ["AroundCreation", "BeforeEvent", "ChildEndsFirst"]
 
 
 class AroundCreation(DelegatingStore):
@@ -66,6 +67,28 @@ class BeforeEvent(DelegatingStore):
             meanwhile is not None
             and call[0] == self.run_id
             and any(isinstance(e, self.kind) for e in events)
+        ):
+            self.meanwhile = None
+            await meanwhile()
+        return await super()._append_if_sequence(*call)
+
+
+class ChildEndsFirst(DelegatingStore):
+    """Before it appends the hook a parent awaits child `child_id` on, has `meanwhile` run:
+    the child ends elsewhere after the parent looked at it and before its hook exists."""
+
+    def __init__(
+        self, inner: EventStore, child_id: str, meanwhile: Callable[[], Awaitable[None]]
+    ) -> None:
+        super().__init__(inner)
+        self.metadata = RESULT_METADATA + child_id.encode()
+        self.meanwhile: Callable[[], Awaitable[None]] | None = meanwhile
+
+    async def _append_if_sequence(self, *call: Any) -> list[Envelope]:
+        events: Sequence[Event] = call[2]
+        meanwhile = self.meanwhile
+        if meanwhile is not None and any(
+            isinstance(e, HookCreated) and e.metadata == self.metadata for e in events
         ):
             self.meanwhile = None
             await meanwhile()
