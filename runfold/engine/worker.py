@@ -326,21 +326,32 @@ class Worker:
         return bool(runs) and len(due) >= _BATCH and room > 0
 
     async def _tick(self, now: datetime) -> None:
-        """Record a queued run for each tick of each schedule since the last look."""
-        after, self._ticked = self._ticked, now
+        """Record a queued run for each tick of each schedule since the last look.
+
+        The ticks count as turned into runs only once every run is recorded: a store that
+        could not be reached leaves them all to the next look (a tick's run is made once
+        however often it is started), or a tick would be passed over while the worker lives.
+        """
+        after = self._ticked
         if after is None:
+            self._ticked = now
             return
-        for schedule in self.schedules:
-            for tick in schedule.ticks(after, now):
-                try:
-                    await self.engine.start(
-                        schedule.workflow_name,
-                        schedule.input_for(tick),
-                        run_id=schedule.run_id(tick),
-                        queued=True,
-                    )
-                except RunDefinitionConflict as exc:  # the id holds a run of other input
-                    _log.error("schedule of %r: %s", schedule.workflow_name, exc)
+        try:
+            for schedule in self.schedules:
+                for tick in schedule.ticks(after, now):
+                    try:
+                        await self.engine.start(
+                            schedule.workflow_name,
+                            schedule.input_for(tick),
+                            run_id=schedule.run_id(tick),
+                            queued=True,
+                        )
+                    except RunDefinitionConflict as exc:  # the id holds a run of other input
+                        _log.error("schedule of %r: %s", schedule.workflow_name, exc)
+        except StoreUnavailable as exc:
+            _log.warning("worker %s could not record a tick's run: %s", self.worker_id, exc)
+            return
+        self._ticked = now
 
     def _start(self, run_id: str, *, displacing: str | None = None) -> None:
         task = asyncio.create_task(self._drive(run_id, displacing), name=f"drive {run_id}")
