@@ -28,13 +28,22 @@ _PAGE = 500
 
 
 async def live_summaries(
-    handler: CommandHandler, status: RunStatus | None, workflow_name: str | None = None
+    handler: CommandHandler,
+    status: RunStatus | None,
+    workflow_name: str | None = None,
+    *,
+    parent_run_id: str | None = None,
 ) -> AsyncIterator[RunSummary]:
-    """Every run of the store's index with `status` (None: any), page by page."""
+    """Every run of the store's index with `status` (None: any), page by page; of the one
+    workflow or the one parent when given."""
     cursor: str | None = None
     while True:
         page = await handler.store.list_runs(
-            status=status, workflow_name=workflow_name, cursor=cursor, limit=_PAGE
+            status=status,
+            workflow_name=workflow_name,
+            parent_run_id=parent_run_id,
+            cursor=cursor,
+            limit=_PAGE,
         )
         for summary in page.items:
             yield summary

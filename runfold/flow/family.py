@@ -41,6 +41,7 @@ from runfold.engine import (
     Worker,
 )
 from runfold.engine.raised import error_payload
+from runfold.engine.survey import live_summaries
 from runfold.flow.calls import StartChildCall
 from runfold.flow.children import CHILD_KIND, RESULT_METADATA, result_payload, result_token
 from runfold.flow.continuation import (
@@ -334,17 +335,13 @@ class Family:
             await cancel_chain(self.engine, successor_id, reason)
 
     async def live_children(self, run_id: str) -> list[str]:
-        """The ids of the pending and running runs whose parent is `run_id`."""
-        found: list[str] = []
-        cursor: str | None = None
-        while True:
-            page = await self.handler.store.list_runs(
-                parent_run_id=run_id, cursor=cursor, limit=500
-            )
-            found.extend(r.run_id for r in page.items if r.status in ("pending", "running"))
-            if not page.has_more or page.cursor is None:
-                return found
-            cursor = page.cursor
+        """The ids of the pending and running runs whose parent is `run_id` (one that is
+        cancelling already is left be)."""
+        return [
+            summary.run_id
+            async for summary in live_summaries(self.handler, None, parent_run_id=run_id)
+            if summary.status in ("pending", "running")
+        ]
 
 
 def _outcome(run: Snapshot) -> bytes:
