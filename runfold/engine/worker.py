@@ -149,6 +149,8 @@ class Worker:
         self.versions = None if versions is None else VersionFilter(engine.handler, versions)
         self._ticked: datetime | None = None  # when the ticks were last turned into runs
         self._drives: dict[str, asyncio.Task[None]] = {}
+        # Runs handed out while a drive of them was ending: driven again once it ended.
+        self._again: dict[str, str | None] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         engine.lease = self.lease
@@ -273,6 +275,12 @@ class Worker:
         for item in due:
             if item.run_id not in self._drives:
                 self._start(item.run_id, displacing=item.displacing)
+            else:
+                # Handed out again while its drive ends: input or a due timer reached the run
+                # after that drive last read it, as it let the run go. The store now holds the
+                # run for this worker alone, so unless it is driven again once that drive
+                # ended, nobody drives it before the hold lapses (a lease's length).
+                self._again[item.run_id] = item.displacing
         return len(due) >= room
 
     async def _claim_listed(self, now: datetime, room: int, versions: VersionFilter) -> bool:
@@ -318,21 +326,32 @@ class Worker:
         return bool(runs) and len(due) >= _BATCH and room > 0
 
     async def _tick(self, now: datetime) -> None:
-        """Record a queued run for each tick of each schedule since the last look."""
-        after, self._ticked = self._ticked, now
+        """Record a queued run for each tick of each schedule since the last look.
+
+        The ticks count as turned into runs only once every run is recorded: a store that
+        could not be reached leaves them all to the next look (a tick's run is made once
+        however often it is started), or a tick would be passed over while the worker lives.
+        """
+        after = self._ticked
         if after is None:
+            self._ticked = now
             return
-        for schedule in self.schedules:
-            for tick in schedule.ticks(after, now):
-                try:
-                    await self.engine.start(
-                        schedule.workflow_name,
-                        schedule.input_for(tick),
-                        run_id=schedule.run_id(tick),
-                        queued=True,
-                    )
-                except RunDefinitionConflict as exc:  # the id holds a run of other input
-                    _log.error("schedule of %r: %s", schedule.workflow_name, exc)
+        try:
+            for schedule in self.schedules:
+                for tick in schedule.ticks(after, now):
+                    try:
+                        await self.engine.start(
+                            schedule.workflow_name,
+                            schedule.input_for(tick),
+                            run_id=schedule.run_id(tick),
+                            queued=True,
+                        )
+                    except RunDefinitionConflict as exc:  # the id holds a run of other input
+                        _log.error("schedule of %r: %s", schedule.workflow_name, exc)
+        except StoreUnavailable as exc:
+            _log.warning("worker %s could not record a tick's run: %s", self.worker_id, exc)
+            return
+        self._ticked = now
 
     def _start(self, run_id: str, *, displacing: str | None = None) -> None:
         task = asyncio.create_task(self._drive(run_id, displacing), name=f"drive {run_id}")
@@ -353,6 +372,8 @@ class Worker:
             _log.warning("worker %s: driving run %r failed: %r", self.worker_id, run_id, exc)
         finally:
             self._drives.pop(run_id, None)
+            if run_id in self._again and not self._stopping.is_set():
+                self._start(run_id, displacing=self._again.pop(run_id))
             self._wake.set()  # room for more work
 
     # --- the lease ----------------------------------------------------------------------------
@@ -405,6 +426,7 @@ class Worker:
         self.counts.lapses += 1
         self.lease.lapse(new_worker_id(self.prefix))
         _log.warning("worker %s let its lease lapse; going on as %s", old, self.worker_id)
+        self._again.clear()  # held for the old id: the new one looks again
         await _cancel(self._drives.values())
         with contextlib.suppress(StoreUnavailable):
             await self._join()
