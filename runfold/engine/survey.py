@@ -34,8 +34,10 @@ async def live_summaries(
     *,
     parent_run_id: str | None = None,
 ) -> AsyncIterator[RunSummary]:
-    """Every run of the store's index with `status` (None: any), page by page; of the one
-    workflow or the one parent when given."""
+    """Every run of the store's index with `status` (None: any), page by page.
+
+    Only the runs of `workflow_name`, or of parent `parent_run_id`, when given.
+    """
     cursor: str | None = None
     while True:
         page = await handler.store.list_runs(

@@ -180,13 +180,12 @@ class Family:
             self.push(("ended", run_id, b""))
 
     async def orphans(self, live: Iterable[Snapshot]) -> None:
-        """Queue the end of each ended parent or predecessor of a run in `live` (what
-        `recover` drove).
+        """Queue the end of each ended parent or predecessor of a run in `live`.
 
-        A process that died after a parent's end was appended, before its follow-up cancelled
-        the children, leaves them live; so does one that died after a run was cancelled, once
-        its successor was made and before it was linked. The recovering process cancels them
-        then (`after_end`).
+        `live` is what `recover` drove. A process that died after a parent's end was appended,
+        before its follow-up cancelled the children, leaves them live; so does one that died
+        after a run was cancelled, once its successor was made and before it was linked. The
+        recovering process cancels them then (`after_end`).
         """
         parents: set[str] = set()
         predecessors: set[str] = set()
@@ -335,8 +334,10 @@ class Family:
             await cancel_chain(self.engine, successor_id, reason)
 
     async def live_children(self, run_id: str) -> list[str]:
-        """The ids of the pending and running runs whose parent is `run_id` (one that is
-        cancelling already is left be)."""
+        """The ids of the pending and running runs whose parent is `run_id`.
+
+        One that is cancelling already is left be.
+        """
         return [
             summary.run_id
             async for summary in live_summaries(self.handler, None, parent_run_id=run_id)

@@ -117,8 +117,11 @@ class FlowRuntime:
     creation or start, the most frequent)."""
 
     async def on_event(self, envelope: Envelope) -> None:
-        """Confirm what the engine appended to the live sessions; note runs that ended and
-        hooks a parent awaits a child on."""
+        """Confirm what the engine appended to the live sessions; note ends and awaited hooks.
+
+        A run that ended may have a parent or children to follow up; a hook a parent awaits a
+        child on, now durable, is checked against the child.
+        """
         event = envelope.event
         kind = type(event)
         if isinstance(event, HookCreated):  # durable now: a child's end can be delivered to it
