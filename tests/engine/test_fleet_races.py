@@ -8,7 +8,7 @@ chosen call, so the interleaving is the same on every run and every backend.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,7 +16,7 @@ from runfold.events import RunReleased
 from runfold.flow import Flow, step, wait_for_event, workflow
 from runfold.kernel import Envelope, Event, StoreUnavailable
 from runfold.stores import EventStore
-from runfold.stores.due_work import DueRun, Queue
+from runfold.stores.due_work import DueRun
 from runfold.testing import DelegatingStore
 
 
@@ -46,24 +46,8 @@ class AfterRelease(DelegatingStore):
             await meanwhile()
         return appended
 
-    async def _forward_claim_due(
-        self,
-        worker_id: str,
-        now: datetime,
-        *,
-        hold_until: datetime,
-        limit: int,
-        workflow_names: Collection[str] | None = None,
-        queues: Collection[Queue] = (),
-    ) -> list[DueRun]:
-        due = await super()._forward_claim_due(
-            worker_id,
-            now,
-            hold_until=hold_until,
-            limit=limit,
-            workflow_names=workflow_names,
-            queues=queues,
-        )
+    async def _forward_claim_due(self, *args: Any, **kwargs: Any) -> list[DueRun]:
+        due = await super()._forward_claim_due(*args, **kwargs)
         if any(item.run_id == self.run_id for item in due):
             self.handed_out.set()
         return due
@@ -124,25 +108,9 @@ class Outage(DelegatingStore):
             raise StoreUnavailable("the store is down (staged)")
         return await super()._append_if_sequence(*call)
 
-    async def _forward_claim_due(
-        self,
-        worker_id: str,
-        now: datetime,
-        *,
-        hold_until: datetime,
-        limit: int,
-        workflow_names: Collection[str] | None = None,
-        queues: Collection[Queue] = (),
-    ) -> list[DueRun]:
+    async def _forward_claim_due(self, *args: Any, **kwargs: Any) -> list[DueRun]:
         self.looks += 1
-        return await super()._forward_claim_due(
-            worker_id,
-            now,
-            hold_until=hold_until,
-            limit=limit,
-            workflow_names=workflow_names,
-            queues=queues,
-        )
+        return await super()._forward_claim_due(*args, **kwargs)
 
 
 @workflow(name="race-tick", schedule="* * * * * *")
